@@ -1,0 +1,66 @@
+package billing
+
+import (
+	"context"
+	"time"
+)
+
+// PlanChange is a subscription item price swap, as previewed and as executed.
+type PlanChange struct {
+	CustomerID     string
+	SubscriptionID string
+	ItemID         string
+	NewPriceID     string
+	// ProrationDate pins the proration: the preview quotes it and execution
+	// sends the same value, so the amount shown is the amount charged.
+	ProrationDate time.Time
+	// ChargeNow invoices and charges the prorated difference immediately and
+	// refuses the change if the payment fails (upgrades). Otherwise the
+	// proration is carried to the next invoice (downgrades).
+	ChargeNow bool
+}
+
+// Preview is what a plan change would cost.
+type Preview struct {
+	// AmountDueNowCents is charged immediately (0 unless ChargeNow).
+	AmountDueNowCents int64
+	// ProrationCents is the net prorated amount: positive is owed, negative is
+	// a credit on the next invoice.
+	ProrationCents int64
+	Currency       string
+}
+
+// AppliedChange is the subscription after a plan change.
+type AppliedChange struct {
+	Status           string
+	CurrentPeriodEnd time.Time
+	ItemID           string
+}
+
+// NewCustomer asks for a customer with a subscription to one price.
+type NewCustomer struct {
+	OrgID   string
+	Name    string
+	Email   string
+	PriceID string
+}
+
+// CreatedCustomer is the provider's side of a new org.
+type CreatedCustomer struct {
+	CustomerID       string
+	SubscriptionID   string
+	ItemID           string
+	Status           string
+	CurrentPeriodEnd time.Time
+}
+
+// PaymentProvider is the payment system (Stripe). Errors wrap
+// ErrPaymentDeclined or ErrProviderRejected when the provider definitely
+// refused (nothing changed), and ErrUnavailable when the outcome is unknown
+// (timeout, 5xx, connection reset): the caller may retry with the same
+// idempotency key.
+type PaymentProvider interface {
+	PreviewPlanChange(ctx context.Context, change PlanChange) (Preview, error)
+	ApplyPlanChange(ctx context.Context, change PlanChange, idempotencyKey string) (AppliedChange, error)
+	CreateCustomer(ctx context.Context, c NewCustomer, idempotencyKey string) (CreatedCustomer, error)
+}

@@ -1,0 +1,291 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+)
+
+// Service is the handshake. REST and MCP both call it; neither holds a rule of
+// its own.
+type Service struct {
+	store       Store
+	payments    PaymentProvider
+	catalog     Catalog
+	ttl         time.Duration
+	skew        time.Duration
+	execTimeout time.Duration
+	log         *slog.Logger
+}
+
+// Config wires a Service.
+type Config struct {
+	Store    Store
+	Payments PaymentProvider
+	Catalog  Catalog
+	// TokenTTL is how long a confirmation can be redeemed (1s–15m).
+	TokenTTL time.Duration
+	// ClockSkew is extra grace after a token's expires_at (0–300s).
+	ClockSkew time.Duration
+	// ExecutionTimeout bounds the payment provider call made while the
+	// confirmation's row lock is held, so the lock is never held forever.
+	ExecutionTimeout time.Duration
+	Logger           *slog.Logger
+}
+
+// Limits of the handshake's settings; configuration outside them is refused.
+const (
+	MinTokenTTL  = time.Second
+	MaxTokenTTL  = 15 * time.Minute
+	MaxClockSkew = 300 * time.Second
+)
+
+// NewService checks cfg and returns a Service.
+func NewService(cfg Config) (*Service, error) {
+	switch {
+	case cfg.Store == nil || cfg.Payments == nil:
+		return nil, errors.New("billing: store and payment provider are required")
+	case len(cfg.Catalog.plans) == 0:
+		return nil, errors.New("billing: empty plan catalog")
+	case cfg.TokenTTL < MinTokenTTL || cfg.TokenTTL > MaxTokenTTL:
+		return nil, fmt.Errorf("billing: token TTL %s outside %s–%s", cfg.TokenTTL, MinTokenTTL, MaxTokenTTL)
+	case cfg.ClockSkew < 0 || cfg.ClockSkew > MaxClockSkew:
+		return nil, fmt.Errorf("billing: clock skew %s outside 0s–%s", cfg.ClockSkew, MaxClockSkew)
+	}
+	if cfg.ExecutionTimeout <= 0 {
+		cfg.ExecutionTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{
+		store: cfg.Store, payments: cfg.Payments, catalog: cfg.Catalog,
+		ttl: cfg.TokenTTL, skew: cfg.ClockSkew, execTimeout: cfg.ExecutionTimeout, log: cfg.Logger,
+	}, nil
+}
+
+// ChangeRequest is a call to upgrade_plan or downgrade_plan: without a token
+// it is the first call, with one the second.
+type ChangeRequest struct {
+	Operation    Operation
+	To           string
+	ConfirmToken string
+}
+
+// ChangeResult is the body of a handshake response, in the contract's shape
+// for all three outcomes: a proposal (first call), an executed change (second
+// call) and a no-op (already on the plan).
+type ChangeResult struct {
+	OK              bool              `json:"ok,omitempty"`
+	ConfirmRequired *bool             `json:"confirm_required,omitempty"`
+	Noop            bool              `json:"noop,omitempty"`
+	ConfirmToken    string            `json:"confirm_token,omitempty"`
+	ConfirmationID  string            `json:"confirmation_id,omitempty"`
+	Operation       Operation         `json:"operation,omitempty"`
+	Summary         string            `json:"summary,omitempty"`
+	Details         *Details          `json:"details,omitempty"`
+	TTLSeconds      int               `json:"ttl_seconds,omitempty"`
+	ExpiresAt       *time.Time        `json:"expires_at,omitempty"`
+	Subscription    *SubscriptionView `json:"subscription,omitempty"`
+}
+
+// Proposed reports whether the result is a first-call proposal.
+func (r ChangeResult) Proposed() bool { return r.ConfirmToken != "" }
+
+// SubscriptionView is a subscription as clients see it.
+type SubscriptionView struct {
+	Org              string    `json:"org,omitempty"`
+	Plan             string    `json:"plan"`
+	Status           string    `json:"status"`
+	CurrentPeriodEnd time.Time `json:"current_period_end"`
+}
+
+func viewOf(s Subscription) *SubscriptionView {
+	return &SubscriptionView{Plan: s.Plan, Status: s.Status, CurrentPeriodEnd: s.CurrentPeriodEnd.UTC()}
+}
+
+var planIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+// ChangePlan is both calls of the handshake for upgrade_plan and
+// downgrade_plan.
+func (s *Service) ChangePlan(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
+	if req.Operation != OpUpgrade && req.Operation != OpDowngrade {
+		return ChangeResult{}, Errorf(CodeInvalidRequest, "unknown operation")
+	}
+	if !planIDPattern.MatchString(req.To) {
+		return ChangeResult{}, Errorf(CodeInvalidRequest, `"to" must be a plan id`)
+	}
+	if req.ConfirmToken == "" {
+		return s.propose(ctx, caller, req)
+	}
+	return s.confirm(ctx, caller, req)
+}
+
+// propose is the first call: it executes nothing.
+func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
+	acct, now, err := s.account(ctx, caller.Org)
+	if err != nil {
+		return ChangeResult{}, err
+	}
+	from, to, err := s.planChange(acct.Subscription, req)
+	if err != nil {
+		return ChangeResult{}, err
+	}
+	if from.ID == to.ID {
+		no := false
+		return ChangeResult{OK: true, ConfirmRequired: &no, Noop: true, Subscription: viewOf(acct.Subscription)}, nil
+	}
+	change := planChangeFor(acct, to, req.Operation, now.Truncate(time.Second))
+	preview, err := s.payments.PreviewPlanChange(ctx, change)
+	if err != nil {
+		return ChangeResult{}, providerError("preview plan change", err)
+	}
+	if preview.Currency != "" && preview.Currency != to.Currency {
+		return ChangeResult{}, wrapErr(CodeInternal, "internal error",
+			fmt.Errorf("preview currency %q differs from catalog %q", preview.Currency, to.Currency))
+	}
+	terms := termsFor(acct.Subscription, from, to, change, preview)
+	token, hash := newToken()
+	c := Confirmation{
+		ID: newConfirmationID(), TokenHash: hash,
+		Org: caller.Org, Principal: caller.Principal, Client: caller.Client,
+		Operation: req.Operation, Terms: terms, Status: StatusPending,
+		Summary: summarize(displayNameOr(acct.Org), req.Operation, from, to, terms),
+	}
+	c, err = s.store.IssueConfirmation(ctx, c, s.ttl, s.event(caller, req.Operation, EventTokenIssued, "", ""))
+	if err != nil {
+		return ChangeResult{}, storeError("issue confirmation", err)
+	}
+	return proposal(c, token), nil
+}
+
+// planChange resolves the plans of a request and checks its direction.
+func (s *Service) planChange(sub Subscription, req ChangeRequest) (from, to Plan, err error) {
+	from, ok := s.catalog.Plan(sub.Plan)
+	if !ok {
+		return Plan{}, Plan{}, wrapErr(CodeInternal, "internal error", fmt.Errorf("subscription of %s is on unknown plan %q", sub.Org, sub.Plan))
+	}
+	to, ok = s.catalog.Plan(req.To)
+	if !ok {
+		return Plan{}, Plan{}, Errorf(CodeUnknownPlan, "no such plan")
+	}
+	up := s.catalog.rank(to.ID) > s.catalog.rank(from.ID)
+	down := s.catalog.rank(to.ID) < s.catalog.rank(from.ID)
+	switch {
+	case req.Operation == OpUpgrade && down:
+		return Plan{}, Plan{}, Errorf(CodeInvalidPlanChange, "that plan is cheaper than the current one: use downgrade")
+	case req.Operation == OpDowngrade && up:
+		return Plan{}, Plan{}, Errorf(CodeInvalidPlanChange, "that plan is more expensive than the current one: use upgrade")
+	}
+	return from, to, nil
+}
+
+// planChangeFor is the provider request a proposal quotes and its
+// confirmation executes. Upgrades charge the prorated difference now and fail
+// if the payment fails; downgrades credit it on the next invoice.
+func planChangeFor(acct Account, to Plan, op Operation, prorationDate time.Time) PlanChange {
+	return PlanChange{
+		CustomerID:     acct.Org.StripeCustomerID,
+		SubscriptionID: acct.Subscription.StripeSubscriptionID,
+		ItemID:         acct.Subscription.StripeItemID,
+		NewPriceID:     to.StripePriceID,
+		ProrationDate:  prorationDate,
+		ChargeNow:      op == OpUpgrade,
+	}
+}
+
+func termsFor(sub Subscription, from, to Plan, change PlanChange, p Preview) Terms {
+	t := Terms{
+		FromPlan: from.ID, ToPlan: to.ID,
+		FromPriceID: from.StripePriceID, ToPriceID: to.StripePriceID,
+		FromAmountCents: from.AmountCents, ToAmountCents: to.AmountCents,
+		Currency: to.Currency, ProrationDate: change.ProrationDate,
+		SubscriptionVer: sub.Version, NextChargeAt: sub.CurrentPeriodEnd,
+	}
+	if change.ChargeNow {
+		t.AmountDueCents = max(p.AmountDueNowCents, 0)
+	} else {
+		t.CreditCents = max(-p.ProrationCents, 0)
+	}
+	return t
+}
+
+func detailsOf(t Terms) Details {
+	return Details{
+		From: t.FromPlan, To: t.ToPlan,
+		AmountDueNowCents: t.AmountDueCents, CreditCents: t.CreditCents, Currency: t.Currency,
+		EffectiveAt: t.ProrationDate.UTC(), NextChargeAt: t.NextChargeAt.UTC(),
+	}
+}
+
+func proposal(c Confirmation, token string) ChangeResult {
+	yes := true
+	expires := c.ExpiresAt.UTC()
+	details := detailsOf(c.Terms)
+	return ChangeResult{
+		ConfirmRequired: &yes, ConfirmToken: token, ConfirmationID: c.ID,
+		Operation: c.Operation, Summary: c.Summary, Details: &details,
+		TTLSeconds: int(c.ExpiresAt.Sub(c.CreatedAt).Round(time.Second) / time.Second),
+		ExpiresAt:  &expires,
+	}
+}
+
+func displayNameOr(o Org) string {
+	if name := DisplayName(o.Name); name != "" {
+		return name
+	}
+	return o.ID
+}
+
+func (s *Service) account(ctx context.Context, org string) (Account, time.Time, error) {
+	acct, now, err := s.store.Account(ctx, org)
+	if errors.Is(err, ErrNotFound) {
+		return Account{}, time.Time{}, Errorf(CodeNotFound, "organisation not found")
+	}
+	if err != nil {
+		return Account{}, time.Time{}, storeError("read account", err)
+	}
+	return acct, now, nil
+}
+
+// event starts an audit event for the caller.
+func (s *Service) event(caller Caller, op Operation, name, confirmationID, reason string) AuditEvent {
+	outcome := "ok"
+	switch name {
+	case EventTokenRejected, EventOperationDenied:
+		outcome = "rejected"
+	case EventOperationFailed:
+		outcome = "failed"
+	case EventTokenRevoked:
+		outcome = "revoked"
+	}
+	return AuditEvent{
+		Event: name, Org: caller.Org, Principal: caller.Principal, Client: caller.Client,
+		Operation: string(op), ConfirmationID: confirmationID, Outcome: outcome, Reason: reason,
+		RequestID: caller.RequestID,
+	}
+}
+
+// storeError turns a store failure into the client's view of it.
+func storeError(doing string, err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return wrapErr(CodeUpstreamUnavailable, "the database is unavailable; retry shortly", fmt.Errorf("%s: %w", doing, err))
+	}
+	return wrapErr(CodeInternal, "internal error", fmt.Errorf("%s: %w", doing, err))
+}
+
+// providerError turns a payment provider failure into the client's view.
+func providerError(doing string, err error) error {
+	cause := fmt.Errorf("%s: %w", doing, err)
+	switch {
+	case errors.Is(err, ErrPaymentDeclined):
+		return wrapErr(CodePaymentFailed, "the payment was declined; the plan was not changed", cause)
+	case errors.Is(err, ErrUnavailable):
+		return wrapErr(CodeUpstreamUnavailable, "the payment provider is unavailable; retry shortly", cause)
+	default:
+		return wrapErr(CodeInternal, "internal error", cause)
+	}
+}

@@ -1,0 +1,67 @@
+package billing
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps orgs, subscriptions, confirmations and the audit log. Times it
+// returns come from the database clock, which is the handshake's only clock:
+// several billingd replicas share one database, and no replica's wall clock
+// decides whether a token has expired. Lookups of rows that do not exist
+// return ErrNotFound; failures to reach the database wrap ErrUnavailable.
+type Store interface {
+	// Account reads an org with its subscription, and the database's now.
+	Account(ctx context.Context, org string) (Account, time.Time, error)
+
+	// IssueConfirmation stores c (status pending, expiring ttl from the
+	// database's now) and, in the same statement, supersedes every pending
+	// confirmation of the same org, principal and operation. It writes the
+	// audit events: TOKEN_ISSUED for c and TOKEN_REVOKED (reason superseded)
+	// for each superseded confirmation, both made from the template event.
+	// It returns c with CreatedAt and ExpiresAt set.
+	IssueConfirmation(ctx context.Context, c Confirmation, ttl time.Duration, template AuditEvent) (Confirmation, error)
+
+	// InTx runs fn in one transaction: committed if fn returns nil, rolled
+	// back otherwise.
+	InTx(ctx context.Context, fn func(Tx) error) error
+
+	// PendingConfirmations lists the org's pending, unexpired confirmations,
+	// newest first; only principal's when principal is not empty.
+	PendingConfirmations(ctx context.Context, org, principal string) ([]Confirmation, error)
+
+	// AuditEvents lists the org's events newest first, with ids below before
+	// (0: from the newest).
+	AuditEvents(ctx context.Context, org string, limit int, before int64) ([]AuditEvent, error)
+
+	// AppendAudit writes events outside any transaction: for outcomes whose
+	// transaction was rolled back.
+	AppendAudit(ctx context.Context, events ...AuditEvent) error
+
+	// CreateAccount stores a new org with its subscription.
+	CreateAccount(ctx context.Context, a Account) error
+}
+
+// Tx is the part of the store used inside one transaction.
+type Tx interface {
+	// LockByToken locks the confirmation with the given token hash, if it
+	// belongs to org and principal, together with the org's subscription, and
+	// returns them with the database's now. A token of anyone else is
+	// ErrNotFound: nothing about it is revealed and it stays valid.
+	LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (Confirmation, Account, time.Time, error)
+
+	// LockByID locks the org's confirmation with the given id.
+	LockByID(ctx context.Context, org, id string) (Confirmation, time.Time, error)
+
+	// Record writes the outcome of a step: a new confirmation status, a new
+	// subscription and audit events, each optional.
+	Record(ctx context.Context, r Record) error
+}
+
+// Record is what one step of the handshake changes.
+type Record struct {
+	ConfirmationID string
+	Status         Status        // "" leaves the status alone
+	Subscription   *Subscription // nil leaves the subscription alone; Version is bumped
+	Events         []AuditEvent
+}

@@ -1,0 +1,130 @@
+package billing
+
+import "time"
+
+// Operation names a gated operation; the values are the MCP tool names.
+type Operation string
+
+// The gated operations.
+const (
+	OpUpgrade   Operation = "upgrade_plan"
+	OpDowngrade Operation = "downgrade_plan"
+)
+
+// Caller is the authenticated identity behind a request.
+type Caller struct {
+	Org       string // org id from the access token's org claim
+	Principal string // the token's sub
+	Client    string // azp or client_id: the agent or app acting, if any
+	Admin     bool   // holds billing:admin
+	RequestID string // for the audit log
+}
+
+// Org is a customer organisation with its Stripe customer.
+type Org struct {
+	ID               string
+	Name             string
+	StripeCustomerID string
+}
+
+// Subscription is billingd's copy of the org's Stripe subscription. Version
+// increases with every change, so a confirmation can tell that the
+// subscription it described has changed since.
+type Subscription struct {
+	Org                  string
+	StripeSubscriptionID string
+	StripeItemID         string
+	Plan                 string
+	Status               string
+	CurrentPeriodEnd     time.Time
+	Version              int64
+}
+
+// Account is an org with its subscription, as the handshake reads them.
+type Account struct {
+	Org          Org
+	Subscription Subscription
+}
+
+// Status is the lifecycle state of a confirmation.
+type Status string
+
+// Confirmation states. Only pending confirmations can be redeemed.
+const (
+	StatusPending     Status = "pending"
+	StatusExecuted    Status = "executed"
+	StatusFailed      Status = "failed"
+	StatusSuperseded  Status = "superseded"
+	StatusCancelled   Status = "cancelled"
+	StatusInvalidated Status = "invalidated" // a mismatching second call voided it
+	StatusExpired     Status = "expired"
+)
+
+// Terms are the facts a confirmation is bound to: everything the summary
+// states. The second call executes exactly these terms or nothing.
+type Terms struct {
+	FromPlan        string
+	ToPlan          string
+	FromPriceID     string
+	ToPriceID       string
+	FromAmountCents int64
+	ToAmountCents   int64
+	Currency        string
+	ProrationDate   time.Time // quoted in the summary and sent to Stripe on execution
+	SubscriptionVer int64     // the subscription version the preview was made against
+	AmountDueCents  int64     // charged now (upgrade)
+	CreditCents     int64     // credited on the next invoice (downgrade)
+	NextChargeAt    time.Time
+}
+
+// Confirmation is a stored first call.
+type Confirmation struct {
+	ID        string
+	TokenHash []byte
+	Org       string
+	Principal string
+	Client    string
+	Operation Operation
+	Terms     Terms
+	Summary   string
+	Status    Status
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// Details is the machine-readable part of a proposal (the "details" object).
+type Details struct {
+	From              string    `json:"from"`
+	To                string    `json:"to"`
+	AmountDueNowCents int64     `json:"amount_due_now_cents"`
+	CreditCents       int64     `json:"credit_cents,omitempty"`
+	Currency          string    `json:"currency"`
+	EffectiveAt       time.Time `json:"effective_at"`
+	NextChargeAt      time.Time `json:"next_charge_at"`
+}
+
+// Event names of the audit log (contract §8).
+const (
+	EventTokenIssued       = "TOKEN_ISSUED"
+	EventTokenValidated    = "TOKEN_VALIDATED"
+	EventTokenRejected     = "TOKEN_REJECTED"
+	EventTokenRevoked      = "TOKEN_REVOKED"
+	EventOperationExecuted = "OPERATION_EXECUTED"
+	EventOperationFailed   = "OPERATION_FAILED"
+	EventOperationDenied   = "OPERATION_DENIED"
+)
+
+// AuditEvent is one row of the audit log.
+type AuditEvent struct {
+	ID             int64     `json:"id"`
+	At             time.Time `json:"at"`
+	Event          string    `json:"event"`
+	Org            string    `json:"org"`
+	Principal      string    `json:"principal"`
+	Client         string    `json:"client"`
+	Operation      string    `json:"operation"`
+	ConfirmationID string    `json:"confirmation_id"`
+	Outcome        string    `json:"outcome"`
+	Reason         string    `json:"reason"`
+	RequestID      string    `json:"request_id"`
+}

@@ -1,0 +1,149 @@
+// Package app assembles billingd from its configuration: database pool,
+// store, Stripe provider, handshake service, token verifier and HTTP
+// handler. The binary and the integration tests build the server the same
+// way, through New.
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/config"
+	"github.com/billingd/billingd/internal/postgres"
+	"github.com/billingd/billingd/internal/stripepay"
+	"github.com/billingd/billingd/rest"
+)
+
+// App is a running billingd, minus the listener.
+type App struct {
+	Config   config.Config
+	Handler  http.Handler
+	Service  *billing.Service
+	Store    *postgres.Store
+	Pool     *pgxpool.Pool
+	Log      *slog.Logger
+	verifier *auth.Verifier
+}
+
+// Options replaces parts of the default assembly (tests, benchmarks).
+type Options struct {
+	// Payments replaces the Stripe provider built from the configuration.
+	Payments billing.PaymentProvider
+	// Logger replaces the logger built from LOG_FORMAT on LogOutput.
+	Logger *slog.Logger
+	// LogOutput receives logs when Logger is nil (default: discarded).
+	LogOutput io.Writer
+	// Tracer observes every database query.
+	Tracer pgx.QueryTracer
+}
+
+// New builds billingd from cfg: it migrates the database when
+// MIGRATE_ON_START says so, then wires every part. Close releases them.
+func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
+	if err := cfg.Require("DATABASE_URL", "OAUTH_ISSUER"); err != nil {
+		return nil, err
+	}
+	if opts.Payments == nil {
+		if err := cfg.Require("STRIPE_SECRET_KEY"); err != nil {
+			return nil, err
+		}
+	}
+	a := &App{Config: cfg, Log: opts.Logger}
+	if a.Log == nil {
+		a.Log = NewLogger(cfg, opts.LogOutput)
+	}
+	pool, err := OpenDatabase(ctx, cfg, opts.Tracer)
+	if err != nil {
+		return nil, err
+	}
+	a.Pool, a.Store = pool, postgres.NewStore(pool)
+	if a.Service, err = NewService(cfg, a.Store, opts.Payments, a.Log); err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.verifier, err = auth.NewVerifier(ctx, auth.Config{
+		Issuer: cfg.OAuthIssuer, JWKSURL: cfg.OAuthJWKSURL, Audiences: cfg.OAuthAudiences, OrgClaim: cfg.OAuthOrgClaim,
+	})
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("access-token verifier: %w", err)
+	}
+	a.Handler = rest.New(rest.Config{
+		Service: a.Service, Verifier: a.verifier, PublicBaseURL: cfg.PublicBaseURL, Issuer: cfg.OAuthIssuer,
+		Ready: a.Store.Ready, Logger: a.Log,
+	})
+	return a, nil
+}
+
+// Close releases the database pool and stops the key refresh.
+func (a *App) Close() {
+	if a.verifier != nil {
+		a.verifier.Close()
+	}
+	if a.Pool != nil {
+		a.Pool.Close()
+	}
+}
+
+// NewLogger returns the structured logger LOG_FORMAT asks for, writing to w
+// (nil: discard).
+func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	switch {
+	case w == nil:
+		return slog.New(slog.DiscardHandler)
+	case cfg.LogFormat == "text":
+		return slog.New(slog.NewTextHandler(w, nil))
+	default:
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+}
+
+// OpenDatabase migrates when MIGRATE_ON_START says so and opens the pool.
+func OpenDatabase(ctx context.Context, cfg config.Config, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
+	if cfg.MigrateOnStart {
+		if err := MigrateUp(cfg.DatabaseURL); err != nil {
+			return nil, err
+		}
+	}
+	// A second call holds its row lock while Stripe answers; a concurrent call
+	// for the same org must be willing to wait at least that long.
+	return postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{
+		LockTimeout: cfg.StripeTimeout + 10*time.Second, Tracer: tracer,
+	})
+}
+
+// MigrateUp applies every pending migration.
+func MigrateUp(databaseURL string) error {
+	m, err := postgres.NewMigrator(databaseURL)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return m.Up()
+}
+
+// NewService builds the handshake service on store and payments (nil: the
+// Stripe provider from the configuration).
+func NewService(cfg config.Config, store billing.Store, payments billing.PaymentProvider, log *slog.Logger) (*billing.Service, error) {
+	catalog, err := billing.NewCatalog(cfg.Plans)
+	if err != nil {
+		return nil, fmt.Errorf("plan catalog: %w", err)
+	}
+	if payments == nil {
+		payments = stripepay.New(stripepay.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout})
+	}
+	return billing.NewService(billing.Config{
+		Store: store, Payments: payments, Catalog: catalog,
+		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
+		ExecutionTimeout: cfg.StripeTimeout, Logger: log,
+	})
+}

@@ -1,0 +1,174 @@
+// Package config reads billingd's configuration from the environment, once,
+// into a typed struct. Variable names are fixed by the contract (§3); invalid
+// values stop the process with a message naming the variable.
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+)
+
+// Config is billingd's configuration.
+type Config struct {
+	DatabaseURL         string
+	ListenAddr          string
+	PublicBaseURL       string
+	StripeSecretKey     string
+	StripeAPIBase       string
+	StripeWebhookSecret string
+	StripeTimeout       time.Duration
+	OAuthIssuer         string
+	OAuthJWKSURL        string
+	OAuthAudiences      []string
+	OAuthOrgClaim       string
+	ConfirmTTL          time.Duration
+	ConfirmClockSkew    time.Duration
+	MigrateOnStart      bool
+	LogFormat           string
+	Plans               []billing.Plan
+}
+
+// Load reads and checks every variable. Variables a command needs but that
+// have no default are checked by Require.
+func Load(getenv func(string) string) (Config, error) {
+	c := Config{
+		DatabaseURL:         getenv("DATABASE_URL"),
+		ListenAddr:          or(getenv("LISTEN_ADDR"), "127.0.0.1:8080"),
+		StripeSecretKey:     getenv("STRIPE_SECRET_KEY"),
+		StripeAPIBase:       getenv("STRIPE_API_BASE"),
+		StripeWebhookSecret: getenv("STRIPE_WEBHOOK_SECRET"),
+		OAuthIssuer:         getenv("OAUTH_ISSUER"),
+		OAuthJWKSURL:        getenv("OAUTH_JWKS_URL"),
+		OAuthOrgClaim:       or(getenv("OAUTH_ORG_CLAIM"), "org_id"),
+		LogFormat:           or(getenv("LOG_FORMAT"), "json"),
+		Plans:               billing.DefaultPlans(),
+	}
+	var errs []string
+	fail := func(name, format string, args ...any) {
+		errs = append(errs, name+": "+fmt.Sprintf(format, args...))
+	}
+	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
+		fail("LISTEN_ADDR", "want host:port, got %q", c.ListenAddr)
+	}
+	c.PublicBaseURL = strings.TrimSuffix(or(getenv("PUBLIC_BASE_URL"), "http://"+c.ListenAddr), "/")
+	if !isHTTPURL(c.PublicBaseURL) {
+		fail("PUBLIC_BASE_URL", "want an http(s) URL")
+	}
+	for name, v := range map[string]string{"DATABASE_URL": c.DatabaseURL, "STRIPE_API_BASE": c.StripeAPIBase,
+		"OAUTH_ISSUER": c.OAuthIssuer, "OAUTH_JWKS_URL": c.OAuthJWKSURL} {
+		if v == "" {
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || u.Scheme == "" || u.Host == "" && name != "DATABASE_URL" {
+			fail(name, "not a valid URL")
+		}
+	}
+	c.OAuthAudiences = splitList(getenv("OAUTH_AUDIENCE"))
+	if len(c.OAuthAudiences) == 0 {
+		c.OAuthAudiences = []string{c.PublicBaseURL, c.PublicBaseURL + "/mcp"}
+	}
+	c.ConfirmTTL = duration(getenv, "CONFIRM_TTL", 60*time.Second, billing.MinTokenTTL, billing.MaxTokenTTL, fail)
+	c.ConfirmClockSkew = duration(getenv, "CONFIRM_CLOCK_SKEW", 0, 0, billing.MaxClockSkew, fail)
+	c.StripeTimeout = duration(getenv, "STRIPE_TIMEOUT", 20*time.Second, time.Second, 2*time.Minute, fail)
+	c.MigrateOnStart = boolean(getenv, "MIGRATE_ON_START", true, fail)
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		fail("LOG_FORMAT", "want json or text")
+	}
+	if path := getenv("PLANS_FILE"); path != "" {
+		plans, err := readPlans(path)
+		if err != nil {
+			fail("PLANS_FILE", "%v", err)
+		}
+		c.Plans = plans
+	}
+	if _, err := billing.NewCatalog(c.Plans); err != nil {
+		fail("PLANS_FILE", "%v", err)
+	}
+	if len(errs) > 0 {
+		return Config{}, fmt.Errorf("invalid configuration: %s", strings.Join(errs, "; "))
+	}
+	return c, nil
+}
+
+// Require reports the first of the named variables that is unset.
+func (c Config) Require(names ...string) error {
+	values := map[string]string{
+		"DATABASE_URL": c.DatabaseURL, "STRIPE_SECRET_KEY": c.StripeSecretKey, "OAUTH_ISSUER": c.OAuthIssuer,
+	}
+	for _, n := range names {
+		if values[n] == "" {
+			return fmt.Errorf("invalid configuration: %s is required", n)
+		}
+	}
+	return nil
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+func duration(getenv func(string) string, name string, def, lo, hi time.Duration, fail func(string, string, ...any)) time.Duration {
+	v := getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < lo || d > hi {
+		fail(name, "want a duration from %s to %s, got %q", lo, hi, v)
+		return def
+	}
+	return d
+}
+
+func boolean(getenv func(string) string, name string, def bool, fail func(string, string, ...any)) bool {
+	v := getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		fail(name, "want true or false, got %q", v)
+		return def
+	}
+	return b
+}
+
+// readPlans reads a JSON array of plans:
+// [{"id":"pro","name":"Pro","amount_cents":1900,"currency":"usd","interval":"month","stripe_price_id":"price_…"}].
+func readPlans(path string) ([]billing.Plan, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var plans []billing.Plan
+	if err := json.Unmarshal(data, &plans); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return plans, nil
+}

@@ -1,0 +1,106 @@
+package devissuer
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/MicahParks/jwkset"
+)
+
+const (
+	jwksPath         = "/jwks.json"
+	oauthMetadataDoc = "/.well-known/oauth-authorization-server"
+	openIDConfigDoc  = "/.well-known/openid-configuration"
+)
+
+// metadata is the subset of RFC 8414 / OpenID Connect Discovery a resource
+// server needs to verify tokens. The issuer has no authorization or token
+// endpoint: tokens come from Mint, not from an OAuth flow.
+type metadata struct {
+	Issuer  string `json:"issuer"`
+	JWKSURI string `json:"jwks_uri"`
+}
+
+// Handler serves the issuer's metadata and JWK Set. Mount it at the root of
+// the issuer URL's host. When the issuer URL has a path (http://h/tenant),
+// every address the discovery specs allow is served: the RFC 8414 form with
+// the path inserted (/.well-known/oauth-authorization-server/tenant), the
+// OpenID forms with the path inserted or appended, and /tenant/jwks.json.
+// Paths are resolved per request, so SetIssuerURL may be called after the
+// server starts.
+func (i *Issuer) Handler() http.Handler {
+	return http.HandlerFunc(i.serveHTTP)
+}
+
+func (i *Issuer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	issuer := i.IssuerURL()
+	base := issuerPath(issuer)
+	switch r.URL.Path {
+	case oauthMetadataDoc + base, openIDConfigDoc + base, base + openIDConfigDoc:
+		writeJSON(w, metadata{Issuer: issuer, JWKSURI: issuer + jwksPath})
+	case base + jwksPath:
+		i.serveJWKS(w)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (i *Issuer) serveJWKS(w http.ResponseWriter) {
+	set, err := i.publicJWKS()
+	if err != nil {
+		http.Error(w, "cannot encode keys", http.StatusInternalServerError)
+		return
+	}
+	writeJSON(w, set)
+}
+
+// publicJWKS publishes the current key and the one retired by the last
+// Rotate, public parts only.
+func (i *Issuer) publicJWKS() (jwkset.JWKSMarshal, error) {
+	i.mu.RLock()
+	keys := []signingKey{i.current}
+	if i.previous != nil {
+		keys = append(keys, *i.previous)
+	}
+	i.mu.RUnlock()
+
+	set := jwkset.JWKSMarshal{Keys: make([]jwkset.JWKMarshal, 0, len(keys))}
+	for _, k := range keys {
+		jwk, err := jwkset.NewJWKFromKey(k.priv.Public(), jwkset.JWKOptions{
+			Metadata: jwkset.JWKMetadataOptions{
+				ALG: jwkset.ALG(k.method.Alg()),
+				KID: k.kid,
+				USE: jwkset.UseSig,
+			},
+		})
+		if err != nil {
+			return jwkset.JWKSMarshal{}, fmt.Errorf("devissuer: encode key %s: %w", k.kid, err)
+		}
+		set.Keys = append(set.Keys, jwk.Marshal())
+	}
+	return set, nil
+}
+
+// issuerPath is the path component of the issuer URL, "" for a bare origin.
+func issuerPath(issuer string) string {
+	u, err := url.Parse(issuer)
+	if err != nil {
+		return ""
+	}
+	return u.Path
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	// no-store: a verifier refreshing after Rotate must see the new key, not a
+	// cached set.
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}

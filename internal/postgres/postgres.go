@@ -1,0 +1,91 @@
+// Package postgres is billingd's PostgreSQL adapter: a pgx connection pool,
+// the billing.Store implementation with hand-written SQL, and schema
+// migrations with golang-migrate over the SQL embedded in package migrations.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billingd/billingd/billing"
+)
+
+// PoolConfig tunes the connection pool.
+type PoolConfig struct {
+	// LockTimeout bounds how long a statement waits for a row lock. A second
+	// call holds its confirmation's lock while Stripe answers, so this must
+	// exceed the Stripe execution timeout.
+	LockTimeout time.Duration
+	// Tracer observes every query (benchmarks count round trips with it).
+	Tracer pgx.QueryTracer
+}
+
+// Open connects a pool to the database at url and checks that it answers.
+// Pool size and other pgx settings can be set in the URL (pool_max_conns=…).
+func Open(ctx context.Context, url string, pc PoolConfig) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if pc.LockTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = fmt.Sprint(pc.LockTimeout.Milliseconds())
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "billingd"
+	if pc.Tracer != nil {
+		cfg.ConnConfig.Tracer = pc.Tracer
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", classify(err))
+	}
+	return pool, nil
+}
+
+// classify marks errors that mean "the database could not be reached or
+// gave no answer" with billing.ErrUnavailable: the caller may retry.
+func classify(err error) error {
+	if err == nil || errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if unavailable(err) {
+		return fmt.Errorf("%w: %w", billing.ErrUnavailable, err)
+	}
+	return err
+}
+
+func unavailable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08": // connection exception
+			return true
+		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // shutdown, cannot connect now
+			return true
+		case pgErr.Code == "53300", pgErr.Code == "55P03", pgErr.Code == "40001", pgErr.Code == "40P01":
+			// too many connections, lock timeout, serialization failure, deadlock
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		pgconn.SafeToRetry(err) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+}

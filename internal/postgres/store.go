@@ -1,0 +1,212 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billingd/billingd/billing"
+)
+
+// Store implements billing.Store on PostgreSQL.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ billing.Store = (*Store)(nil)
+
+// NewStore returns a store on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Ready reports whether the database answers and its schema is the one this
+// binary expects.
+func (s *Store) Ready(ctx context.Context) error {
+	latest, err := LatestVersion()
+	if err != nil {
+		return err
+	}
+	var version int64
+	var dirty bool
+	err = s.pool.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations`).Scan(&version, &dirty)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", classify(err))
+	}
+	if dirty || version != int64(latest) {
+		return fmt.Errorf("schema is at version %d (dirty %t), this binary needs %d", version, dirty, latest)
+	}
+	return nil
+}
+
+const accountColumns = `o.id, o.name, o.stripe_customer_id,
+	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version`
+
+func scanAccount(a *billing.Account) []any {
+	return []any{&a.Org.ID, &a.Org.Name, &a.Org.StripeCustomerID,
+		&a.Subscription.StripeSubscriptionID, &a.Subscription.StripeItemID, &a.Subscription.Plan,
+		&a.Subscription.Status, &a.Subscription.CurrentPeriodEnd, &a.Subscription.Version}
+}
+
+// Account implements billing.Store.
+func (s *Store) Account(ctx context.Context, org string) (billing.Account, time.Time, error) {
+	var a billing.Account
+	var now time.Time
+	err := s.pool.QueryRow(ctx, `SELECT `+accountColumns+`, now()
+		FROM orgs o JOIN subscriptions s ON s.org = o.id WHERE o.id = $1`, org).
+		Scan(append(scanAccount(&a), &now)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.Account{}, time.Time{}, billing.ErrNotFound
+	}
+	if err != nil {
+		return billing.Account{}, time.Time{}, fmt.Errorf("read account: %w", classify(err))
+	}
+	a.Subscription.Org = a.Org.ID
+	return a, now, nil
+}
+
+// issueSQL supersedes the caller's pending confirmation for the operation,
+// inserts the new one and writes both audit events, in one statement (one
+// round trip, atomic on its own).
+const issueSQL = `
+WITH superseded AS (
+	UPDATE confirmations SET status = 'superseded', finished_at = now()
+	WHERE org = $2 AND principal = $3 AND operation = $5 AND status = 'pending'
+	RETURNING id
+), issued AS (
+	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
+		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
+		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at)
+	VALUES ($1, $6, $2, $3, $4, $5, 'pending',
+		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond')
+	RETURNING created_at, expires_at
+), audited AS (
+	INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
+	SELECT 'TOKEN_REVOKED', $2, $3, $4, $5, id, 'revoked', 'superseded', $21 FROM superseded
+	UNION ALL
+	SELECT $22, $2, $3, $4, $5, $1, $23, '', $21
+)
+SELECT created_at, expires_at FROM issued`
+
+// IssueConfirmation implements billing.Store.
+func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, ttl time.Duration, template billing.AuditEvent) (billing.Confirmation, error) {
+	t := c.Terms
+	args := []any{c.ID, c.Org, c.Principal, c.Client, string(c.Operation), c.TokenHash,
+		t.FromPlan, t.ToPlan, t.FromPriceID, t.ToPriceID, t.FromAmountCents, t.ToAmountCents, t.Currency,
+		t.ProrationDate, t.SubscriptionVer, t.AmountDueCents, t.CreditCents, t.NextChargeAt, c.Summary,
+		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome}
+	// Two concurrent first calls of one caller both pass the UPDATE, then the
+	// second INSERT hits the one-pending-per-caller index. Running the
+	// statement again supersedes the winner, as if the calls were in order.
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		err = s.pool.QueryRow(ctx, issueSQL, args...).Scan(&c.CreatedAt, &c.ExpiresAt)
+		if !isUniqueViolation(err, "confirmations_pending_idx") {
+			break
+		}
+	}
+	if err != nil {
+		return billing.Confirmation{}, fmt.Errorf("issue confirmation: %w", classify(err))
+	}
+	return c, nil
+}
+
+func isUniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == constraint
+}
+
+// InTx implements billing.Store.
+func (s *Store) InTx(ctx context.Context, fn func(billing.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after commit
+	if err := fn(&storeTx{tx: tx}); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", classify(err))
+	}
+	return nil
+}
+
+const pendingLimit = 200
+
+// PendingConfirmations implements billing.Store.
+func (s *Store) PendingConfirmations(ctx context.Context, org, principal string) ([]billing.Confirmation, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, operation, summary, principal, client, status, created_at, expires_at
+		FROM confirmations
+		WHERE org = $1 AND status = 'pending' AND expires_at > now() AND ($2 = '' OR principal = $2)
+		ORDER BY created_at DESC LIMIT $3`, org, principal, pendingLimit)
+	if err != nil {
+		return nil, fmt.Errorf("list confirmations: %w", classify(err))
+	}
+	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billing.Confirmation, error) {
+		c := billing.Confirmation{Org: org}
+		err := row.Scan(&c.ID, &c.Operation, &c.Summary, &c.Principal, &c.Client, &c.Status, &c.CreatedAt, &c.ExpiresAt)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list confirmations: %w", classify(err))
+	}
+	return cs, nil
+}
+
+// AuditEvents implements billing.Store.
+func (s *Store) AuditEvents(ctx context.Context, org string, limit int, before int64) ([]billing.AuditEvent, error) {
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, at, event, org, principal, client, operation, confirmation_id, outcome, reason, request_id
+		FROM audit_events WHERE org = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, org, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read audit log: %w", classify(err))
+	}
+	events, err := pgx.CollectRows(rows, pgx.RowToStructByPos[billing.AuditEvent])
+	if err != nil {
+		return nil, fmt.Errorf("read audit log: %w", classify(err))
+	}
+	return events, nil
+}
+
+// AppendAudit implements billing.Store.
+func (s *Store) AppendAudit(ctx context.Context, events ...billing.AuditEvent) error {
+	batch := &pgx.Batch{}
+	queueAudit(batch, events)
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("append audit: %w", classify(err))
+	}
+	return nil
+}
+
+// CreateAccount implements billing.Store.
+func (s *Store) CreateAccount(ctx context.Context, a billing.Account) error {
+	batch := &pgx.Batch{}
+	batch.Queue(`INSERT INTO orgs (id, name, stripe_customer_id) VALUES ($1, $2, $3)`,
+		a.Org.ID, a.Org.Name, a.Org.StripeCustomerID)
+	sub := a.Subscription
+	batch.Queue(`INSERT INTO subscriptions (org, stripe_subscription_id, stripe_item_id, plan, status, current_period_end)
+		VALUES ($1, $2, $3, $4, $5, $6)`,
+		a.Org.ID, sub.StripeSubscriptionID, sub.StripeItemID, sub.Plan, sub.Status, sub.CurrentPeriodEnd)
+	// A batch outside a transaction runs as one implicit transaction.
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("create account: %w", classify(err))
+	}
+	return nil
+}
+
+func queueAudit(batch *pgx.Batch, events []billing.AuditEvent) {
+	for _, e := range events {
+		batch.Queue(`INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			e.Event, e.Org, e.Principal, e.Client, e.Operation, e.ConfirmationID, e.Outcome, e.Reason, e.RequestID)
+	}
+}

@@ -1,0 +1,92 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billingd/billingd/billing"
+)
+
+// storeTx implements billing.Tx.
+type storeTx struct {
+	tx pgx.Tx
+}
+
+const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
+	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
+	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
+	c.summary, c.created_at, c.expires_at`
+
+func scanConfirmation(c *billing.Confirmation) []any {
+	t := &c.Terms
+	return []any{&c.ID, &c.TokenHash, &c.Org, &c.Principal, &c.Client, &c.Operation, &c.Status,
+		&t.FromPlan, &t.ToPlan, &t.FromPriceID, &t.ToPriceID, &t.FromAmountCents, &t.ToAmountCents, &t.Currency,
+		&t.ProrationDate, &t.SubscriptionVer, &t.AmountDueCents, &t.CreditCents, &t.NextChargeAt,
+		&c.Summary, &c.CreatedAt, &c.ExpiresAt}
+}
+
+// LockByToken implements billing.Tx. The subscription row is locked with the
+// confirmation so that two different confirmations of one org execute one
+// after the other, and the second sees the first's new subscription version.
+func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (billing.Confirmation, billing.Account, time.Time, error) {
+	var c billing.Confirmation
+	var a billing.Account
+	var now time.Time
+	dest := append(append(scanConfirmation(&c), scanAccount(&a)...), &now)
+	err := t.tx.QueryRow(ctx, `SELECT `+confirmationColumns+`, `+accountColumns+`, now()
+		FROM confirmations c
+		JOIN subscriptions s ON s.org = c.org
+		JOIN orgs o ON o.id = c.org
+		WHERE c.token_hash = $1 AND c.org = $2 AND c.principal = $3
+		FOR UPDATE OF c, s`, tokenHash, org, principal).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
+	}
+	if err != nil {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("lock confirmation: %w", classify(err))
+	}
+	a.Subscription.Org = a.Org.ID
+	return c, a, now, nil
+}
+
+// LockByID implements billing.Tx.
+func (t *storeTx) LockByID(ctx context.Context, org, id string) (billing.Confirmation, time.Time, error) {
+	var c billing.Confirmation
+	var now time.Time
+	err := t.tx.QueryRow(ctx, `SELECT `+confirmationColumns+`, now()
+		FROM confirmations c WHERE c.id = $1 AND c.org = $2 FOR UPDATE`, id, org).
+		Scan(append(scanConfirmation(&c), &now)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.Confirmation{}, time.Time{}, billing.ErrNotFound
+	}
+	if err != nil {
+		return billing.Confirmation{}, time.Time{}, fmt.Errorf("lock confirmation: %w", classify(err))
+	}
+	return c, now, nil
+}
+
+// Record implements billing.Tx: every write of the step goes in one batch,
+// one round trip.
+func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
+	batch := &pgx.Batch{}
+	if r.Status != "" {
+		batch.Queue(`UPDATE confirmations SET status = $2, finished_at = now() WHERE id = $1`, r.ConfirmationID, string(r.Status))
+	}
+	if sub := r.Subscription; sub != nil {
+		batch.Queue(`UPDATE subscriptions SET plan = $2, status = $3, current_period_end = $4, stripe_item_id = $5,
+			version = version + 1, updated_at = now() WHERE org = $1`,
+			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID)
+	}
+	queueAudit(batch, r.Events)
+	if batch.Len() == 0 {
+		return nil
+	}
+	if err := t.tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("record: %w", classify(err))
+	}
+	return nil
+}

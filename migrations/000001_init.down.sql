@@ -1,0 +1,4 @@
+DROP TABLE IF EXISTS audit_events;
+DROP TABLE IF EXISTS confirmations;
+DROP TABLE IF EXISTS subscriptions;
+DROP TABLE IF EXISTS orgs;

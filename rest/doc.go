@@ -1,0 +1,5 @@
+// Package rest is billingd's HTTP API for web dashboards, on Echo: routes,
+// bearer-token authentication with scopes, strict JSON decoding and the one
+// table that maps billing error codes to HTTP statuses. Handlers decode,
+// call billing.Service and encode; every handshake rule lives in billing.
+package rest

@@ -1,0 +1,136 @@
+package rest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/billingd/billingd/billing"
+)
+
+func (s *server) plans(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{"plans": s.Service.Plans()})
+}
+
+func (s *server) subscription(c echo.Context) error {
+	sub, err := s.Service.Subscription(c.Request().Context(), callerOf(c))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, sub)
+}
+
+// changeBody is the body of both handshake calls.
+type changeBody struct {
+	To           string `json:"to"`
+	ConfirmToken string `json:"confirm_token"`
+}
+
+func (s *server) changePlan(op billing.Operation) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var body changeBody
+		if err := decodeStrict(c.Request().Body, &body); err != nil {
+			return err
+		}
+		res, err := s.Service.ChangePlan(c.Request().Context(), callerOf(c),
+			billing.ChangeRequest{Operation: op, To: body.To, ConfirmToken: body.ConfirmToken})
+		if err != nil {
+			return err
+		}
+		status := http.StatusOK
+		if res.Proposed() {
+			status = http.StatusAccepted
+		}
+		c.Response().Header().Set("Cache-Control", "no-store") // the body may carry a token
+		return c.JSON(status, res)
+	}
+}
+
+func (s *server) confirmations(c echo.Context) error {
+	list, err := s.Service.PendingConfirmations(c.Request().Context(), callerOf(c))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"confirmations": list})
+}
+
+func (s *server) cancel(c echo.Context) error {
+	if err := decodeOptional(c.Request().Body); err != nil {
+		return err
+	}
+	res, err := s.Service.Cancel(c.Request().Context(), callerOf(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+func (s *server) audit(c echo.Context) error {
+	limit, err1 := queryInt(c, "limit")
+	before, err2 := queryInt(c, "before")
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	events, err := s.Service.AuditLog(c.Request().Context(), callerOf(c), int(limit), before)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"events": events})
+}
+
+func queryInt(c echo.Context, name string) (int64, error) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, billing.Errorf(billing.CodeInvalidRequest, "%s must be a non-negative integer", name)
+	}
+	return n, nil
+}
+
+// decodeStrict decodes exactly one JSON object into v: unknown fields, wrong
+// types, trailing data and an empty body are invalid_request.
+func decodeStrict(r io.Reader, v any) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return readError(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return billing.Errorf(billing.CodeInvalidRequest, "request body must be a JSON object with known fields of the right types")
+	}
+	if dec.More() || !onlyWhitespace(data[dec.InputOffset():]) {
+		return billing.Errorf(billing.CodeInvalidRequest, "request body must hold exactly one JSON object")
+	}
+	return nil
+}
+
+// decodeOptional accepts an empty body or an empty JSON object.
+func decodeOptional(r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return readError(err)
+	}
+	if onlyWhitespace(data) {
+		return nil
+	}
+	return decodeStrict(bytes.NewReader(data), &struct{}{})
+}
+
+func readError(err error) error {
+	var tooLarge *echo.HTTPError
+	if errors.As(err, &tooLarge) {
+		return err
+	}
+	return billing.Errorf(billing.CodeInvalidRequest, "could not read request body")
+}
+
+func onlyWhitespace(b []byte) bool { return len(bytes.TrimSpace(b)) == 0 }
