@@ -70,8 +70,11 @@ func (s *Store) Account(ctx context.Context, org string) (billing.Account, time.
 }
 
 // issueSQL supersedes the caller's pending confirmation for the operation,
-// inserts the new one and writes both audit events, in one statement (one
-// round trip, atomic on its own).
+// inserts the new one and writes the audit events, in one statement (one
+// round trip, atomic on its own). The sub-statements of a WITH query run in
+// no guaranteed order, so the INSERT reads the count of superseded rows:
+// that forces the UPDATE to finish first, and the new row never meets the
+// old one in the one-pending-per-caller index.
 const issueSQL = `
 WITH superseded AS (
 	UPDATE confirmations SET status = 'superseded', finished_at = now()
@@ -81,8 +84,9 @@ WITH superseded AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at)
-	VALUES ($1, $6, $2, $3, $4, $5, 'pending',
-		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond')
+	SELECT $1, $6, $2, $3, $4, $5, 'pending',
+		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond'
+	FROM (SELECT count(*) FROM superseded) AS after_supersede
 	RETURNING created_at, expires_at
 ), audited AS (
 	INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)

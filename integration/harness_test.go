@@ -1,0 +1,302 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/app"
+	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/config"
+	"github.com/billingd/billingd/internal/devissuer"
+	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/testenv"
+)
+
+// harness is one billingd with its own database, token issuer and Stripe
+// stand-in, served on a loopback port.
+type harness struct {
+	t      *testing.T
+	db     *testenv.Database
+	issuer *devissuer.Issuer
+	app    *app.App
+	url    string
+	fake   *stripefake.Server // nil when running against stripe-mock
+}
+
+type harnessOptions struct {
+	fakeStripe bool
+	env        map[string]string
+}
+
+type option func(*harnessOptions)
+
+// withFakeStripe runs against internal/stripefake, which keeps state, honours
+// idempotency keys and injects faults, instead of stripe-mock.
+func withFakeStripe() option { return func(o *harnessOptions) { o.fakeStripe = true } }
+
+// withEnv sets a configuration variable.
+func withEnv(name, value string) option { return func(o *harnessOptions) { o.env[name] = value } }
+
+func newHarness(t *testing.T, opts ...option) *harness {
+	t.Helper()
+	o := harnessOptions{env: map[string]string{}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	h := &harness{t: t, db: testenv.NewDatabase(t)}
+	h.issuer = startIssuer(t)
+	stripeURL := h.stripeBase(o.fakeStripe)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.url = "http://" + ln.Addr().String()
+	env := map[string]string{
+		"DATABASE_URL": h.db.URL, "STRIPE_SECRET_KEY": "sk_test_billingd", "STRIPE_API_BASE": stripeURL,
+		"OAUTH_ISSUER": h.issuer.IssuerURL(), "PUBLIC_BASE_URL": h.url, "LISTEN_ADDR": ln.Addr().String(),
+		"MIGRATE_ON_START": "false", "STRIPE_TIMEOUT": "5s",
+	}
+	for k, v := range o.env {
+		env[k] = v
+	}
+	cfg, err := config.Load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.app, err = app.New(context.Background(), cfg, app.Options{LogOutput: testLogWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.app.Close)
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: h.app.Handler}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return h
+}
+
+func startIssuer(t *testing.T) *devissuer.Issuer {
+	t.Helper()
+	iss, err := devissuer.New("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(iss.Handler())
+	t.Cleanup(srv.Close)
+	iss.SetIssuerURL(srv.URL)
+	return iss
+}
+
+// stripeBase starts the fake (with the default catalog's prices) or returns
+// stripe-mock's URL.
+func (h *harness) stripeBase(fake bool) string {
+	if !fake {
+		return testenv.StripeMock(h.t)
+	}
+	h.fake = stripefake.New()
+	for _, p := range billing.DefaultPlans() {
+		h.fake.SetPrice(p.StripePriceID, p.AmountCents, p.Currency)
+	}
+	srv := httptest.NewServer(h.fake.Handler())
+	h.t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// testLogWriter sends billingd's logs to the test log, shown on failure.
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// createOrg creates an org through the service, as billingd org create does.
+func (h *harness) createOrg(id, name, plan string) billing.Account {
+	h.t.Helper()
+	acct, err := h.app.Service.CreateOrg(context.Background(), id, name, "billing@"+id+".example", plan)
+	if err != nil {
+		h.t.Fatalf("create org %s: %v", id, err)
+	}
+	return acct
+}
+
+// token mints an access token for principal in org with the given scopes.
+func (h *harness) token(org, principal string, scopes ...string) string {
+	h.t.Helper()
+	tok, err := h.issuer.Mint(devissuer.Claims{
+		Subject: principal, Org: org, Client: "test-agent", Scopes: scopes, Audience: []string{h.url},
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return tok
+}
+
+// user is a principal with every scope but admin.
+func (h *harness) user(org, principal string) string {
+	return h.token(org, principal, auth.ScopeRead, auth.ScopeWrite)
+}
+
+func (h *harness) admin(org, principal string) string {
+	return h.token(org, principal, auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
+}
+
+// response is an HTTP answer with its body read.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.Body, err)
+	}
+}
+
+func (r response) errorCode(t *testing.T) string {
+	t.Helper()
+	var body struct {
+		Error struct{ Code, Message, RequestID string } `json:"error"`
+	}
+	r.decode(t, &body)
+	return body.Error.Code
+}
+
+// do sends a request; body is JSON-encoded unless it is a string or []byte.
+func (h *harness) do(method, path, token string, body any) response {
+	h.t.Helper()
+	var reader io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		reader = strings.NewReader(b)
+	case []byte:
+		reader = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		reader = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, h.url+path, reader)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if reader != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+}
+
+// proposal is the body of a first call.
+type proposal struct {
+	ConfirmRequired bool            `json:"confirm_required"`
+	ConfirmToken    string          `json:"confirm_token"`
+	ConfirmationID  string          `json:"confirmation_id"`
+	Operation       string          `json:"operation"`
+	Summary         string          `json:"summary"`
+	Details         billing.Details `json:"details"`
+	TTLSeconds      int             `json:"ttl_seconds"`
+	ExpiresAt       string          `json:"expires_at"`
+}
+
+// executed is the body of a successful second call (or a no-op).
+type executed struct {
+	OK              bool  `json:"ok"`
+	ConfirmRequired *bool `json:"confirm_required"`
+	Noop            bool  `json:"noop"`
+	Subscription    struct {
+		Plan             string `json:"plan"`
+		Status           string `json:"status"`
+		CurrentPeriodEnd string `json:"current_period_end"`
+	} `json:"subscription"`
+}
+
+// propose makes a first call and requires a 202 proposal.
+func (h *harness) propose(token, op, to string) proposal {
+	h.t.Helper()
+	r := h.do("POST", "/api/billing/"+op, token, map[string]string{"to": to})
+	if r.Status != http.StatusAccepted {
+		h.t.Fatalf("first call %s to %s: status %d: %s", op, to, r.Status, r.Body)
+	}
+	var p proposal
+	r.decode(h.t, &p)
+	return p
+}
+
+// confirm makes a second call.
+func (h *harness) confirm(token, op, to, confirmToken string) response {
+	h.t.Helper()
+	return h.do("POST", "/api/billing/"+op, token, map[string]string{"to": to, "confirm_token": confirmToken})
+}
+
+// auditEvents returns the org's audit events, oldest first.
+func (h *harness) auditEvents(org string) []billing.AuditEvent {
+	h.t.Helper()
+	r := h.do("GET", "/api/billing/audit?limit=500", h.admin(org, "auditor"), nil)
+	if r.Status != http.StatusOK {
+		h.t.Fatalf("audit: %d %s", r.Status, r.Body)
+	}
+	var body struct{ Events []billing.AuditEvent }
+	r.decode(h.t, &body)
+	for i, j := 0, len(body.Events)-1; i < j; i, j = i+1, j-1 {
+		body.Events[i], body.Events[j] = body.Events[j], body.Events[i]
+	}
+	return body.Events
+}
+
+// eventNames lists "EVENT" or "EVENT:reason" for each event.
+func eventNames(events []billing.AuditEvent) []string {
+	names := make([]string, 0, len(events))
+	for _, e := range events {
+		name := e.Event
+		if e.Reason != "" {
+			name += ":" + e.Reason
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+func wantStatus(t *testing.T, r response, status int, code string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d, want %d: %s", r.Status, status, r.Body)
+	}
+	if code != "" {
+		if got := r.errorCode(t); got != code {
+			t.Fatalf("error code %q, want %q: %s", got, code, r.Body)
+		}
+	}
+}
+
+func wantEvents(t *testing.T, got []billing.AuditEvent, want ...string) {
+	t.Helper()
+	if g := strings.Join(eventNames(got), " "); g != strings.Join(want, " ") {
+		t.Fatalf("audit events\n got: %s\nwant: %s", g, strings.Join(want, " "))
+	}
+}
