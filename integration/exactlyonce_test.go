@@ -1,0 +1,166 @@
+package integration
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billingd/billingd/internal/stripefake"
+)
+
+// TestConcurrentSecondCalls: fifty second calls with one token at once, and
+// exactly one change reaches the payment provider.
+func TestConcurrentSecondCalls(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	acct := h.createOrg("race", "Race", "pro")
+	tok := h.user("race", "rick")
+	p := h.propose(tok, "upgrade", "scale")
+
+	const callers = 50
+	statuses := make(chan int, callers)
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for range callers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			statuses <- h.confirm(tok, "upgrade", "scale", p.ConfirmToken).Status
+		}()
+	}
+	start.Done()
+	done.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for s := range statuses {
+		count[s]++
+	}
+	if count[http.StatusOK] != 1 || count[http.StatusConflict] != callers-1 {
+		t.Fatalf("statuses %v, want one 200 and %d 409", count, callers-1)
+	}
+	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
+		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
+	}
+}
+
+// TestConcurrentConfirmationsOfOneOrg: two principals confirm different
+// changes of one subscription at once; one executes, the other's summary no
+// longer holds.
+func TestConcurrentConfirmationsOfOneOrg(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	acct := h.createOrg("pair", "Pair", "free")
+	alice, bob := h.user("pair", "alice"), h.user("pair", "bob")
+	pa := h.propose(alice, "upgrade", "pro")
+	pb := h.propose(bob, "upgrade", "scale")
+	results := make([]response, 2)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); results[0] = h.confirm(alice, "upgrade", "pro", pa.ConfirmToken) }()
+	go func() { defer wg.Done(); results[1] = h.confirm(bob, "upgrade", "scale", pb.ConfirmToken) }()
+	wg.Wait()
+	ok, mismatch := 0, 0
+	for _, r := range results {
+		switch {
+		case r.Status == http.StatusOK:
+			ok++
+		case r.Status == http.StatusConflict && r.errorCode(t) == "consent_token_mismatch":
+			mismatch++
+		}
+	}
+	if ok != 1 || mismatch != 1 {
+		t.Fatalf("want one execution and one mismatch, got %d/%d", results[0].Status, results[1].Status)
+	}
+	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
+		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
+	}
+}
+
+// TestLostResponseRetry: Stripe executes the change but its answer is lost.
+// billingd rolls back and answers 503; the retry with the same token sends the
+// same idempotency key, gets Stripe's saved answer, and the subscription
+// changes exactly once.
+func TestLostResponseRetry(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	acct := h.createOrg("lost", "Lost", "pro")
+	tok := h.user("lost", "lou")
+	p := h.propose(tok, "upgrade", "scale")
+
+	h.fake.FailNext(stripefake.LoseResponse)
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
+	if sub := h.subscription(tok); sub != "pro" {
+		t.Fatalf("billingd recorded %s without an answer from Stripe", sub)
+	}
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
+	if sub := h.subscription(tok); sub != "scale" {
+		t.Fatalf("plan after retry: %s", sub)
+	}
+	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
+		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
+	}
+	wantEvents(t, h.auditEvents("lost"),
+		"TOKEN_ISSUED", "OPERATION_FAILED:upstream_unavailable", "TOKEN_VALIDATED", "OPERATION_EXECUTED")
+}
+
+// TestStripeTimeoutRetry: Stripe is slower than STRIPE_TIMEOUT. The lock is
+// released, the token stays redeemable, and the retry executes once.
+func TestStripeTimeoutRetry(t *testing.T) {
+	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "1s"))
+	acct := h.createOrg("slow", "Slow", "pro")
+	tok := h.user("slow", "sly")
+	p := h.propose(tok, "upgrade", "scale")
+
+	h.fake.FailNext(stripefake.Delay(3 * time.Second))
+	start := time.Now()
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
+	if waited := time.Since(start); waited > 2500*time.Millisecond {
+		t.Fatalf("second call held for %s despite a 1s Stripe timeout", waited)
+	}
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
+	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
+		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
+	}
+}
+
+// TestDeclinedCard: a definite refusal ends the confirmation as failed and
+// leaves the subscription as it was.
+func TestDeclinedCard(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	acct := h.createOrg("poor", "Poor", "pro")
+	tok := h.user("poor", "pat")
+	p := h.propose(tok, "upgrade", "scale")
+
+	h.fake.FailNext(stripefake.DeclineCard)
+	r := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
+	wantStatus(t, r, http.StatusPaymentRequired, "payment_failed")
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_invalid")
+	if sub := h.subscription(tok); sub != "pro" {
+		t.Fatalf("plan after a declined card: %s", sub)
+	}
+	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 0 {
+		t.Fatalf("Stripe changed the subscription %d times, want 0", n)
+	}
+	wantEvents(t, h.auditEvents("poor"),
+		"TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_FAILED:payment_failed", "TOKEN_REJECTED:used")
+}
+
+// TestStripeServerError: Stripe saves a 500 under its idempotency key, so a
+// retry of the same confirmation is answered 503 again and never changes the
+// subscription; a new first call starts over with a new key.
+func TestStripeServerError(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	acct := h.createOrg("flaky", "Flaky", "pro")
+	tok := h.user("flaky", "fay")
+	p := h.propose(tok, "upgrade", "scale")
+	h.fake.FailNext(stripefake.ServerError)
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
+	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 0 {
+		t.Fatalf("Stripe changed the subscription %d times, want 0", n)
+	}
+	again := h.propose(tok, "upgrade", "scale")
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", again.ConfirmToken), http.StatusOK, "")
+	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
+		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
+	}
+}
