@@ -1,0 +1,38 @@
+# billingd — run `make help` for the targets.
+
+# Test tools are pinned and installed into .tools/<name>@<version>/, so a
+# version bump here reinstalls them and nothing outside the tree is touched.
+STRIPE_MOCK_VERSION := v0.190.0
+STRIPE_MOCK_DIR := $(CURDIR)/.tools/stripe-mock@$(STRIPE_MOCK_VERSION)
+STRIPE_MOCK := $(STRIPE_MOCK_DIR)/stripe-mock
+export PATH := $(STRIPE_MOCK_DIR):$(PATH)
+
+# Integration tests use TEST_DATABASE_URL; when it is unset and a PostgreSQL
+# answers on 127.0.0.1:5432, that one is used, else testcontainers (Docker).
+LOCAL_PG := $(shell command -v pg_isready >/dev/null && pg_isready -q -h 127.0.0.1 -p 5432 && echo postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable)
+TEST_DATABASE_URL ?= $(LOCAL_PG)
+export TEST_DATABASE_URL
+
+.DEFAULT_GOAL := help
+.PHONY: help run test build tools lint fmt
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+run: build ## run billingd dev: everything on one machine, no configuration
+	./bin/billingd dev
+
+build: ## build ./bin/billingd
+	go build -o bin/billingd ./cmd/billingd
+
+test: tools ## run every test: unit, and integration against PostgreSQL and stripe-mock
+	go test -race -count=1 ./...
+
+tools: $(STRIPE_MOCK) ## install the pinned test tools (stripe-mock)
+
+$(STRIPE_MOCK):
+	GOBIN=$(STRIPE_MOCK_DIR) go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+
+lint: ## go vet and gofmt check
+	go vet ./...
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
