@@ -1,0 +1,96 @@
+package stripefake
+
+import "time"
+
+// Endpoint names one of the fake's endpoints; the value is its route.
+type Endpoint string
+
+// The endpoints, as targets for FailNextAt.
+const (
+	CreateCustomer     Endpoint = "POST /v1/customers"
+	CreateSubscription Endpoint = "POST /v1/subscriptions"
+	UpdateSubscription Endpoint = "POST /v1/subscriptions/{id}"
+	GetSubscription    Endpoint = "GET /v1/subscriptions/{id}"
+	CreatePreview      Endpoint = "POST /v1/invoices/create_preview"
+)
+
+// Fault is a failure injected into one request.
+type Fault struct {
+	kind  faultKind
+	delay time.Duration
+}
+
+type faultKind int
+
+const (
+	noFault faultKind = iota
+	declineCard
+	serverError
+	loseResponse
+	dropConnection
+	delayAnswer
+	stallExecution
+)
+
+// The faults. Like Stripe, the fake saves the outcome of a request that
+// reached the endpoint under its idempotency key, so a retry with the same
+// key gets the faulty outcome replayed — except where noted.
+var (
+	// DeclineCard refuses the request with 402 card_error card_declined and
+	// changes nothing, as Stripe does for an update with
+	// payment_behavior=error_if_incomplete whose invoice cannot be paid.
+	DeclineCard = Fault{kind: declineCard}
+
+	// ServerError answers 500 api_error and changes nothing. Stripe saves
+	// 500s too: a retry with the same key gets the same 500.
+	ServerError = Fault{kind: serverError}
+
+	// LoseResponse performs the request and saves its real response under
+	// the idempotency key, then answers 500 instead, as when a proxy loses
+	// Stripe's answer. A retry with the same key gets the saved response.
+	LoseResponse = Fault{kind: loseResponse}
+
+	// DropConnection performs the request and saves its real response, then
+	// closes the connection without answering. Beware: Go's http.Transport
+	// silently resends a request carrying an Idempotency-Key when a reused
+	// keep-alive connection dies before the answer, so the client may see
+	// the replayed response rather than an error; use a client without
+	// keep-alives to see the error.
+	DropConnection = Fault{kind: dropConnection}
+)
+
+// Delay makes the change and saves its response at once, then holds the
+// answer back for d, or until the client gives up. A client timeout shorter
+// than d thus leaves the change made and its outcome unknown to the client;
+// a retry with the same key gets the saved response.
+func Delay(d time.Duration) Fault { return Fault{kind: delayAnswer, delay: d} }
+
+// Stall holds the request for d before executing it, its idempotency key in
+// flight: a request with the same key meanwhile gets 409. Stripe carries on
+// when a client hangs up, and so does the fake: it stops waiting at that
+// moment and executes the request anyway, saving the response for a retry.
+func Stall(d time.Duration) Fault { return Fault{kind: stallExecution, delay: d} }
+
+// FailNext injects f into the next POST /v1/subscriptions/{id} that executes.
+func (s *Server) FailNext(f Fault) { s.FailNextAt(UpdateSubscription, f) }
+
+// FailNextAt injects f into the next request that executes at e. Faults
+// queue up: each call affects one more request. Replayed and conflicting
+// requests do not execute and so do not consume a fault.
+func (s *Server) FailNextAt(e Endpoint, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults[e] = append(s.faults[e], f)
+}
+
+// takeFault removes and returns the next fault queued for e, if any.
+func (s *Server) takeFault(e Endpoint) Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	queue := s.faults[e]
+	if len(queue) == 0 {
+		return Fault{}
+	}
+	s.faults[e] = queue[1:]
+	return queue[0]
+}

@@ -1,0 +1,150 @@
+// Package stripefake is an in-process fake of the few Stripe endpoints
+// billingd uses, for tests and benchmarks.
+//
+// Unlike stripe-mock, which is stateless and ignores idempotency keys, the
+// fake keeps customers and subscriptions in memory and honours
+// Idempotency-Key the way Stripe documents it: the first response for a key
+// is saved once the endpoint has started executing and is replayed, with
+// Idempotent-Replayed: true, for every later request with that key; the same
+// key with other parameters or another path is a 400 idempotency_error; a
+// request whose key is still in flight is a 409. That is what billingd's
+// "never change a subscription twice" promise rests on, and what its tests
+// need to exercise, together with the faults of FailNext: a declined card, a
+// 500, a response lost after the change was made, a slow answer, a request
+// held in flight.
+//
+// Endpoints (form-encoded, as stripe-go sends them):
+//
+//	POST /v1/customers
+//	POST /v1/subscriptions
+//	POST /v1/subscriptions/{id}
+//	GET  /v1/subscriptions/{id}
+//	POST /v1/invoices/create_preview
+//
+// The fake is deliberately small: one status ("active"), 30-day periods that
+// never renew, price swaps as the only subscription update, no invoices or
+// charges kept. Any request needs an Authorization header with some bearer
+// key; which one is not checked.
+package stripefake
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Subscription is a snapshot of a subscription held by the fake.
+type Subscription struct {
+	ID                 string
+	Customer           string
+	Status             string
+	Created            time.Time
+	CurrentPeriodStart time.Time
+	CurrentPeriodEnd   time.Time
+	Items              []Item
+	Metadata           map[string]string
+}
+
+// Item is one subscription item.
+type Item struct {
+	ID       string
+	PriceID  string
+	Quantity int64
+}
+
+// Server is the fake. Its methods are safe for concurrent use, also while
+// requests are being served.
+type Server struct {
+	handler http.Handler
+
+	mu        sync.Mutex
+	now       func() time.Time
+	seq       int64
+	prices    map[string]price
+	customers map[string]*customer
+	subs      map[string]*Subscription
+	updates   map[string]int
+	faults    map[Endpoint][]Fault
+	keys      keyStore
+}
+
+type price struct {
+	id         string
+	unitAmount int64
+	currency   string
+}
+
+type customer struct {
+	id, name, email string
+	created         time.Time
+	metadata        map[string]string
+}
+
+// New returns an empty fake with no prices.
+func New() *Server {
+	s := &Server{
+		now:       time.Now,
+		prices:    map[string]price{},
+		customers: map[string]*customer{},
+		subs:      map[string]*Subscription{},
+		updates:   map[string]int{},
+		faults:    map[Endpoint][]Fault{},
+		keys:      newKeyStore(maxStoredKeys),
+	}
+	s.handler = s.routes()
+	return s
+}
+
+// Handler serves the fake's API; mount it at the root of a server
+// (httptest.NewServer(s.Handler()) or a real listener).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// SetPrice creates or replaces a monthly price.
+func (s *Server) SetPrice(id string, unitAmountCents int64, currency string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.prices[id] = price{id: id, unitAmount: unitAmountCents, currency: currency}
+}
+
+// SetClock replaces the fake's clock (time.Now by default): it dates new
+// subscriptions and is the proration date when a request gives none.
+func (s *Server) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = now
+}
+
+// UpdateCount is how many times the subscription was actually changed by
+// POST /v1/subscriptions/{id}; replayed and refused requests do not count.
+func (s *Server) UpdateCount(subscriptionID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.updates[subscriptionID]
+}
+
+// Subscription returns a copy of the subscription, if it exists.
+func (s *Server) Subscription(id string) (Subscription, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub, ok := s.subs[id]
+	if !ok {
+		return Subscription{}, false
+	}
+	return sub.clone(), true
+}
+
+func (sub *Subscription) clone() Subscription {
+	c := *sub
+	c.Items = slices.Clone(sub.Items)
+	c.Metadata = maps.Clone(sub.Metadata)
+	return c
+}
+
+// newID returns a fresh id such as "sub_fake000007". Callers hold s.mu.
+func (s *Server) newID(prefix string) string {
+	s.seq++
+	return fmt.Sprintf("%s_fake%06d", prefix, s.seq)
+}

@@ -1,0 +1,156 @@
+package stripefake
+
+// The JSON shapes of Stripe's objects, cut down to the fields stripe-go's
+// types need for what billingd reads. Timestamps are Unix seconds.
+
+type listJSON[T any] struct {
+	Object  string `json:"object"` // "list"
+	Data    []T    `json:"data"`
+	HasMore bool   `json:"has_more"`
+	URL     string `json:"url"`
+}
+
+type customerJSON struct {
+	ID       string            `json:"id"`
+	Object   string            `json:"object"`
+	Created  int64             `json:"created"`
+	Name     string            `json:"name"`
+	Email    string            `json:"email"`
+	Metadata map[string]string `json:"metadata"`
+	Livemode bool              `json:"livemode"`
+}
+
+type recurringJSON struct {
+	Interval      string `json:"interval"`
+	IntervalCount int64  `json:"interval_count"`
+}
+
+type priceJSON struct {
+	ID         string        `json:"id"`
+	Object     string        `json:"object"`
+	Active     bool          `json:"active"`
+	Currency   string        `json:"currency"`
+	UnitAmount int64         `json:"unit_amount"`
+	Type       string        `json:"type"`
+	Recurring  recurringJSON `json:"recurring"`
+}
+
+type subscriptionItemJSON struct {
+	ID           string            `json:"id"`
+	Object       string            `json:"object"`
+	Created      int64             `json:"created"`
+	Price        priceJSON         `json:"price"`
+	Quantity     int64             `json:"quantity"`
+	Subscription string            `json:"subscription"`
+	Metadata     map[string]string `json:"metadata"`
+}
+
+type subscriptionJSON struct {
+	ID                 string                         `json:"id"`
+	Object             string                         `json:"object"`
+	Status             string                         `json:"status"`
+	Customer           string                         `json:"customer"`
+	Created            int64                          `json:"created"`
+	StartDate          int64                          `json:"start_date"`
+	CurrentPeriodStart int64                          `json:"current_period_start"`
+	CurrentPeriodEnd   int64                          `json:"current_period_end"`
+	Currency           string                         `json:"currency"`
+	Items              listJSON[subscriptionItemJSON] `json:"items"`
+	Metadata           map[string]string              `json:"metadata"`
+	Livemode           bool                           `json:"livemode"`
+}
+
+type periodJSON struct {
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
+}
+
+type lineJSON struct {
+	ID           string     `json:"id"`
+	Object       string     `json:"object"`
+	Amount       int64      `json:"amount"`
+	Currency     string     `json:"currency"`
+	Description  string     `json:"description"`
+	Period       periodJSON `json:"period"`
+	Price        priceJSON  `json:"price"`
+	Proration    bool       `json:"proration"`
+	Quantity     int64      `json:"quantity"`
+	Subscription string     `json:"subscription"`
+	Type         string     `json:"type"`
+}
+
+type invoiceJSON struct {
+	ID              string             `json:"id"`
+	Object          string             `json:"object"`
+	Status          string             `json:"status"`
+	BillingReason   string             `json:"billing_reason"`
+	Customer        string             `json:"customer"`
+	Subscription    string             `json:"subscription"`
+	Currency        string             `json:"currency"`
+	Created         int64              `json:"created"`
+	PeriodStart     int64              `json:"period_start"`
+	PeriodEnd       int64              `json:"period_end"`
+	Subtotal        int64              `json:"subtotal"`
+	Total           int64              `json:"total"`
+	AmountDue       int64              `json:"amount_due"`
+	AmountRemaining int64              `json:"amount_remaining"`
+	Lines           listJSON[lineJSON] `json:"lines"`
+	Livemode        bool               `json:"livemode"`
+}
+
+func newList[T any](url string, data []T) listJSON[T] {
+	if data == nil {
+		data = []T{} // Stripe sends [], never null
+	}
+	return listJSON[T]{Object: "list", Data: data, URL: url}
+}
+
+func toCustomerJSON(c *customer) customerJSON {
+	return customerJSON{
+		ID: c.id, Object: "customer", Created: c.created.Unix(),
+		Name: c.name, Email: c.email, Metadata: orEmpty(c.metadata),
+	}
+}
+
+func toPriceJSON(p price) priceJSON {
+	return priceJSON{
+		ID: p.id, Object: "price", Active: true, Currency: p.currency, UnitAmount: p.unitAmount,
+		Type: "recurring", Recurring: recurringJSON{Interval: "month", IntervalCount: 1},
+	}
+}
+
+// toSubscriptionJSON renders sub; callers hold s.mu (prices).
+func (s *Server) toSubscriptionJSON(sub *Subscription) subscriptionJSON {
+	items := make([]subscriptionItemJSON, len(sub.Items))
+	for i, it := range sub.Items {
+		items[i] = subscriptionItemJSON{
+			ID: it.ID, Object: "subscription_item", Created: sub.Created.Unix(),
+			Price: toPriceJSON(s.prices[it.PriceID]), Quantity: it.Quantity,
+			Subscription: sub.ID, Metadata: map[string]string{},
+		}
+	}
+	return subscriptionJSON{
+		ID: sub.ID, Object: "subscription", Status: sub.Status, Customer: sub.Customer,
+		Created: sub.Created.Unix(), StartDate: sub.Created.Unix(),
+		CurrentPeriodStart: sub.CurrentPeriodStart.Unix(), CurrentPeriodEnd: sub.CurrentPeriodEnd.Unix(),
+		Currency: s.currency(sub),
+		Items:    newList("/v1/subscription_items?subscription="+sub.ID, items),
+		Metadata: orEmpty(sub.Metadata),
+	}
+}
+
+// currency is the subscription's currency: that of its items' prices, which
+// the fake keeps equal. Callers hold s.mu.
+func (s *Server) currency(sub *Subscription) string {
+	if len(sub.Items) == 0 {
+		return ""
+	}
+	return s.prices[sub.Items[0].PriceID].currency
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}

@@ -1,0 +1,248 @@
+package stripepay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/billingd/billingd/billing"
+)
+
+// PreviewPlanChange asks Stripe what change would cost, as of
+// change.ProrationDate, without changing anything.
+func (p *Provider) PreviewPlanChange(ctx context.Context, change billing.PlanChange) (billing.Preview, error) {
+	params := &stripe.InvoiceCreatePreviewParams{
+		Customer:     stripe.String(change.CustomerID),
+		Subscription: stripe.String(change.SubscriptionID),
+		SubscriptionDetails: &stripe.InvoiceCreatePreviewSubscriptionDetailsParams{
+			Items: []*stripe.InvoiceCreatePreviewSubscriptionDetailsItemParams{{
+				ID:    stripe.String(change.ItemID),
+				Price: stripe.String(change.NewPriceID),
+			}},
+			ProrationBehavior: stripe.String(prorationBehavior(change.ChargeNow)),
+			ProrationDate:     unixParam(change.ProrationDate),
+		},
+	}
+	params.Context = ctx
+	inv, err := p.api.Invoices.CreatePreview(params)
+	if err != nil {
+		return billing.Preview{}, classify("preview invoice", err)
+	}
+	return previewFromInvoice(inv, change.ChargeNow)
+}
+
+// ApplyPlanChange swaps the subscription item's price. The same
+// idempotencyKey makes Stripe replay the first outcome instead of changing
+// the subscription again.
+func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
+	if err := checkIdempotencyKey(idempotencyKey); err != nil {
+		return billing.AppliedChange{}, fmt.Errorf("stripe update subscription: %w", err)
+	}
+	params := &stripe.SubscriptionParams{
+		Items: []*stripe.SubscriptionItemsParams{{
+			ID:    stripe.String(change.ItemID),
+			Price: stripe.String(change.NewPriceID),
+		}},
+		ProrationBehavior: stripe.String(prorationBehavior(change.ChargeNow)),
+		ProrationDate:     unixParam(change.ProrationDate),
+		PaymentBehavior:   stripe.String(paymentBehavior(change.ChargeNow)),
+	}
+	params.SetIdempotencyKey(idempotencyKey)
+	params.Context = ctx
+	sub, err := p.api.Subscriptions.Update(change.SubscriptionID, params)
+	if err != nil {
+		return billing.AppliedChange{}, classify("update subscription", err)
+	}
+	itemID, ok := firstItemID(sub)
+	if !ok {
+		// A price swap keeps the item's id, so the id we sent is still right.
+		itemID = change.ItemID
+	}
+	return billing.AppliedChange{
+		Status:           string(sub.Status),
+		CurrentPeriodEnd: unixTime(sub.CurrentPeriodEnd),
+		ItemID:           itemID,
+	}, nil
+}
+
+// CreateCustomer creates a customer and subscribes it to c.PriceID. Each of
+// the two requests has its own key derived from idempotencyKey, so a retry
+// after a failure between them finds the customer already made (Stripe
+// replays it) and only then creates the subscription.
+func (p *Provider) CreateCustomer(ctx context.Context, c billing.NewCustomer, idempotencyKey string) (billing.CreatedCustomer, error) {
+	// The longer of the two derived keys must fit Stripe's limit.
+	if err := checkIdempotencyKey(idempotencyKey + ":subscription"); err != nil {
+		return billing.CreatedCustomer{}, fmt.Errorf("stripe create customer: %w", err)
+	}
+	cust, err := p.createCustomer(ctx, c, idempotencyKey+":customer")
+	if err != nil {
+		return billing.CreatedCustomer{}, err
+	}
+	sub, err := p.createSubscription(ctx, cust.ID, c, idempotencyKey+":subscription")
+	if err != nil {
+		return billing.CreatedCustomer{}, err
+	}
+	itemID, ok := firstItemID(sub)
+	if !ok {
+		return billing.CreatedCustomer{}, fmt.Errorf("stripe create subscription %s: response has no items", sub.ID)
+	}
+	return billing.CreatedCustomer{
+		CustomerID:       cust.ID,
+		SubscriptionID:   sub.ID,
+		ItemID:           itemID,
+		Status:           string(sub.Status),
+		CurrentPeriodEnd: unixTime(sub.CurrentPeriodEnd),
+	}, nil
+}
+
+func (p *Provider) createCustomer(ctx context.Context, c billing.NewCustomer, key string) (*stripe.Customer, error) {
+	params := &stripe.CustomerParams{
+		Name:  stripe.String(c.Name),
+		Email: stripe.String(c.Email),
+	}
+	params.AddMetadata("org_id", c.OrgID)
+	params.SetIdempotencyKey(key)
+	params.Context = ctx
+	cust, err := p.api.Customers.New(params)
+	if err != nil {
+		return nil, classify("create customer", err)
+	}
+	return cust, nil
+}
+
+func (p *Provider) createSubscription(ctx context.Context, customerID string, c billing.NewCustomer, key string) (*stripe.Subscription, error) {
+	params := &stripe.SubscriptionParams{
+		Customer: stripe.String(customerID),
+		Items:    []*stripe.SubscriptionItemsParams{{Price: stripe.String(c.PriceID)}},
+	}
+	params.AddMetadata("org_id", c.OrgID)
+	params.SetIdempotencyKey(key)
+	params.Context = ctx
+	sub, err := p.api.Subscriptions.New(params)
+	if err != nil {
+		return nil, classify("create subscription", err)
+	}
+	return sub, nil
+}
+
+// prorationBehavior: an upgrade (chargeNow) invoices and charges the
+// prorated difference at once; a downgrade carries the credit to the next
+// invoice.
+func prorationBehavior(chargeNow bool) string {
+	if chargeNow {
+		return "always_invoice"
+	}
+	return "create_prorations"
+}
+
+// paymentBehavior: an upgrade must not take effect unless its invoice is
+// paid, so a declined card refuses the whole update (402, nothing changed)
+// instead of leaving the customer on the new plan with an open invoice.
+//
+// A downgrade with create_prorations creates no invoice, so no payment is
+// attempted and the setting has no effect on today's Stripe; it is pinned to
+// allow_incomplete (Stripe's default for updates) rather than
+// error_if_incomplete so that, should a payment ever be involved, a failing
+// card can never keep a customer on the more expensive plan.
+func paymentBehavior(chargeNow bool) string {
+	if chargeNow {
+		return "error_if_incomplete"
+	}
+	return "allow_incomplete"
+}
+
+// previewFromInvoice maps a preview invoice to what billing quotes.
+func previewFromInvoice(inv *stripe.Invoice, chargeNow bool) (billing.Preview, error) {
+	proration, err := prorationCents(inv, chargeNow)
+	if err != nil {
+		return billing.Preview{}, err
+	}
+	var dueNow int64
+	if chargeNow {
+		// always_invoice: the previewed invoice is the one charged at once.
+		// amount_due already nets tax, discounts and customer credit.
+		dueNow = inv.AmountDue
+	}
+	return billing.Preview{
+		AmountDueNowCents: dueNow,
+		ProrationCents:    proration,
+		Currency:          string(inv.Currency),
+	}, nil
+}
+
+// errLinesIncomplete: the preview's lines do not all fit in the embedded
+// page, so their proration lines cannot be summed.
+var errLinesIncomplete = errors.New("preview invoice lines are incomplete; cannot sum the proration")
+
+// prorationCents is the net prorated amount of a preview invoice: the sum of
+// the lines Stripe marks proration (the credit for the unused time on the old
+// price plus the charge for the remaining time on the new one). Summing those
+// lines, rather than reading an invoice total, leaves out what is not part of
+// the plan change: the next period's full charge in a create_prorations
+// preview, pending invoice items, tax and customer credit. No proration line
+// means nothing was prorated (same price, or no time left): 0.
+//
+// That needs every line, and the invoice embeds only the first page of them.
+// A one-item subscription yields at most three, so has_more means unrelated
+// pending items crowd the page. Then:
+//   - always_invoice: the previewed invoice is the immediate proration
+//     invoice, so its subtotal is the proration (plus any pending items, which
+//     that invoice would charge as well);
+//   - create_prorations: there is no trustworthy figure, and a confirmation
+//     is bound to the figures its summary states, so refuse to quote rather
+//     than quote a wrong credit. The error wraps no billing sentinel: it is
+//     neither Stripe's refusal nor an outage.
+func prorationCents(inv *stripe.Invoice, chargeNow bool) (int64, error) {
+	if inv.Lines != nil && !inv.Lines.HasMore {
+		var sum int64
+		for _, line := range inv.Lines.Data {
+			if line.Proration {
+				sum += line.Amount
+			}
+		}
+		return sum, nil
+	}
+	if chargeNow {
+		return inv.Subtotal, nil
+	}
+	return 0, fmt.Errorf("stripe preview invoice: %w", errLinesIncomplete)
+}
+
+// checkIdempotencyKey refuses keys Stripe cannot use, before anything is
+// sent: stripe-go would send an empty key as is, and fail a long one with an
+// error that would look like an outage (and so be retried forever).
+func checkIdempotencyKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("empty idempotency key")
+	case len(key) > 255:
+		return fmt.Errorf("idempotency key is %d bytes; Stripe accepts at most 255", len(key))
+	}
+	return nil
+}
+
+func firstItemID(sub *stripe.Subscription) (string, bool) {
+	if sub.Items == nil || len(sub.Items.Data) == 0 || sub.Items.Data[0].ID == "" {
+		return "", false
+	}
+	return sub.Items.Data[0].ID, true
+}
+
+// unixParam encodes t for Stripe; a zero t is left out, so Stripe uses the
+// time it receives the request.
+func unixParam(t time.Time) *int64 {
+	if t.IsZero() {
+		return nil
+	}
+	return stripe.Int64(t.Unix())
+}
+
+func unixTime(sec int64) time.Time {
+	if sec == 0 {
+		return time.Time{}
+	}
+	return time.Unix(sec, 0).UTC()
+}

@@ -1,0 +1,423 @@
+package stripepay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/testenv"
+)
+
+// sentinels are the three outcomes a provider error can wrap; each error
+// must wrap exactly one of them.
+var sentinels = []error{billing.ErrPaymentDeclined, billing.ErrProviderRejected, billing.ErrUnavailable}
+
+func assertKind(t *testing.T, err, want error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want %v", want)
+	}
+	for _, s := range sentinels {
+		if got := errors.Is(err, s); got != (s == want) {
+			t.Errorf("errors.Is(%q, %v) = %v, want %v", err, s, got, !got)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	stripeErr := func(status int, typ stripe.ErrorType, code stripe.ErrorCode) *stripe.Error {
+		return &stripe.Error{HTTPStatusCode: status, Type: typ, Code: code,
+			Msg: "No such price: 'price_SECRET'", RequestID: "req_123"}
+	}
+	tests := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"card declined", stripeErr(402, stripe.ErrorTypeCard, stripe.ErrorCodeCardDeclined), billing.ErrPaymentDeclined},
+		{"card error without 402", stripeErr(400, stripe.ErrorTypeCard, ""), billing.ErrPaymentDeclined},
+		{"402 of another type", stripeErr(402, stripe.ErrorTypeInvalidRequest, ""), billing.ErrPaymentDeclined},
+		{"500", stripeErr(500, stripe.ErrorTypeAPI, ""), billing.ErrUnavailable},
+		{"503", stripeErr(503, stripe.ErrorTypeAPI, ""), billing.ErrUnavailable},
+		{"409 key in use", stripeErr(409, stripe.ErrorTypeIdempotency, "idempotency_key_in_use"), billing.ErrUnavailable},
+		{"429 rate limit", stripeErr(429, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeRateLimit), billing.ErrUnavailable},
+		{"408", stripeErr(408, stripe.ErrorTypeAPI, ""), billing.ErrUnavailable},
+		{"400 invalid request", stripeErr(400, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing), billing.ErrProviderRejected},
+		{"400 key reused", stripeErr(400, stripe.ErrorTypeIdempotency, ""), billing.ErrProviderRejected},
+		{"401 bad key", stripeErr(401, stripe.ErrorTypeInvalidRequest, ""), billing.ErrProviderRejected},
+		{"404", stripeErr(404, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing), billing.ErrProviderRejected},
+		{"no status", stripeErr(0, stripe.ErrorTypeAPI, ""), billing.ErrUnavailable},
+		{"deadline", context.DeadlineExceeded, billing.ErrUnavailable},
+		{"cancelled", context.Canceled, billing.ErrUnavailable},
+		{"EOF", &url.Error{Op: "Post", URL: "https://api.stripe.com/v1/subscriptions/sub_1", Err: io.EOF}, billing.ErrUnavailable},
+		{"reset", &url.Error{Op: "Post", URL: "https://api.stripe.com/v1/subscriptions/sub_1",
+			Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}, billing.ErrUnavailable},
+		{"unreadable body", errors.New("Couldn't deserialize JSON (response status: 502, body sample: '<html>')"), billing.ErrUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := classify("update subscription", tt.err)
+			assertKind(t, err, tt.want)
+			if !errors.Is(err, tt.err) {
+				t.Errorf("the cause is not in the chain of %q", err)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "stripe update subscription: ") {
+				t.Errorf("message %q does not say what was being done", msg)
+			}
+			if strings.Contains(msg, "SECRET") || strings.Contains(msg, "{") {
+				t.Errorf("message %q carries Stripe's message or JSON", msg)
+			}
+		})
+	}
+}
+
+func TestClassifyMessage(t *testing.T) {
+	err := classify("update subscription", &stripe.Error{HTTPStatusCode: 402, Type: stripe.ErrorTypeCard,
+		Code: stripe.ErrorCodeCardDeclined, DeclineCode: "insufficient_funds", RequestID: "req_9"})
+	want := "stripe update subscription: status 402 type card_error code card_declined decline_code insufficient_funds request req_9: payment declined"
+	if err.Error() != want {
+		t.Errorf("got  %q\nwant %q", err, want)
+	}
+	var se *stripe.Error
+	if !errors.As(err, &se) || se.RequestID != "req_9" {
+		t.Errorf("errors.As(*stripe.Error) = %v, %v", se, err)
+	}
+
+	long := errors.New(strings.Repeat("x", 1000))
+	if got := classify("preview invoice", long).Error(); len(got) > 300 {
+		t.Errorf("message of %d bytes, want it truncated", len(got))
+	}
+}
+
+func TestPreviewFromInvoice(t *testing.T) {
+	line := func(amount int64, proration bool) *stripe.InvoiceLineItem {
+		return &stripe.InvoiceLineItem{Amount: amount, Proration: proration}
+	}
+	invoice := func(due, subtotal int64, hasMore bool, lines ...*stripe.InvoiceLineItem) *stripe.Invoice {
+		return &stripe.Invoice{AmountDue: due, Subtotal: subtotal, Currency: "usd",
+			Lines: &stripe.InvoiceLineItemList{Data: lines, ListMeta: stripe.ListMeta{HasMore: hasMore}}}
+	}
+	tests := []struct {
+		name      string
+		inv       *stripe.Invoice
+		chargeNow bool
+		want      billing.Preview
+		wantErr   bool
+	}{
+		{"upgrade charged now", invoice(1500, 1500, false, line(-950, true), line(2450, true)), true,
+			billing.Preview{AmountDueNowCents: 1500, ProrationCents: 1500, Currency: "usd"}, false},
+		{"upgrade net of customer credit", invoice(0, 1500, false, line(1500, true)), true,
+			billing.Preview{AmountDueNowCents: 0, ProrationCents: 1500, Currency: "usd"}, false},
+		{"downgrade leaves out the next period", invoice(400, 400, false, line(-2450, true), line(950, true), line(1900, false)), false,
+			billing.Preview{AmountDueNowCents: 0, ProrationCents: -1500, Currency: "usd"}, false},
+		{"no proration lines", invoice(1900, 1900, false, line(1900, false)), false,
+			billing.Preview{Currency: "usd"}, false},
+		{"incomplete lines, charged now: subtotal", invoice(1500, 1500, true, line(700, true)), true,
+			billing.Preview{AmountDueNowCents: 1500, ProrationCents: 1500, Currency: "usd"}, false},
+		{"incomplete lines, next invoice: refuse", invoice(400, 400, true, line(-2450, true)), false,
+			billing.Preview{}, true},
+		{"no lines object, next invoice: refuse", &stripe.Invoice{AmountDue: 400, Currency: "usd"}, false,
+			billing.Preview{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := previewFromInvoice(tt.inv, tt.chargeNow)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestIdempotencyKeyChecked(t *testing.T) {
+	t.Parallel()
+	env := newFakeEnv(t, Config{})
+	for _, key := range []string{"", strings.Repeat("k", 256)} {
+		_, err := env.p.ApplyPlanChange(context.Background(), env.change(priceScale, true), key)
+		if err == nil {
+			t.Fatalf("key of %d bytes accepted", len(key))
+		}
+		for _, s := range sentinels {
+			if errors.Is(err, s) {
+				t.Errorf("key of %d bytes: %v wraps %v, want a plain (internal) error", len(key), err, s)
+			}
+		}
+	}
+	if n := env.fake.UpdateCount(env.cust.SubscriptionID); n != 0 {
+		t.Errorf("UpdateCount = %d, want 0: nothing may be sent", n)
+	}
+}
+
+func TestHTTPClientTimeout(t *testing.T) {
+	mine := &http.Client{}
+	c := httpClient(Config{HTTPClient: mine, Timeout: time.Second})
+	if c.Timeout != time.Second || mine.Timeout != 0 {
+		t.Errorf("timeout %v on the client used, %v on the caller's; want 1s and untouched 0", c.Timeout, mine.Timeout)
+	}
+	if c := httpClient(Config{}); c.Timeout != DefaultTimeout {
+		t.Errorf("default timeout %v, want %v", c.Timeout, DefaultTimeout)
+	}
+	own := &http.Client{Timeout: 3 * time.Second}
+	if c := httpClient(Config{HTTPClient: own}); c != own {
+		t.Error("a client with its own timeout should be used as is")
+	}
+}
+
+// Against stripe-mock: the requests are valid for Stripe's API spec and the
+// responses map into the billing types. stripe-mock answers with fixtures,
+// so only shapes are checked, not amounts.
+
+func TestStripeMockPreview(t *testing.T) {
+	t.Parallel()
+	p := New(Config{SecretKey: "sk_test_123", APIBase: testenv.StripeMock(t)})
+	for _, chargeNow := range []bool{true, false} {
+		t.Run(fmt.Sprintf("chargeNow=%v", chargeNow), func(t *testing.T) {
+			got, err := p.PreviewPlanChange(context.Background(), mockChange(chargeNow))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Currency != "usd" {
+				t.Errorf("currency %q, want usd", got.Currency)
+			}
+			if chargeNow && got.AmountDueNowCents <= 0 {
+				t.Errorf("amount due now %d, want the fixture's positive amount_due", got.AmountDueNowCents)
+			}
+			if !chargeNow && got.AmountDueNowCents != 0 {
+				t.Errorf("amount due now %d, want 0 when not charging now", got.AmountDueNowCents)
+			}
+		})
+	}
+}
+
+func TestStripeMockApply(t *testing.T) {
+	t.Parallel()
+	p := New(Config{SecretKey: "sk_test_123", APIBase: testenv.StripeMock(t)})
+	for _, chargeNow := range []bool{true, false} {
+		t.Run(fmt.Sprintf("chargeNow=%v", chargeNow), func(t *testing.T) {
+			got, err := p.ApplyPlanChange(context.Background(), mockChange(chargeNow), "conf_123:apply")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status == "" || got.ItemID == "" || got.CurrentPeriodEnd.IsZero() {
+				t.Errorf("got %+v, want status, item id and period end", got)
+			}
+		})
+	}
+}
+
+func TestStripeMockCreateCustomer(t *testing.T) {
+	t.Parallel()
+	p := New(Config{SecretKey: "sk_test_123", APIBase: testenv.StripeMock(t)})
+	got, err := p.CreateCustomer(context.Background(), billing.NewCustomer{
+		OrgID: "org_1", Name: "Vector Build", Email: "ops@vector.example", PriceID: "price_123",
+	}, "org:org_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for field, id := range map[string]string{"cus_": got.CustomerID, "sub_": got.SubscriptionID, "si_": got.ItemID} {
+		if !strings.HasPrefix(id, field) {
+			t.Errorf("id %q, want prefix %s", id, field)
+		}
+	}
+	if got.Status == "" || got.CurrentPeriodEnd.IsZero() {
+		t.Errorf("got %+v, want status and period end", got)
+	}
+}
+
+func TestStripeMockRejects(t *testing.T) {
+	t.Parallel()
+	p := New(Config{SecretKey: "sk_test_123", APIBase: testenv.StripeMock(t)})
+	// A subscription id with a slash matches none of stripe-mock's routes:
+	// a genuine 404 invalid_request_error.
+	change := mockChange(true)
+	change.SubscriptionID = "sub_1/nope"
+	_, err := p.ApplyPlanChange(context.Background(), change, "conf_123:apply")
+	assertKind(t, err, billing.ErrProviderRejected)
+}
+
+func mockChange(chargeNow bool) billing.PlanChange {
+	return billing.PlanChange{
+		CustomerID: "cus_123", SubscriptionID: "sub_123", ItemID: "si_123", NewPriceID: "price_123",
+		ProrationDate: time.Now().Truncate(time.Second), ChargeNow: chargeNow,
+	}
+}
+
+// Against stripefake: real arithmetic and the failures stripe-mock cannot
+// produce.
+
+const (
+	pricePro   = "price_billingd_pro"
+	priceScale = "price_billingd_scale"
+)
+
+// periodStart is the fake's clock; with 15 of 30 days left every proration
+// is half the price difference.
+var periodStart = time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+
+type fakeEnv struct {
+	fake *stripefake.Server
+	p    *Provider
+	cust billing.CreatedCustomer
+}
+
+// newFakeEnv starts a fake with the Pro and Scale prices and an org on Pro,
+// created through the provider.
+func newFakeEnv(t *testing.T, cfg Config) fakeEnv {
+	t.Helper()
+	fake := stripefake.New()
+	fake.SetClock(func() time.Time { return periodStart })
+	fake.SetPrice(pricePro, 1900, "usd")
+	fake.SetPrice(priceScale, 4900, "usd")
+	srv := httptest.NewServer(fake.Handler())
+	t.Cleanup(srv.Close)
+	cfg.SecretKey, cfg.APIBase = "sk_test_fake", srv.URL
+	p := New(cfg)
+	cust, err := p.CreateCustomer(context.Background(), billing.NewCustomer{
+		OrgID: "org_1", Name: "Vector Build", Email: "ops@vector.example", PriceID: pricePro,
+	}, "org:org_1")
+	if err != nil {
+		t.Fatalf("create customer: %v", err)
+	}
+	return fakeEnv{fake: fake, p: p, cust: cust}
+}
+
+func (e fakeEnv) change(price string, chargeNow bool) billing.PlanChange {
+	return billing.PlanChange{
+		CustomerID: e.cust.CustomerID, SubscriptionID: e.cust.SubscriptionID, ItemID: e.cust.ItemID,
+		NewPriceID: price, ProrationDate: periodStart.Add(15 * 24 * time.Hour), ChargeNow: chargeNow,
+	}
+}
+
+func TestFakeCreateCustomer(t *testing.T) {
+	t.Parallel()
+	env := newFakeEnv(t, Config{})
+	sub, ok := env.fake.Subscription(env.cust.SubscriptionID)
+	if !ok {
+		t.Fatalf("subscription %s not in the fake", env.cust.SubscriptionID)
+	}
+	if sub.Customer != env.cust.CustomerID || sub.Metadata["org_id"] != "org_1" ||
+		len(sub.Items) != 1 || sub.Items[0].ID != env.cust.ItemID || sub.Items[0].PriceID != pricePro {
+		t.Errorf("fake holds %+v for %+v", sub, env.cust)
+	}
+	if env.cust.Status != "active" || !env.cust.CurrentPeriodEnd.Equal(periodStart.Add(30*24*time.Hour)) {
+		t.Errorf("got %+v, want active until %v", env.cust, periodStart.Add(30*24*time.Hour))
+	}
+}
+
+func TestFakePreview(t *testing.T) {
+	t.Parallel()
+	env := newFakeEnv(t, Config{})
+	tests := []struct {
+		name      string
+		price     string
+		chargeNow bool
+		want      billing.Preview
+	}{
+		// (4900 − 1900) × 15/30 = 1500, charged at once.
+		{"upgrade", priceScale, true, billing.Preview{AmountDueNowCents: 1500, ProrationCents: 1500, Currency: "usd"}},
+		// Pro → Pro: nothing prorated.
+		{"same price", pricePro, true, billing.Preview{Currency: "usd"}},
+		// Pro → Scale without charging now: carried to the next invoice.
+		{"prorate later", priceScale, false, billing.Preview{ProrationCents: 1500, Currency: "usd"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := env.p.PreviewPlanChange(context.Background(), env.change(tt.price, tt.chargeNow))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFakeApplyThenDowngradePreview(t *testing.T) {
+	t.Parallel()
+	env := newFakeEnv(t, Config{})
+	got, err := env.p.ApplyPlanChange(context.Background(), env.change(priceScale, true), "conf_1:apply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := billing.AppliedChange{Status: "active", CurrentPeriodEnd: periodStart.Add(30 * 24 * time.Hour), ItemID: env.cust.ItemID}
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	// Back down to Pro: a credit of 1500 on the next invoice, nothing due now.
+	preview, err := env.p.PreviewPlanChange(context.Background(), env.change(pricePro, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantPreview := (billing.Preview{ProrationCents: -1500, Currency: "usd"}); preview != wantPreview {
+		t.Errorf("downgrade preview %+v, want %+v", preview, wantPreview)
+	}
+}
+
+// TestFakeErrors checks the classification end to end, through stripe-go's
+// decoding of real HTTP answers.
+func TestFakeErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		fault   *stripefake.Fault
+		timeout time.Duration
+		edit    func(*billing.PlanChange)
+		want    error
+	}{
+		{name: "declined card", fault: ptr(stripefake.DeclineCard), want: billing.ErrPaymentDeclined},
+		{name: "server error", fault: ptr(stripefake.ServerError), want: billing.ErrUnavailable},
+		{name: "lost response", fault: ptr(stripefake.LoseResponse), want: billing.ErrUnavailable},
+		{name: "timeout", fault: ptr(stripefake.Delay(10 * time.Second)), timeout: 100 * time.Millisecond, want: billing.ErrUnavailable},
+		{name: "unknown price", edit: func(c *billing.PlanChange) { c.NewPriceID = "price_nope" }, want: billing.ErrProviderRejected},
+		{name: "unknown subscription", edit: func(c *billing.PlanChange) { c.SubscriptionID = "sub_nope" }, want: billing.ErrProviderRejected},
+		{name: "foreign item", edit: func(c *billing.PlanChange) { c.ItemID = "si_nope" }, want: billing.ErrProviderRejected},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := newFakeEnv(t, Config{Timeout: tt.timeout})
+			if tt.fault != nil {
+				env.fake.FailNext(*tt.fault)
+			}
+			change := env.change(priceScale, true)
+			if tt.edit != nil {
+				tt.edit(&change)
+			}
+			_, err := env.p.ApplyPlanChange(context.Background(), change, "conf_1:apply")
+			assertKind(t, err, tt.want)
+		})
+	}
+}
+
+func TestFakeContextCancelled(t *testing.T) {
+	t.Parallel()
+	env := newFakeEnv(t, Config{})
+	env.fake.FailNext(stripefake.Delay(10 * time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := env.p.ApplyPlanChange(ctx, env.change(priceScale, true), "conf_1:apply")
+	assertKind(t, err, billing.ErrUnavailable)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("%v: context.DeadlineExceeded not in the chain", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
