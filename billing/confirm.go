@@ -12,6 +12,9 @@ import (
 // records the outcome. Rejections are recorded and committed too, so that a
 // mismatching call really voids its token and leaves an audit trail.
 func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
+	if err := s.checkRate(ctx, caller, limitFailedConfirms); err != nil {
+		return ChangeResult{}, err
+	}
 	if !wellFormedToken(req.ConfirmToken) {
 		// Never a token billingd issued: answer like any unknown token.
 		return ChangeResult{}, s.rejectUnknown(ctx, caller, req.Operation)
@@ -128,6 +131,8 @@ func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeReques
 		return &rejection{err: errTokenInvalid(), reason: "used"}
 	case StatusExpired:
 		return &rejection{err: errTokenExpired(), reason: "expired"}
+	case StatusRevoked:
+		return &rejection{err: Errorf(CodeTokenMismatch, "%s", msgSubscriptionChanged), reason: "mismatch"}
 	default: // superseded, cancelled, invalidated
 		return &rejection{err: errTokenInvalid(), reason: "invalid"}
 	}
@@ -138,7 +143,7 @@ func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeReques
 		return mismatch("the request differs from the one the token was issued for; the token is now void")
 	}
 	if !s.termsHold(c.Terms, acct.Subscription) {
-		return mismatch("the subscription or prices changed since the summary was made; the token is now void")
+		return mismatch(msgSubscriptionChanged)
 	}
 	return nil
 }
@@ -153,6 +158,8 @@ func (s *Service) termsHold(t Terms, sub Subscription) bool {
 		to.StripePriceID == t.ToPriceID && to.AmountCents == t.ToAmountCents &&
 		to.Currency == t.Currency
 }
+
+const msgSubscriptionChanged = "the subscription or prices changed since the summary was made; the token is now void"
 
 func mismatch(message string) *rejection {
 	return &rejection{err: Errorf(CodeTokenMismatch, "%s", message), reason: "mismatch", status: StatusInvalidated}

@@ -3,6 +3,7 @@ package billing
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code is a machine-readable error code from the contract (§6). Transports map
@@ -37,6 +38,9 @@ type Error struct {
 	Code    Code
 	Message string
 	Err     error
+	// RetryAfter, when set, tells the client how long to wait before trying
+	// again (rate_limited).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -69,6 +73,15 @@ func ErrorCode(err error) Code {
 		return CodeUpstreamUnavailable
 	}
 	return CodeInternal
+}
+
+// RetryAfter returns the wait an error suggests, or 0.
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
 }
 
 // PublicMessage returns the client-safe message for err.

@@ -83,3 +83,13 @@ func (c Catalog) rank(id string) int {
 	}
 	return -1
 }
+
+// planByPrice returns the plan billed with the given provider price.
+func (c Catalog) planByPrice(priceID string) (Plan, bool) {
+	for _, p := range c.plans {
+		if p.StripePriceID == priceID {
+			return p, true
+		}
+	}
+	return Plan{}, false
+}

@@ -18,6 +18,7 @@ type Service struct {
 	ttl         time.Duration
 	skew        time.Duration
 	execTimeout time.Duration
+	limits      RateLimits
 	log         *slog.Logger
 }
 
@@ -33,7 +34,9 @@ type Config struct {
 	// ExecutionTimeout bounds the payment provider call made while the
 	// confirmation's row lock is held, so the lock is never held forever.
 	ExecutionTimeout time.Duration
-	Logger           *slog.Logger
+	// Limits bound each principal's first calls and failed second calls.
+	Limits RateLimits
+	Logger *slog.Logger
 }
 
 // Limits of the handshake's settings; configuration outside them is refused.
@@ -54,6 +57,8 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("billing: token TTL %s outside %s–%s", cfg.TokenTTL, MinTokenTTL, MaxTokenTTL)
 	case cfg.ClockSkew < 0 || cfg.ClockSkew > MaxClockSkew:
 		return nil, fmt.Errorf("billing: clock skew %s outside 0s–%s", cfg.ClockSkew, MaxClockSkew)
+	case (cfg.Limits.Proposals > 0 || cfg.Limits.FailedConfirms > 0) && cfg.Limits.Window <= 0:
+		return nil, errors.New("billing: rate limits need a window")
 	}
 	if cfg.ExecutionTimeout <= 0 {
 		cfg.ExecutionTimeout = 30 * time.Second
@@ -63,7 +68,7 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	return &Service{
 		store: cfg.Store, payments: cfg.Payments, catalog: cfg.Catalog,
-		ttl: cfg.TokenTTL, skew: cfg.ClockSkew, execTimeout: cfg.ExecutionTimeout, log: cfg.Logger,
+		ttl: cfg.TokenTTL, skew: cfg.ClockSkew, execTimeout: cfg.ExecutionTimeout, limits: cfg.Limits, log: cfg.Logger,
 	}, nil
 }
 
@@ -126,6 +131,9 @@ func (s *Service) ChangePlan(ctx context.Context, caller Caller, req ChangeReque
 
 // propose is the first call: it executes nothing.
 func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
+	if err := s.checkRate(ctx, caller, limitProposals); err != nil {
+		return ChangeResult{}, err
+	}
 	acct, now, err := s.account(ctx, caller.Org)
 	if err != nil {
 		return ChangeResult{}, err

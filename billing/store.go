@@ -38,6 +38,10 @@ type Store interface {
 	// transaction was rolled back.
 	AppendAudit(ctx context.Context, events ...AuditEvent) error
 
+	// RecentActivity counts the principal's issued tokens and rejected second
+	// calls within the last window, by the audit log.
+	RecentActivity(ctx context.Context, org, principal string, window time.Duration) (Activity, error)
+
 	// CreateAccount stores a new org with its subscription.
 	CreateAccount(ctx context.Context, a Account) error
 }
@@ -53,6 +57,17 @@ type Tx interface {
 	// LockByID locks the org's confirmation with the given id.
 	LockByID(ctx context.Context, org, id string) (Confirmation, time.Time, error)
 
+	// LockSubscription locks the subscription with the given provider id,
+	// with its org.
+	LockSubscription(ctx context.Context, stripeSubscriptionID string) (Account, error)
+
+	// LockPending locks the org's pending confirmations.
+	LockPending(ctx context.Context, org string) ([]Confirmation, error)
+
+	// MarkEventProcessed records a provider event id; false if it was
+	// recorded before.
+	MarkEventProcessed(ctx context.Context, eventID string) (bool, error)
+
 	// Record writes the outcome of a step: a new confirmation status, a new
 	// subscription and audit events, each optional.
 	Record(ctx context.Context, r Record) error
@@ -63,5 +78,8 @@ type Record struct {
 	ConfirmationID string
 	Status         Status        // "" leaves the status alone
 	Subscription   *Subscription // nil leaves the subscription alone; Version is bumped
-	Events         []AuditEvent
+	// SyncedSubscription only records SyncedAt: the provider confirmed the
+	// subscription as billingd has it.
+	SyncedSubscription *Subscription
+	Events             []AuditEvent
 }

@@ -38,6 +38,9 @@ type Subscription struct {
 	Status               string
 	CurrentPeriodEnd     time.Time
 	Version              int64
+	// SyncedAt is when the provider created the last event applied to this
+	// copy; older events are ignored.
+	SyncedAt time.Time
 }
 
 // Account is an org with its subscription, as the handshake reads them.
@@ -58,6 +61,7 @@ const (
 	StatusCancelled   Status = "cancelled"
 	StatusInvalidated Status = "invalidated" // a mismatching second call voided it
 	StatusExpired     Status = "expired"
+	StatusRevoked     Status = "revoked" // the subscription changed outside billingd (drift)
 )
 
 // Terms are the facts a confirmation is bound to: everything the summary

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/billingd/billingd/internal/devissuer"
+	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/testenv"
 )
 
@@ -103,12 +104,16 @@ func TestCommandLine(t *testing.T) {
 		}
 	})
 	t.Run("migrate", func(t *testing.T) {
-		c.mustRun("migrate", "down", "1")
+		latest, err := postgres.LatestVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.mustRun("migrate", "down", fmt.Sprint(latest))
 		if out := c.mustRun("migrate", "version"); !strings.Contains(out, `"version": 0`) {
 			t.Fatalf("version after down: %s", out)
 		}
 		c.mustRun("migrate", "up")
-		if out := c.mustRun("migrate", "version"); !strings.Contains(out, `"version": 1`) || !strings.Contains(out, `"dirty": false`) {
+		if out := c.mustRun("migrate", "version"); !strings.Contains(out, fmt.Sprintf(`"version": %d`, latest)) || !strings.Contains(out, `"dirty": false`) {
 			t.Fatalf("version after up: %s", out)
 		}
 	})

@@ -28,6 +28,7 @@ type harness struct {
 	issuer *devissuer.Issuer
 	app    *app.App
 	url    string
+	env    map[string]string
 	fake   *stripefake.Server // nil when running against stripe-mock
 }
 
@@ -54,33 +55,59 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	h := &harness{t: t, db: testenv.NewDatabase(t)}
 	h.issuer = startIssuer(t)
 	stripeURL := h.stripeBase(o.fakeStripe)
+	ln := listen(t)
+	h.url = "http://" + ln.Addr().String()
+	h.env = map[string]string{
+		"DATABASE_URL": h.db.URL, "STRIPE_SECRET_KEY": "sk_test_billingd", "STRIPE_API_BASE": stripeURL,
+		"OAUTH_ISSUER": h.issuer.IssuerURL(), "PUBLIC_BASE_URL": h.url, "LISTEN_ADDR": ln.Addr().String(),
+		"MIGRATE_ON_START": "false", "STRIPE_TIMEOUT": "5s",
+		// Tests that exercise rate limits turn them on; the others make
+		// more calls per principal than a human would.
+		"RATE_LIMIT_PROPOSALS": "0", "RATE_LIMIT_FAILED_CONFIRMS": "0",
+	}
+	for k, v := range o.env {
+		h.env[k] = v
+	}
+	h.app = h.serve(ln)
+	return h
+}
 
+// replica starts another billingd on the same database, issuer and Stripe,
+// as a second replica behind the same public URL.
+func (h *harness) replica() *harness {
+	h.t.Helper()
+	r := *h
+	ln := listen(h.t)
+	r.url = "http://" + ln.Addr().String()
+	r.app = r.serve(ln)
+	return &r
+}
+
+// serve builds billingd from h.env and serves it on ln.
+func (h *harness) serve(ln net.Listener) *app.App {
+	h.t.Helper()
+	cfg, err := config.Load(func(k string) string { return h.env[k] })
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	a, err := app.New(context.Background(), cfg, app.Options{LogOutput: testLogWriter{h.t}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(a.Close)
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: a.Handler}}
+	srv.Start()
+	h.t.Cleanup(srv.Close)
+	return a
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.url = "http://" + ln.Addr().String()
-	env := map[string]string{
-		"DATABASE_URL": h.db.URL, "STRIPE_SECRET_KEY": "sk_test_billingd", "STRIPE_API_BASE": stripeURL,
-		"OAUTH_ISSUER": h.issuer.IssuerURL(), "PUBLIC_BASE_URL": h.url, "LISTEN_ADDR": ln.Addr().String(),
-		"MIGRATE_ON_START": "false", "STRIPE_TIMEOUT": "5s",
-	}
-	for k, v := range o.env {
-		env[k] = v
-	}
-	cfg, err := config.Load(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.app, err = app.New(context.Background(), cfg, app.Options{LogOutput: testLogWriter{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.app.Close)
-	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: h.app.Handler}}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return h
+	return ln
 }
 
 func startIssuer(t *testing.T) *devissuer.Issuer {
@@ -133,7 +160,7 @@ func (h *harness) createOrg(id, name, plan string) billing.Account {
 func (h *harness) token(org, principal string, scopes ...string) string {
 	h.t.Helper()
 	tok, err := h.issuer.Mint(devissuer.Claims{
-		Subject: principal, Org: org, Client: "test-agent", Scopes: scopes, Audience: []string{h.url},
+		Subject: principal, Org: org, Client: "test-agent", Scopes: scopes, Audience: []string{h.env["PUBLIC_BASE_URL"]},
 	})
 	if err != nil {
 		h.t.Fatal(err)
@@ -200,9 +227,15 @@ func (h *harness) do(method, path, token string, body any) response {
 	if reader != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	return h.send(req)
+}
+
+// send sends req and reads the whole answer.
+func (h *harness) send(req *http.Request) response {
+	h.t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		h.t.Fatalf("%s %s: %v", method, path, err)
+		h.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)

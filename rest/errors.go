@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -57,11 +58,9 @@ func (s *server) errorHandler(err error, c echo.Context) {
 	if status >= 500 {
 		s.log.ErrorContext(c.Request().Context(), "request failed", "request_id", requestID(c), "code", code, "err", err)
 	}
-	var retry *retryAfter
-	if errors.As(err, &retry) {
-		c.Response().Header().Set("Retry-After", strconv.Itoa(retry.seconds))
-	}
-	if code == billing.CodeUpstreamUnavailable {
+	if wait := billing.RetryAfter(err); wait > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second)/time.Second)))
+	} else if code == billing.CodeUpstreamUnavailable {
 		c.Response().Header().Set("Retry-After", "1")
 	}
 	body := errorBody{Error: errorDetail{Code: code, Message: billing.PublicMessage(err), RequestID: requestID(c)}}
@@ -69,14 +68,6 @@ func (s *server) errorHandler(err error, c echo.Context) {
 		s.log.Error("write error response", "err", err)
 	}
 }
-
-// retryAfter attaches a Retry-After hint to an error.
-type retryAfter struct {
-	error
-	seconds int
-}
-
-func (r *retryAfter) Unwrap() error { return r.error }
 
 // fromEcho maps Echo's own errors onto billing codes.
 func fromEcho(err error) error {

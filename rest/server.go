@@ -28,6 +28,8 @@ type Config struct {
 	PublicBaseURL string
 	// Issuer is the authorization server listed in the metadata.
 	Issuer string
+	// StripeWebhookSecret verifies webhook signatures; "" refuses webhooks.
+	StripeWebhookSecret string
 	// Ready reports whether the server can take traffic (database reachable,
 	// schema current).
 	Ready  func(context.Context) error
@@ -69,6 +71,7 @@ func New(cfg Config) *echo.Echo {
 	api.GET("/confirmations", s.confirmations, read)
 	api.POST("/confirmations/:id/cancel", s.cancel, write)
 	api.GET("/audit", s.audit, admin)
+	e.POST("/webhooks/stripe", s.stripeWebhook)
 	if cfg.Mount != nil {
 		cfg.Mount(e)
 	}

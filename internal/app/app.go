@@ -79,7 +79,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	}
 	a.Handler = rest.New(rest.Config{
 		Service: a.Service, Verifier: a.verifier, PublicBaseURL: cfg.PublicBaseURL, Issuer: cfg.OAuthIssuer,
-		Ready: a.Store.Ready, Logger: a.Log,
+		StripeWebhookSecret: cfg.StripeWebhookSecret, Ready: a.Store.Ready, Logger: a.Log,
 	})
 	return a, nil
 }
@@ -144,6 +144,6 @@ func NewService(cfg config.Config, store billing.Store, payments billing.Payment
 	return billing.NewService(billing.Config{
 		Store: store, Payments: payments, Catalog: catalog,
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
-		ExecutionTimeout: cfg.StripeTimeout, Logger: log,
+		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, Logger: log,
 	})
 }

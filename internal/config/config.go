@@ -34,6 +34,9 @@ type Config struct {
 	MigrateOnStart      bool
 	LogFormat           string
 	Plans               []billing.Plan
+	RateLimits          billing.RateLimits
+	PurgeRetention      time.Duration
+	PurgeInterval       time.Duration
 }
 
 // Load reads and checks every variable. Variables a command needs but that
@@ -79,6 +82,13 @@ func Load(getenv func(string) string) (Config, error) {
 	c.ConfirmClockSkew = duration(getenv, "CONFIRM_CLOCK_SKEW", 0, 0, billing.MaxClockSkew, fail)
 	c.StripeTimeout = duration(getenv, "STRIPE_TIMEOUT", 20*time.Second, time.Second, 2*time.Minute, fail)
 	c.MigrateOnStart = boolean(getenv, "MIGRATE_ON_START", true, fail)
+	c.RateLimits = billing.RateLimits{
+		Window:         duration(getenv, "RATE_LIMIT_WINDOW", time.Minute, time.Second, time.Hour, fail),
+		Proposals:      count(getenv, "RATE_LIMIT_PROPOSALS", 30, fail),
+		FailedConfirms: count(getenv, "RATE_LIMIT_FAILED_CONFIRMS", 10, fail),
+	}
+	c.PurgeRetention = duration(getenv, "PURGE_RETENTION", time.Hour, time.Minute, 90*24*time.Hour, fail)
+	c.PurgeInterval = duration(getenv, "PURGE_INTERVAL", time.Minute, time.Second, 24*time.Hour, fail)
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		fail("LOG_FORMAT", "want json or text")
 	}
@@ -144,6 +154,19 @@ func duration(getenv func(string) string, name string, def, lo, hi time.Duration
 		return def
 	}
 	return d
+}
+
+func count(getenv func(string) string, name string, def int, fail func(string, string, ...any)) int {
+	v := getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 1_000_000 {
+		fail(name, "want a whole number from 0 (no limit) to 1000000, got %q", v)
+		return def
+	}
+	return n
 }
 
 func boolean(getenv func(string) string, name string, def bool, fail func(string, string, ...any)) bool {

@@ -44,12 +44,14 @@ func (s *Store) Ready(ctx context.Context) error {
 }
 
 const accountColumns = `o.id, o.name, o.stripe_customer_id,
-	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version`
+	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00')` // NULL as Go's zero time
 
 func scanAccount(a *billing.Account) []any {
 	return []any{&a.Org.ID, &a.Org.Name, &a.Org.StripeCustomerID,
 		&a.Subscription.StripeSubscriptionID, &a.Subscription.StripeItemID, &a.Subscription.Plan,
-		&a.Subscription.Status, &a.Subscription.CurrentPeriodEnd, &a.Subscription.Version}
+		&a.Subscription.Status, &a.Subscription.CurrentPeriodEnd, &a.Subscription.Version,
+		&a.Subscription.SyncedAt}
 }
 
 // Account implements billing.Store.
@@ -213,4 +215,27 @@ func queueAudit(batch *pgx.Batch, events []billing.AuditEvent) {
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 			e.Event, e.Org, e.Principal, e.Client, e.Operation, e.ConfirmationID, e.Outcome, e.Reason, e.RequestID)
 	}
+}
+
+// RecentActivity implements billing.Store.
+func (s *Store) RecentActivity(ctx context.Context, org, principal string, window time.Duration) (billing.Activity, error) {
+	var a billing.Activity
+	var oldestIssued, oldestRejected *time.Time
+	err := s.pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE event = 'TOKEN_ISSUED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
+			min(at) FILTER (WHERE event = 'TOKEN_ISSUED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
+		FROM audit_events
+		WHERE org = $1 AND principal = $2 AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED')
+			AND at > now() - $3 * interval '1 microsecond'`,
+		org, principal, window.Microseconds()).Scan(&a.Issued, &a.Rejected, &oldestIssued, &oldestRejected, &a.Now)
+	if err != nil {
+		return billing.Activity{}, fmt.Errorf("read recent activity: %w", classify(err))
+	}
+	if oldestIssued != nil {
+		a.OldestIssued = *oldestIssued
+	}
+	if oldestRejected != nil {
+		a.OldestRejected = *oldestRejected
+	}
+	return a, nil
 }

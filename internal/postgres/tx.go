@@ -78,8 +78,11 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	}
 	if sub := r.Subscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET plan = $2, status = $3, current_period_end = $4, stripe_item_id = $5,
-			version = version + 1, updated_at = now() WHERE org = $1`,
-			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID)
+			synced_at = coalesce($6, synced_at), version = version + 1, updated_at = now() WHERE org = $1`,
+			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID, nullTime(sub.SyncedAt))
+	}
+	if sub := r.SyncedSubscription; sub != nil {
+		batch.Queue(`UPDATE subscriptions SET synced_at = $2 WHERE org = $1`, sub.Org, nullTime(sub.SyncedAt))
 	}
 	queueAudit(batch, r.Events)
 	if batch.Len() == 0 {
@@ -89,4 +92,55 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 		return fmt.Errorf("record: %w", classify(err))
 	}
 	return nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// LockSubscription implements billing.Tx.
+func (t *storeTx) LockSubscription(ctx context.Context, stripeSubscriptionID string) (billing.Account, error) {
+	var a billing.Account
+	err := t.tx.QueryRow(ctx, `SELECT `+accountColumns+`
+		FROM subscriptions s JOIN orgs o ON o.id = s.org
+		WHERE s.stripe_subscription_id = $1 FOR UPDATE OF s`, stripeSubscriptionID).Scan(scanAccount(&a)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.Account{}, billing.ErrNotFound
+	}
+	if err != nil {
+		return billing.Account{}, fmt.Errorf("lock subscription: %w", classify(err))
+	}
+	a.Subscription.Org = a.Org.ID
+	return a, nil
+}
+
+// LockPending implements billing.Tx.
+func (t *storeTx) LockPending(ctx context.Context, org string) ([]billing.Confirmation, error) {
+	rows, err := t.tx.Query(ctx, `SELECT `+confirmationColumns+`
+		FROM confirmations c WHERE c.org = $1 AND c.status = 'pending' FOR UPDATE`, org)
+	if err != nil {
+		return nil, fmt.Errorf("lock pending: %w", classify(err))
+	}
+	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billing.Confirmation, error) {
+		var c billing.Confirmation
+		err := row.Scan(scanConfirmation(&c)...)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock pending: %w", classify(err))
+	}
+	return cs, nil
+}
+
+// MarkEventProcessed implements billing.Tx.
+func (t *storeTx) MarkEventProcessed(ctx context.Context, eventID string) (bool, error) {
+	tag, err := t.tx.Exec(ctx, `INSERT INTO stripe_events (id) VALUES ($1)
+		ON CONFLICT (id) DO NOTHING`, eventID)
+	if err != nil {
+		return false, fmt.Errorf("mark event: %w", classify(err))
+	}
+	return tag.RowsAffected() == 1, nil
 }

@@ -1,0 +1,60 @@
+package billing
+
+import (
+	"context"
+	"time"
+)
+
+// RateLimits bound how fast one principal may ask for tokens and fail second
+// calls. Counts come from the audit log in the shared database, so the limits
+// hold across replicas; under concurrent requests a principal can overshoot
+// a limit by the number of requests in flight.
+type RateLimits struct {
+	Window time.Duration
+	// Proposals is the most first calls (tokens issued) per Window; 0: no limit.
+	Proposals int
+	// FailedConfirms is the most rejected second calls per Window; 0: no limit.
+	FailedConfirms int
+}
+
+// Activity is a principal's recent handshake activity, from the audit log.
+type Activity struct {
+	Issued, Rejected             int
+	OldestIssued, OldestRejected time.Time // within the window
+	Now                          time.Time // the database's
+}
+
+// limit is one of the two rate limits.
+type limit int
+
+const (
+	limitProposals limit = iota
+	limitFailedConfirms
+)
+
+// checkRate refuses the call when the caller used up the limit.
+func (s *Service) checkRate(ctx context.Context, caller Caller, which limit) error {
+	allowed := s.limits.Proposals
+	if which == limitFailedConfirms {
+		allowed = s.limits.FailedConfirms
+	}
+	if allowed <= 0 {
+		return nil
+	}
+	a, err := s.store.RecentActivity(ctx, caller.Org, caller.Principal, s.limits.Window)
+	if err != nil {
+		return storeError("read recent activity", err)
+	}
+	count, oldest := a.Issued, a.OldestIssued
+	message := "too many confirmation requests; retry later"
+	if which == limitFailedConfirms {
+		count, oldest = a.Rejected, a.OldestRejected
+		message = "too many failed confirmations; retry later"
+	}
+	if count < allowed {
+		return nil
+	}
+	// The window slides: a slot frees when the oldest counted call leaves it.
+	wait := oldest.Add(s.limits.Window).Sub(a.Now)
+	return &Error{Code: CodeRateLimited, Message: message, RetryAfter: max(wait, time.Second)}
+}

@@ -1,0 +1,29 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// PurgeFinished deletes up to batch confirmations that stopped being
+// redeemable (finished, or expired unfinished) more than retention ago, and
+// Stripe event ids older than a week (Stripe retries deliveries for three
+// days). Audit events are kept. SKIP LOCKED lets several replicas purge at
+// once without waiting on each other or on a second call holding a row.
+func (s *Store) PurgeFinished(ctx context.Context, retention time.Duration, batch int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM confirmations WHERE id IN (
+			SELECT id FROM confirmations
+			WHERE coalesce(finished_at, expires_at) < now() - $1 * interval '1 microsecond'
+			ORDER BY coalesce(finished_at, expires_at)
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`, retention.Microseconds(), batch)
+	if err != nil {
+		return 0, fmt.Errorf("purge confirmations: %w", classify(err))
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM stripe_events WHERE id IN (
+			SELECT id FROM stripe_events WHERE received_at < now() - interval '7 days' LIMIT $1)`, batch); err != nil {
+		return 0, fmt.Errorf("purge stripe events: %w", classify(err))
+	}
+	return tag.RowsAffected(), nil
+}
