@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -95,22 +97,68 @@ func queryInt(c echo.Context, name string) (int64, error) {
 	return n, nil
 }
 
-// decodeStrict decodes exactly one JSON object into v: unknown fields, wrong
-// types, trailing data and an empty body are invalid_request.
+// decodeStrict decodes exactly one JSON object into the struct v. Unknown
+// fields, fields spelt in another case ("TO"), repeated fields, wrong types,
+// trailing data and an empty body are invalid_request: encoding/json alone
+// accepts the case variants and lets a repeated field win silently, which
+// would let a request say two things at once.
 func decodeStrict(r io.Reader, v any) error {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return readError(err)
 	}
+	invalid := billing.Errorf(billing.CodeInvalidRequest, "request body must be one JSON object with known fields of the right types")
+	if err := checkKeys(data, jsonFieldNames(v)); err != nil {
+		return invalid
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return billing.Errorf(billing.CodeInvalidRequest, "request body must be a JSON object with known fields of the right types")
+		return invalid
 	}
 	if dec.More() || !onlyWhitespace(data[dec.InputOffset():]) {
-		return billing.Errorf(billing.CodeInvalidRequest, "request body must hold exactly one JSON object")
+		return invalid
 	}
 	return nil
+}
+
+// checkKeys requires data to be an object whose keys are all in allowed,
+// exactly as spelt, each at most once.
+func checkKeys(data []byte, allowed map[string]bool) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return errors.New("not an object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		key, ok := tok.(string)
+		if err != nil || !ok || !allowed[key] || seen[key] {
+			return errors.New("unknown or repeated key")
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// jsonFieldNames lists the JSON names of a struct's fields.
+func jsonFieldNames(v any) map[string]bool {
+	names := map[string]bool{}
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			names[name] = true
+		}
+	}
+	return names
 }
 
 // decodeOptional accepts an empty body or an empty JSON object.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/MicahParks/jwkset"
 	"github.com/MicahParks/keyfunc/v3"
@@ -151,7 +153,26 @@ func optionalString(claims jwt.MapClaims, name string) (s string, present, ok bo
 		return "", false, false
 	}
 	s, ok = v.(string)
-	return s, true, ok
+	return s, true, ok && safeIdentifier(s)
+}
+
+// maxIdentifierBytes bounds sub, org and client ids: they are stored with
+// every confirmation and audit event.
+const maxIdentifierBytes = 256
+
+// safeIdentifier reports whether an identity claim can be stored and shown
+// as is: bounded, valid UTF-8, without control characters (PostgreSQL
+// refuses NUL in text, and a newline or escape would forge log lines).
+func safeIdentifier(s string) bool {
+	if len(s) > maxIdentifierBytes || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // clientID prefers azp (OpenID, RFC 9068 uses client_id; issuers differ) and

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billingd/billingd/billing"
@@ -105,25 +104,22 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 		t.FromPlan, t.ToPlan, t.FromPriceID, t.ToPriceID, t.FromAmountCents, t.ToAmountCents, t.Currency,
 		t.ProrationDate, t.SubscriptionVer, t.AmountDueCents, t.CreditCents, t.NextChargeAt, c.Summary,
 		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome}
-	// Two concurrent first calls of one caller both pass the UPDATE, then the
-	// second INSERT hits the one-pending-per-caller index. Running the
-	// statement again supersedes the winner, as if the calls were in order.
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		err = s.pool.QueryRow(ctx, issueSQL, args...).Scan(&c.CreatedAt, &c.ExpiresAt)
-		if !isUniqueViolation(err, "confirmations_pending_idx") {
-			break
-		}
-	}
-	if err != nil {
+	// Concurrent first calls of one caller must supersede one another in
+	// turn: each takes a transaction-scoped advisory lock on (org, principal,
+	// operation) first. Statements of one batch share an implicit transaction
+	// but each gets its own snapshot, so the issue statement, run once the
+	// lock is held, sees the pending confirmation the previous holder
+	// committed. One round trip in all.
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
+		c.Org+"/"+c.Principal+"/"+string(c.Operation)) // a collision only serialises more
+	batch.Queue(issueSQL, args...).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&c.CreatedAt, &c.ExpiresAt)
+	})
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return billing.Confirmation{}, fmt.Errorf("issue confirmation: %w", classify(err))
 	}
 	return c, nil
-}
-
-func isUniqueViolation(err error, constraint string) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == constraint
 }
 
 // InTx implements billing.Store.

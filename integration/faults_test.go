@@ -1,0 +1,292 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/billingd/billingd/internal/stripefake"
+)
+
+// tcpProxy stands between billingd and PostgreSQL so that a test can cut the
+// database off (every connection dropped, new ones refused) and bring it
+// back, as a network failure or a database restart would.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]bool
+}
+
+func startProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	p := &tcpProxy{ln: listen(t), target: target, conns: map[net.Conn]bool{}}
+	go p.accept()
+	t.Cleanup(func() { p.ln.Close(); p.Cut() })
+	return p
+}
+
+func (p *tcpProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.pipe(c)
+	}
+}
+
+func (p *tcpProxy) pipe(client net.Conn) {
+	p.mu.Lock()
+	down := p.down
+	p.mu.Unlock()
+	if down {
+		client.Close()
+		return
+	}
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		client.Close()
+		return
+	}
+	p.track(client, server)
+	go func() { _, _ = io.Copy(server, client); server.Close() }()
+	_, _ = io.Copy(client, server)
+	client.Close()
+}
+
+func (p *tcpProxy) track(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
+		p.conns[c] = true
+	}
+}
+
+// Cut drops every connection and refuses new ones.
+func (p *tcpProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+// Restore accepts connections again.
+func (p *tcpProxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
+
+// viaProxy rewrites a database URL to go through the proxy.
+func (p *tcpProxy) viaProxy(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = p.ln.Addr().String()
+	return u.String()
+}
+
+// TestDatabaseOutage: while the database is unreachable billingd answers
+// 503 upstream_unavailable and /readyz says so; when it comes back billingd
+// recovers without a restart. Under load, no request gets anything else.
+func TestDatabaseOutage(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("outage", "Outage", "pro")
+	u, _ := url.Parse(h.db.URL)
+	proxy := startProxy(t, u.Host)
+	h.env["DATABASE_URL"] = proxy.viaProxy(t, h.db.URL)
+	r := h.replica()
+	tok := r.user("outage", "otto")
+
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				status := r.do("POST", "/api/billing/upgrade", tok, `{"to":"scale"}`).Status
+				mu.Lock()
+				statuses[status]++
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	proxy.Cut()
+	time.Sleep(300 * time.Millisecond)
+	resp := r.do("POST", "/api/billing/upgrade", tok, `{"to":"scale"}`)
+	wantStatus(t, resp, http.StatusServiceUnavailable, "upstream_unavailable")
+	if resp.Header.Get("Retry-After") == "" {
+		t.Fatal("503 without Retry-After")
+	}
+	wantStatus(t, r.do("GET", "/readyz", "", nil), http.StatusServiceUnavailable, "")
+	wantStatus(t, r.do("GET", "/healthz", "", nil), http.StatusOK, "")
+	proxy.Restore()
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	wantStatus(t, r.do("GET", "/readyz", "", nil), http.StatusOK, "")
+	p := r.propose(tok, "upgrade", "scale")
+	wantStatus(t, r.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
+	for status, n := range statuses {
+		if status != http.StatusAccepted && status != http.StatusServiceUnavailable {
+			t.Fatalf("under load during the outage: %d × status %d (all: %v)", n, status, statuses)
+		}
+	}
+	if statuses[http.StatusServiceUnavailable] == 0 || statuses[http.StatusAccepted] == 0 {
+		t.Fatalf("load saw %v: want both successes and 503s", statuses)
+	}
+}
+
+// server is a billingd serve process.
+type server struct {
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+	done chan error
+}
+
+// startServe runs the billingd binary with h's configuration on addr.
+func (h *harness) startServe(addr string) *server {
+	h.t.Helper()
+	cmd := exec.Command(billingdBinary(h.t), "serve")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LOG_FORMAT=text"}
+	for k, v := range h.env {
+		if k != "LISTEN_ADDR" {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	cmd.Env = append(cmd.Env, "LISTEN_ADDR="+addr)
+	s := &server{cmd: cmd, logs: &bytes.Buffer{}, done: make(chan error, 1)}
+	cmd.Stderr = s.logs
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	go func() { s.done <- cmd.Wait() }()
+	h.t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitReady(h.t, "http://"+addr+"/readyz")
+	return s
+}
+
+// confirmAt makes a second call to the server at addr.
+func confirmAt(t *testing.T, addr, token, confirmToken string) (int, error) {
+	body := fmt.Sprintf(`{"to":"scale","confirm_token":%q}`, confirmToken)
+	req, _ := http.NewRequest("POST", "http://"+addr+"/api/billing/upgrade", bytes.NewBufferString(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// TestKilledBetweenStripeAndCommit: billingd is SIGKILLed after Stripe made
+// the change but before the transaction committed. After a restart, the
+// retry with the same token sends the same idempotency key, so the
+// subscription changes exactly once and the audit log tells one story.
+func TestKilledBetweenStripeAndCommit(t *testing.T) {
+	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "20s"))
+	acct := h.createOrg("crash", "Crash", "pro")
+	tok := h.user("crash", "cruz")
+	p := h.propose(tok, "upgrade", "scale")
+	addr := freeAddr(t)
+	first := h.startServe(addr)
+
+	h.fake.FailNext(stripefake.Delay(10 * time.Second)) // the change is made, the answer held back
+	go func() { _, _ = confirmAt(t, addr, tok, p.ConfirmToken) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the change never reached Stripe")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+
+	h.startServe(addr)
+	status, err := confirmAt(t, addr, tok, p.ConfirmToken)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("retry after restart: %d %v", status, err)
+	}
+	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
+		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
+	}
+	if sub := h.subscription(tok); sub != "scale" {
+		t.Fatalf("plan %s", sub)
+	}
+	wantEvents(t, h.auditEvents("crash"), "TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_EXECUTED")
+}
+
+// TestGracefulShutdown: on SIGTERM in-flight requests finish, new
+// connections are refused, and billingd exits 0.
+func TestGracefulShutdown(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	acct := h.createOrg("term", "Term", "pro")
+	tok := h.user("term", "tia")
+	p := h.propose(tok, "upgrade", "scale")
+	addr := freeAddr(t)
+	s := h.startServe(addr)
+
+	h.fake.FailNext(stripefake.Delay(1500 * time.Millisecond))
+	result := make(chan int, 1)
+	go func() {
+		status, err := confirmAt(t, addr, tok, p.ConfirmToken)
+		if err != nil {
+			status = -1
+		}
+		result <- status
+	}()
+	for h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("a new connection was accepted after SIGTERM")
+	}
+	if status := <-result; status != http.StatusOK {
+		t.Fatalf("in-flight second call: %d", status)
+	}
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, s.logs)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("billingd did not exit after SIGTERM")
+	}
+	if sub := h.subscription(tok); sub != "scale" {
+		t.Fatalf("plan %s", sub)
+	}
+}
