@@ -14,7 +14,7 @@ TEST_DATABASE_URL ?= $(LOCAL_PG)
 export TEST_DATABASE_URL
 
 .DEFAULT_GOAL := help
-.PHONY: help run test build tools lint fmt
+.PHONY: help run test build tools lint fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -32,6 +32,16 @@ tools: $(STRIPE_MOCK) ## install the pinned test tools (stripe-mock)
 
 $(STRIPE_MOCK):
 	GOBIN=$(STRIPE_MOCK_DIR) go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+
+FUZZTIME ?= 15s
+FUZZ_TARGETS := ./rest:FuzzDecodeStrict ./rest:FuzzBearerToken ./internal/auth:FuzzVerify \
+	./billing:FuzzWellFormedToken ./billing:FuzzRequestValidation ./billing:FuzzDisplayName
+
+fuzz: ## run every fuzz target for FUZZTIME (default 15s) each
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name ($$pkg)"; \
+		go test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=1x $$pkg || exit 1; \
+	done
 
 lint: ## go vet and gofmt check
 	go vet ./...

@@ -88,17 +88,19 @@ func idempotencyKey(c Confirmation) string { return "billingd-" + c.ID }
 // token is still pending and may be retried; the attempt is audited outside
 // the rolled-back transaction so that it is not lost.
 func (s *Service) rolledBack(ctx context.Context, caller Caller, c *Confirmation, err error) error {
-	if c != nil {
-		ev := s.event(caller, c.Operation, EventOperationFailed, c.ID, string(CodeUpstreamUnavailable))
-		ev.Outcome = "retryable"
-		if auditErr := s.store.AppendAudit(context.WithoutCancel(ctx), ev); auditErr != nil {
-			s.log.Error("audit of a rolled-back confirmation failed", "confirmation_id", c.ID, "err", auditErr)
-		}
+	answer := storeError("confirm", err)
+	if c == nil {
+		return answer
 	}
-	if errors.Is(err, ErrUnavailable) && c != nil {
-		return wrapErr(CodeUpstreamUnavailable, "the change could not be confirmed with the payment provider; retry with the same token", err)
+	if errors.Is(err, ErrUnavailable) {
+		answer = wrapErr(CodeUpstreamUnavailable, "the change could not be completed; retry with the same token", err)
 	}
-	return storeError("confirm", err)
+	ev := s.event(caller, c.Operation, EventOperationFailed, c.ID, string(ErrorCode(answer)))
+	ev.Outcome = "retryable"
+	if auditErr := s.store.AppendAudit(context.WithoutCancel(ctx), ev); auditErr != nil {
+		s.log.Error("audit of a rolled-back confirmation failed", "confirmation_id", c.ID, "err", auditErr)
+	}
+	return answer
 }
 
 // rejectUnknown audits a second call whose token does not exist.

@@ -2,8 +2,12 @@ package billing
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
+	"strings"
 )
+
+var currencyPattern = regexp.MustCompile(`^[a-z]{3}$`)
 
 // Plan is one entry of the plan catalog.
 type Plan struct {
@@ -39,12 +43,18 @@ func NewCatalog(plans []Plan) (Catalog, error) {
 		return Catalog{}, fmt.Errorf("catalog is empty")
 	}
 	sorted := append([]Plan(nil), plans...)
+	for i := range sorted {
+		// Stripe reports currencies in lower case; compare them that way.
+		sorted[i].Currency = strings.ToLower(sorted[i].Currency)
+	}
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].AmountCents < sorted[j].AmountCents })
 	ids := map[string]bool{}
 	for i, p := range sorted {
 		switch {
 		case p.ID == "" || p.Name == "" || p.StripePriceID == "":
 			return Catalog{}, fmt.Errorf("plan %d: id, name and stripe_price_id are required", i)
+		case !currencyPattern.MatchString(p.Currency):
+			return Catalog{}, fmt.Errorf("plan %q: currency must be a three-letter ISO code", p.ID)
 		case ids[p.ID]:
 			return Catalog{}, fmt.Errorf("plan %q: duplicate id", p.ID)
 		case p.AmountCents < 0:

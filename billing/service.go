@@ -117,16 +117,26 @@ var planIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 // ChangePlan is both calls of the handshake for upgrade_plan and
 // downgrade_plan.
 func (s *Service) ChangePlan(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
-	if req.Operation != OpUpgrade && req.Operation != OpDowngrade {
-		return ChangeResult{}, Errorf(CodeInvalidRequest, "unknown operation")
-	}
-	if !planIDPattern.MatchString(req.To) {
-		return ChangeResult{}, Errorf(CodeInvalidRequest, `"to" must be a plan id`)
+	if err := validateRequest(req); err != nil {
+		return ChangeResult{}, err
 	}
 	if req.ConfirmToken == "" {
 		return s.propose(ctx, caller, req)
 	}
 	return s.confirm(ctx, caller, req)
+}
+
+// validateRequest checks the shape of a request before anything is looked
+// up. The token's shape is checked by confirm, where a malformed token is
+// answered like an unknown one.
+func validateRequest(req ChangeRequest) error {
+	if req.Operation != OpUpgrade && req.Operation != OpDowngrade {
+		return Errorf(CodeInvalidRequest, "unknown operation")
+	}
+	if !planIDPattern.MatchString(req.To) {
+		return Errorf(CodeInvalidRequest, `"to" must be a plan id`)
+	}
+	return nil
 }
 
 // propose is the first call: it executes nothing.

@@ -54,7 +54,11 @@ func DisplayName(name string) string {
 		case invisible(r):
 			continue
 		}
-		if runes == maxDisplayNameRunes {
+		width := 1
+		if pendingSpace {
+			width = 2
+		}
+		if runes+width > maxDisplayNameRunes {
 			b.WriteString("…")
 			break
 		}
@@ -63,7 +67,7 @@ func DisplayName(name string) string {
 			pendingSpace = false
 		}
 		b.WriteRune(r)
-		runes++
+		runes += width
 	}
 	return b.String()
 }

@@ -28,7 +28,7 @@ const (
 
 // startIssuer runs a dev issuer with alg on httptest, its URL being the
 // server's URL plus path.
-func startIssuer(t *testing.T, alg, path string) *devissuer.Issuer {
+func startIssuer(t testing.TB, alg, path string) *devissuer.Issuer {
 	t.Helper()
 	iss, err := devissuer.NewWithAlg("", alg)
 	if err != nil {
@@ -50,7 +50,7 @@ func config(iss *devissuer.Issuer) auth.Config {
 	}
 }
 
-func newVerifier(t *testing.T, cfg auth.Config) *auth.Verifier {
+func newVerifier(t testing.TB, cfg auth.Config) *auth.Verifier {
 	t.Helper()
 	v, err := auth.NewVerifier(context.Background(), cfg)
 	if err != nil {

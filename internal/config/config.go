@@ -65,8 +65,9 @@ func Load(getenv func(string) string) (Config, error) {
 	if !isHTTPURL(c.PublicBaseURL) {
 		fail("PUBLIC_BASE_URL", "want an http(s) URL")
 	}
-	for name, v := range map[string]string{"DATABASE_URL": c.DatabaseURL, "STRIPE_API_BASE": c.StripeAPIBase,
-		"OAUTH_ISSUER": c.OAuthIssuer, "OAUTH_JWKS_URL": c.OAuthJWKSURL} {
+	for _, u := range []struct{ name, value string }{{"DATABASE_URL", c.DatabaseURL},
+		{"STRIPE_API_BASE", c.StripeAPIBase}, {"OAUTH_ISSUER", c.OAuthIssuer}, {"OAUTH_JWKS_URL", c.OAuthJWKSURL}} {
+		name, v := u.name, u.value
 		if v == "" {
 			continue
 		}
@@ -96,11 +97,10 @@ func Load(getenv func(string) string) (Config, error) {
 		plans, err := readPlans(path)
 		if err != nil {
 			fail("PLANS_FILE", "%v", err)
+		} else if _, err := billing.NewCatalog(plans); err != nil {
+			fail("PLANS_FILE", "%v", err)
 		}
 		c.Plans = plans
-	}
-	if _, err := billing.NewCatalog(c.Plans); err != nil {
-		fail("PLANS_FILE", "%v", err)
 	}
 	if len(errs) > 0 {
 		return Config{}, fmt.Errorf("invalid configuration: %s", strings.Join(errs, "; "))

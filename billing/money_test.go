@@ -1,0 +1,82 @@
+package billing
+
+import "testing"
+
+func TestFormatMoney(t *testing.T) {
+	tests := []struct {
+		name     string
+		minor    int64
+		currency string
+		want     string
+	}{
+		{"usd cents", 1742, "usd", "$17.42"},
+		{"usd whole dollars keep cents", 1900, "usd", "$19.00"},
+		{"usd zero", 0, "usd", "$0.00"},
+		{"usd 5 cents", 5, "usd", "$0.05"},
+		{"usd 10 cents", 10, "usd", "$0.10"},
+		{"usd 99 cents", 99, "usd", "$0.99"},
+		{"usd 1 dollar 1 cent", 101, "usd", "$1.01"},
+		{"usd negative", -300, "usd", "-$3.00"},
+		{"usd negative cents", -5, "usd", "-$0.05"},
+		{"usd thousands", 123456, "usd", "$1,234.56"},
+		{"usd exactly 1000", 100000, "usd", "$1,000.00"},
+		{"usd 999.99", 99999, "usd", "$999.99"},
+		{"usd millions", 123456789, "usd", "$1,234,567.89"},
+		{"usd negative millions", -123456789, "usd", "-$1,234,567.89"},
+		{"upper-case code", 1742, "USD", "$17.42"},
+		{"jpy zero-decimal", 1900, "jpy", "¥1,900"},
+		{"jpy small", 5, "jpy", "¥5"},
+		{"jpy negative", -1900, "jpy", "-¥1,900"},
+		{"krw zero-decimal with symbol", 1234567, "krw", "₩1,234,567"},
+		{"clp zero-decimal without symbol", 1900, "clp", "1,900 CLP"},
+		{"eur", 1742, "eur", "€17.42"},
+		{"eur thousands", 250000, "eur", "€2,500.00"},
+		{"gbp", 999, "gbp", "£9.99"},
+		{"cad", 1900, "cad", "CA$19.00"},
+		{"unknown currency", 1250, "chf", "12.50 CHF"},
+		{"unknown currency upper-case", 1250, "CHF", "12.50 CHF"},
+		{"unknown negative", -1250, "chf", "-12.50 CHF"},
+		{"unknown thousands", 123456789, "sek", "1,234,567.89 SEK"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := formatMoney(tt.minor, tt.currency); got != tt.want {
+				t.Errorf("formatMoney(%d, %q) = %q, want %q", tt.minor, tt.currency, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFormatPrice(t *testing.T) {
+	plan := func(cents int64, currency, interval string) Plan {
+		return Plan{ID: "p", Name: "P", AmountCents: cents, Currency: currency, Interval: interval, StripePriceID: "price_p"}
+	}
+	tests := []struct {
+		name string
+		plan Plan
+		want string
+	}{
+		{"whole dollars", plan(1900, "usd", "month"), "$19/mo"},
+		{"free", plan(0, "usd", "month"), "$0/mo"},
+		{"with cents", plan(1950, "usd", "month"), "$19.50/mo"},
+		{"5 cents", plan(5, "usd", "month"), "$0.05/mo"},
+		{"yearly", plan(19000, "usd", "year"), "$190/yr"},
+		{"yearly with cents", plan(1950, "usd", "year"), "$19.50/yr"},
+		{"thousands", plan(123456700, "usd", "year"), "$1,234,567/yr"},
+		{"thousands with cents", plan(123456789, "usd", "month"), "$1,234,567.89/mo"},
+		{"eur", plan(4900, "eur", "month"), "€49/mo"},
+		{"jpy", plan(1900, "jpy", "month"), "¥1,900/mo"},
+		{"unknown currency", plan(1250, "chf", "month"), "12.50 CHF/mo"},
+		{"unknown currency whole", plan(1200, "chf", "year"), "12 CHF/yr"},
+		{"default catalog pro", testPlan(t, "pro"), "$19/mo"},
+		{"default catalog scale", testPlan(t, "scale"), "$49/mo"},
+		{"default catalog free", testPlan(t, "free"), "$0/mo"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := formatPrice(tt.plan); got != tt.want {
+				t.Errorf("formatPrice(%d %s %s) = %q, want %q", tt.plan.AmountCents, tt.plan.Currency, tt.plan.Interval, got, tt.want)
+			}
+		})
+	}
+}
