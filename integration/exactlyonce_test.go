@@ -164,3 +164,23 @@ func TestStripeServerError(t *testing.T) {
 		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
 	}
 }
+
+// TestStripeConnectionReset: Stripe makes the change and the connection dies
+// before the answer. Whether the HTTP client resends on its own (allowed: the
+// request carries an idempotency key) or billingd answers 503 and the client
+// retries, the subscription changes exactly once.
+func TestStripeConnectionReset(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	acct := h.createOrg("reset", "Reset", "pro")
+	tok := h.user("reset", "rex")
+	p := h.propose(tok, "upgrade", "scale")
+	h.fake.FailNext(stripefake.DropConnection)
+	r := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
+	if r.Status == http.StatusServiceUnavailable {
+		r = h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
+	}
+	wantStatus(t, r, http.StatusOK, "")
+	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
+		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
+	}
+}
