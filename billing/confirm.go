@@ -33,8 +33,14 @@ func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest)
 		}
 		if r := s.checkRedeemable(c, acct, req, now); r != nil {
 			outcome = r.err
+			if r.reason == "" { // waiting for approval: nothing to record
+				return nil
+			}
 			return tx.Record(ctx, Record{ConfirmationID: c.ID, Status: r.status,
 				Events: []AuditEvent{s.event(caller, c.Operation, EventTokenRejected, c.ID, r.reason)}})
+		}
+		if outcome = s.recheckPolicy(ctx, caller, c, acct.Policy); outcome != nil {
+			return tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusInvalidated})
 		}
 		attempted = &c
 		result, outcome, err = s.execute(ctx, tx, caller, c, acct)
@@ -135,6 +141,8 @@ func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeReques
 		return &rejection{err: errTokenExpired(), reason: "expired"}
 	case StatusRevoked:
 		return &rejection{err: Errorf(CodeTokenMismatch, "%s", msgSubscriptionChanged), reason: "mismatch"}
+	case StatusRejected:
+		return &rejection{err: Errorf(CodeApprovalRejected, "an approver rejected this change"), reason: "invalid"}
 	default: // superseded, cancelled, invalidated
 		return &rejection{err: errTokenInvalid(), reason: "invalid"}
 	}
@@ -147,7 +155,21 @@ func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeReques
 	if !s.termsHold(c.Terms, acct.Subscription) {
 		return mismatch(msgSubscriptionChanged)
 	}
+	if c.Approval == ApprovalPending {
+		return &rejection{err: &Error{Code: CodeApprovalPending, RetryAfter: 5 * time.Second,
+			Message: "waiting for an approver; retry the same call after the change is approved"}}
+	}
 	return nil
+}
+
+// recheckPolicy applies the org's policy as it is now: a change the policy
+// came to deny, or one over the daily limit, does not execute.
+func (s *Service) recheckPolicy(ctx context.Context, caller Caller, c Confirmation, p Policy) error {
+	facts := changeFacts{op: c.Operation, to: c.Terms.ToPlan, amountDueCents: c.Terms.AmountDueCents, agent: p.isAgent(caller)}
+	if action, rule := p.decide(facts); action == ActionDeny {
+		return s.deny(ctx, caller, c.Operation, c.ID, "policy rule "+rule)
+	}
+	return s.checkDailyLimit(ctx, caller, p, c.Operation, c.ID)
 }
 
 // termsHold reports whether everything the summary stated is still true.

@@ -47,6 +47,17 @@ type ConfirmationView struct {
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Status    Status    `json:"status"`
+	Client    string    `json:"client,omitempty"`
+	// Approval is set when the org's policy wants an approver: pending,
+	// granted or rejected, and by whom.
+	Approval Approval `json:"approval,omitempty"`
+	Approver string   `json:"approver,omitempty"`
+}
+
+func viewOfConfirmation(c Confirmation) ConfirmationView {
+	return ConfirmationView{ID: c.ID, Operation: c.Operation, Summary: c.Summary, Principal: c.Principal,
+		CreatedAt: c.CreatedAt.UTC(), ExpiresAt: c.ExpiresAt.UTC(), Status: c.Status,
+		Client: c.Client, Approval: c.Approval, Approver: c.Approver}
 }
 
 // PendingConfirmations lists the caller's pending confirmations, or all of
@@ -62,8 +73,7 @@ func (s *Service) PendingConfirmations(ctx context.Context, caller Caller) ([]Co
 	}
 	views := make([]ConfirmationView, 0, len(cs))
 	for _, c := range cs {
-		views = append(views, ConfirmationView{ID: c.ID, Operation: c.Operation, Summary: c.Summary, Principal: c.Principal,
-			CreatedAt: c.CreatedAt.UTC(), ExpiresAt: c.ExpiresAt.UTC(), Status: c.Status})
+		views = append(views, viewOfConfirmation(c))
 	}
 	return views, nil
 }

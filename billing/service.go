@@ -6,20 +6,22 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 )
 
 // Service is the handshake. REST and MCP both call it; neither holds a rule of
 // its own.
 type Service struct {
-	store       Store
-	payments    PaymentProvider
-	catalog     Catalog
-	ttl         time.Duration
-	skew        time.Duration
-	execTimeout time.Duration
-	limits      RateLimits
-	log         *slog.Logger
+	store         Store
+	payments      PaymentProvider
+	catalog       Catalog
+	ttl           time.Duration
+	skew          time.Duration
+	execTimeout   time.Duration
+	limits        RateLimits
+	publicBaseURL string
+	log           *slog.Logger
 }
 
 // Config wires a Service.
@@ -36,7 +38,9 @@ type Config struct {
 	ExecutionTimeout time.Duration
 	// Limits bound each principal's first calls and failed second calls.
 	Limits RateLimits
-	Logger *slog.Logger
+	// PublicBaseURL is where billingd is reached; approval links point there.
+	PublicBaseURL string
+	Logger        *slog.Logger
 }
 
 // Limits of the handshake's settings; configuration outside them is refused.
@@ -68,7 +72,8 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	return &Service{
 		store: cfg.Store, payments: cfg.Payments, catalog: cfg.Catalog,
-		ttl: cfg.TokenTTL, skew: cfg.ClockSkew, execTimeout: cfg.ExecutionTimeout, limits: cfg.Limits, log: cfg.Logger,
+		ttl: cfg.TokenTTL, skew: cfg.ClockSkew, execTimeout: cfg.ExecutionTimeout, limits: cfg.Limits,
+		publicBaseURL: strings.TrimSuffix(cfg.PublicBaseURL, "/"), log: cfg.Logger,
 	}, nil
 }
 
@@ -84,17 +89,21 @@ type ChangeRequest struct {
 // for all three outcomes: a proposal (first call), an executed change (second
 // call) and a no-op (already on the plan).
 type ChangeResult struct {
-	OK              bool              `json:"ok,omitempty"`
-	ConfirmRequired *bool             `json:"confirm_required,omitempty"`
-	Noop            bool              `json:"noop,omitempty"`
-	ConfirmToken    string            `json:"confirm_token,omitempty"`
-	ConfirmationID  string            `json:"confirmation_id,omitempty"`
-	Operation       Operation         `json:"operation,omitempty"`
-	Summary         string            `json:"summary,omitempty"`
-	Details         *Details          `json:"details,omitempty"`
-	TTLSeconds      int               `json:"ttl_seconds,omitempty"`
-	ExpiresAt       *time.Time        `json:"expires_at,omitempty"`
-	Subscription    *SubscriptionView `json:"subscription,omitempty"`
+	OK              bool      `json:"ok,omitempty"`
+	ConfirmRequired *bool     `json:"confirm_required,omitempty"`
+	Noop            bool      `json:"noop,omitempty"`
+	ConfirmToken    string    `json:"confirm_token,omitempty"`
+	ConfirmationID  string    `json:"confirmation_id,omitempty"`
+	Operation       Operation `json:"operation,omitempty"`
+	Summary         string    `json:"summary,omitempty"`
+	Details         *Details  `json:"details,omitempty"`
+	// ApprovalRequired: the org's policy wants another person's approval,
+	// given at ApprovalURL, before the second call can execute.
+	ApprovalRequired bool              `json:"approval_required,omitempty"`
+	ApprovalURL      string            `json:"approval_url,omitempty"`
+	TTLSeconds       int               `json:"ttl_seconds,omitempty"`
+	ExpiresAt        *time.Time        `json:"expires_at,omitempty"`
+	Subscription     *SubscriptionView `json:"subscription,omitempty"`
 }
 
 // Proposed reports whether the result is a first-call proposal.
@@ -156,28 +165,62 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 		no := false
 		return ChangeResult{OK: true, ConfirmRequired: &no, Noop: true, Subscription: viewOf(acct.Subscription)}, nil
 	}
-	change := planChangeFor(acct, to, req.Operation, now.Truncate(time.Second))
+	terms, err := s.quote(ctx, acct, from, to, req.Operation, now)
+	if err != nil {
+		return ChangeResult{}, err
+	}
+	action, err := s.gate(ctx, caller, acct.Policy, req.Operation, terms)
+	if err != nil {
+		return ChangeResult{}, err
+	}
+	c, token, err := s.issue(ctx, caller, acct, req.Operation, terms, action)
+	if err != nil {
+		return ChangeResult{}, err
+	}
+	if action == ActionAllow {
+		// The org's policy lets this change (nothing due now) run at once.
+		return s.confirm(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, ConfirmToken: token})
+	}
+	return s.proposal(c, token), nil
+}
+
+// quote asks the provider what the change costs and returns the terms the
+// summary will state.
+func (s *Service) quote(ctx context.Context, acct Account, from, to Plan, op Operation, now time.Time) (Terms, error) {
+	change := planChangeFor(acct, to, op, now.Truncate(time.Second))
 	preview, err := s.payments.PreviewPlanChange(ctx, change)
 	if err != nil {
-		return ChangeResult{}, providerError("preview plan change", err)
+		return Terms{}, providerError("preview plan change", err)
 	}
 	if preview.Currency != "" && preview.Currency != to.Currency {
-		return ChangeResult{}, wrapErr(CodeInternal, "internal error",
+		return Terms{}, wrapErr(CodeInternal, "internal error",
 			fmt.Errorf("preview currency %q differs from catalog %q", preview.Currency, to.Currency))
 	}
-	terms := termsFor(acct.Subscription, from, to, change, preview)
+	return termsFor(acct.Subscription, from, to, change, preview), nil
+}
+
+// issue stores the confirmation for terms. A change that needs approval may
+// stay redeemable for the policy's approval window, if that is longer.
+func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Operation, terms Terms, action Action) (Confirmation, string, error) {
+	from, _ := s.catalog.Plan(terms.FromPlan)
+	to, _ := s.catalog.Plan(terms.ToPlan)
 	token, hash := newToken()
 	c := Confirmation{
 		ID: newConfirmationID(), TokenHash: hash,
 		Org: caller.Org, Principal: caller.Principal, Client: caller.Client,
-		Operation: req.Operation, Terms: terms, Status: StatusPending,
-		Summary: summarize(displayNameOr(acct.Org), req.Operation, from, to, terms),
+		Operation: op, Terms: terms, Status: StatusPending,
+		Summary: summarize(displayNameOr(acct.Org), op, from, to, terms),
 	}
-	c, err = s.store.IssueConfirmation(ctx, c, s.ttl, s.event(caller, req.Operation, EventTokenIssued, "", ""))
+	ttl := s.ttl
+	if action == ActionApprove {
+		c.Approval = ApprovalPending
+		ttl = max(ttl, time.Duration(acct.Policy.ApprovalWindowSeconds)*time.Second)
+	}
+	c, err := s.store.IssueConfirmation(ctx, c, ttl, s.event(caller, op, EventTokenIssued, "", ""))
 	if err != nil {
-		return ChangeResult{}, storeError("issue confirmation", err)
+		return Confirmation{}, "", storeError("issue confirmation", err)
 	}
-	return proposal(c, token), nil
+	return c, token, nil
 }
 
 // planChange resolves the plans of a request and checks its direction.
@@ -239,16 +282,25 @@ func detailsOf(t Terms) Details {
 	}
 }
 
-func proposal(c Confirmation, token string) ChangeResult {
+func (s *Service) proposal(c Confirmation, token string) ChangeResult {
 	yes := true
 	expires := c.ExpiresAt.UTC()
 	details := detailsOf(c.Terms)
-	return ChangeResult{
+	r := ChangeResult{
 		ConfirmRequired: &yes, ConfirmToken: token, ConfirmationID: c.ID,
 		Operation: c.Operation, Summary: c.Summary, Details: &details,
 		TTLSeconds: int(c.ExpiresAt.Sub(c.CreatedAt).Round(time.Second) / time.Second),
 		ExpiresAt:  &expires,
 	}
+	if c.Approval == ApprovalPending {
+		r.ApprovalRequired, r.ApprovalURL = true, s.approvalURL(c.ID)
+	}
+	return r
+}
+
+// approvalURL is the dashboard page where an approver sees the summary.
+func (s *Service) approvalURL(id string) string {
+	return s.publicBaseURL + "/approvals/" + id
 }
 
 func displayNameOr(o Org) string {

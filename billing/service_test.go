@@ -168,6 +168,18 @@ func (s *memStore) RecentActivity(_ context.Context, org, principal string, wind
 	return a, nil
 }
 
+func (s *memStore) ExecutedSince(_ context.Context, org string, window time.Duration) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.state.audit {
+		if e.Org == org && e.Event == EventOperationExecuted && e.At.After(s.now.Add(-window)) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 func (s *memStore) CreateAccount(_ context.Context, a Account) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -220,6 +232,16 @@ func (tx *memTx) LockPending(_ context.Context, org string) ([]Confirmation, err
 	return out, nil
 }
 
+func (tx *memTx) SavePolicy(_ context.Context, org string, p Policy, _ string) error {
+	a, ok := tx.state.accounts[org]
+	if !ok {
+		return ErrNotFound
+	}
+	a.Policy = p
+	tx.state.accounts[org] = a
+	return nil
+}
+
 func (tx *memTx) MarkEventProcessed(_ context.Context, eventID string) (bool, error) {
 	if tx.state.events[eventID] {
 		return false, nil
@@ -238,6 +260,11 @@ func (tx *memTx) Record(_ context.Context, r Record) error {
 			return fmt.Errorf("record: confirmation %s: %w", r.ConfirmationID, ErrNotFound)
 		}
 		c.Status = r.Status
+		tx.state.confirmations[r.ConfirmationID] = c
+	}
+	if r.Approval != nil {
+		c := tx.state.confirmations[r.ConfirmationID]
+		c.Approval, c.Approver = r.Approval.State, r.Approval.Approver
 		tx.state.confirmations[r.ConfirmationID] = c
 	}
 	if r.Subscription != nil {

@@ -42,6 +42,10 @@ type Store interface {
 	// calls within the last window, by the audit log.
 	RecentActivity(ctx context.Context, org, principal string, window time.Duration) (Activity, error)
 
+	// ExecutedSince counts the org's executed plan changes in the last
+	// window, by the audit log.
+	ExecutedSince(ctx context.Context, org string, window time.Duration) (int, error)
+
 	// CreateAccount stores a new org with its subscription.
 	CreateAccount(ctx context.Context, a Account) error
 }
@@ -64,6 +68,9 @@ type Tx interface {
 	// LockPending locks the org's pending confirmations.
 	LockPending(ctx context.Context, org string) ([]Confirmation, error)
 
+	// SavePolicy replaces the org's policy.
+	SavePolicy(ctx context.Context, org string, p Policy, by string) error
+
 	// MarkEventProcessed records a provider event id; false if it was
 	// recorded before.
 	MarkEventProcessed(ctx context.Context, eventID string) (bool, error)
@@ -78,8 +85,16 @@ type Record struct {
 	ConfirmationID string
 	Status         Status        // "" leaves the status alone
 	Subscription   *Subscription // nil leaves the subscription alone; Version is bumped
+	// Approval records an approver's decision.
+	Approval *ApprovalDecision
 	// SyncedSubscription only records SyncedAt: the provider confirmed the
 	// subscription as billingd has it.
 	SyncedSubscription *Subscription
 	Events             []AuditEvent
+}
+
+// ApprovalDecision is an approver's answer.
+type ApprovalDecision struct {
+	State    Approval
+	Approver string
 }

@@ -17,6 +17,7 @@ type Caller struct {
 	Principal string // the token's sub
 	Client    string // azp or client_id: the agent or app acting, if any
 	Admin     bool   // holds billing:admin
+	Agent     bool   // the call came through an agent channel (MCP)
 	RequestID string // for the audit log
 }
 
@@ -47,6 +48,7 @@ type Subscription struct {
 type Account struct {
 	Org          Org
 	Subscription Subscription
+	Policy       Policy
 }
 
 // Status is the lifecycle state of a confirmation.
@@ -61,7 +63,18 @@ const (
 	StatusCancelled   Status = "cancelled"
 	StatusInvalidated Status = "invalidated" // a mismatching second call voided it
 	StatusExpired     Status = "expired"
-	StatusRevoked     Status = "revoked" // the subscription changed outside billingd (drift)
+	StatusRevoked     Status = "revoked"  // the subscription changed outside billingd (drift)
+	StatusRejected    Status = "rejected" // an approver said no
+)
+
+// Approval is the state of a confirmation's out-of-band approval.
+type Approval string
+
+// Approval states; "" when the policy asked for none.
+const (
+	ApprovalPending  Approval = "pending"
+	ApprovalGranted  Approval = "granted"
+	ApprovalRejected Approval = "rejected"
 )
 
 // Terms are the facts a confirmation is bound to: everything the summary
@@ -92,6 +105,8 @@ type Confirmation struct {
 	Terms     Terms
 	Summary   string
 	Status    Status
+	Approval  Approval
+	Approver  string
 	CreatedAt time.Time
 	ExpiresAt time.Time
 }
@@ -116,6 +131,9 @@ const (
 	EventOperationExecuted = "OPERATION_EXECUTED"
 	EventOperationFailed   = "OPERATION_FAILED"
 	EventOperationDenied   = "OPERATION_DENIED"
+	EventApprovalGranted   = "APPROVAL_GRANTED"
+	EventApprovalRejected  = "APPROVAL_REJECTED"
+	EventPolicyUpdated     = "POLICY_UPDATED"
 )
 
 // AuditEvent is one row of the audit log.

@@ -71,6 +71,10 @@ func New(cfg Config) *echo.Echo {
 	api.GET("/confirmations", s.confirmations, read)
 	api.POST("/confirmations/:id/cancel", s.cancel, write)
 	api.GET("/audit", s.audit, admin)
+	api.GET("/policy", s.getPolicy, admin)
+	api.PUT("/policy", s.putPolicy, admin)
+	api.POST("/confirmations/:id/approve", s.decideApproval(true), admin)
+	api.POST("/confirmations/:id/reject", s.decideApproval(false), admin)
 	e.POST("/webhooks/stripe", s.stripeWebhook)
 	if cfg.Mount != nil {
 		cfg.Mount(e)

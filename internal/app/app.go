@@ -144,6 +144,6 @@ func NewService(cfg config.Config, store billing.Store, payments billing.Payment
 	return billing.NewService(billing.Config{
 		Store: store, Payments: payments, Catalog: catalog,
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
-		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, Logger: log,
+		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL, Logger: log,
 	})
 }

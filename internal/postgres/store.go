@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -44,13 +45,34 @@ func (s *Store) Ready(ctx context.Context) error {
 
 const accountColumns = `o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00')` // NULL as Go's zero time
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy` // NULL synced_at as Go's zero time
+
+// accountFrom joins what accountColumns reads; an org without a policy row
+// has the empty policy.
+const accountFrom = `orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id`
 
 func scanAccount(a *billing.Account) []any {
 	return []any{&a.Org.ID, &a.Org.Name, &a.Org.StripeCustomerID,
 		&a.Subscription.StripeSubscriptionID, &a.Subscription.StripeItemID, &a.Subscription.Plan,
 		&a.Subscription.Status, &a.Subscription.CurrentPeriodEnd, &a.Subscription.Version,
-		&a.Subscription.SyncedAt}
+		&a.Subscription.SyncedAt, policyColumn{&a.Policy}}
+}
+
+// policyColumn scans a policy stored as JSON; NULL is the empty policy.
+type policyColumn struct{ p *billing.Policy }
+
+func (pc policyColumn) Scan(src any) error {
+	*pc.p = billing.Policy{}
+	switch v := src.(type) {
+	case nil:
+		return nil
+	case []byte:
+		return json.Unmarshal(v, pc.p)
+	case string:
+		return json.Unmarshal([]byte(v), pc.p)
+	default:
+		return fmt.Errorf("policy column: unexpected %T", src)
+	}
 }
 
 // Account implements billing.Store.
@@ -58,7 +80,7 @@ func (s *Store) Account(ctx context.Context, org string) (billing.Account, time.
 	var a billing.Account
 	var now time.Time
 	err := s.pool.QueryRow(ctx, `SELECT `+accountColumns+`, now()
-		FROM orgs o JOIN subscriptions s ON s.org = o.id WHERE o.id = $1`, org).
+		FROM `+accountFrom+` WHERE o.id = $1`, org).
 		Scan(append(scanAccount(&a), &now)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Account{}, time.Time{}, billing.ErrNotFound
@@ -84,9 +106,11 @@ WITH superseded AS (
 ), issued AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
-		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at)
+		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
+		approval)
 	SELECT $1, $6, $2, $3, $4, $5, 'pending',
-		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond'
+		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond',
+		NULLIF($24, '')
 	FROM (SELECT count(*) FROM superseded) AS after_supersede
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -103,7 +127,7 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 	args := []any{c.ID, c.Org, c.Principal, c.Client, string(c.Operation), c.TokenHash,
 		t.FromPlan, t.ToPlan, t.FromPriceID, t.ToPriceID, t.FromAmountCents, t.ToAmountCents, t.Currency,
 		t.ProrationDate, t.SubscriptionVer, t.AmountDueCents, t.CreditCents, t.NextChargeAt, c.Summary,
-		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome}
+		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome, string(c.Approval)}
 	// Concurrent first calls of one caller must supersede one another in
 	// turn: each takes a transaction-scoped advisory lock on (org, principal,
 	// operation) first. Statements of one batch share an implicit transaction
@@ -143,7 +167,8 @@ const pendingLimit = 200
 // PendingConfirmations implements billing.Store.
 func (s *Store) PendingConfirmations(ctx context.Context, org, principal string) ([]billing.Confirmation, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, operation, summary, principal, client, status, created_at, expires_at
+		SELECT id, operation, summary, principal, client, status, created_at, expires_at,
+			coalesce(approval, ''), coalesce(approver, '')
 		FROM confirmations
 		WHERE org = $1 AND status = 'pending' AND expires_at > now() AND ($2 = '' OR principal = $2)
 		ORDER BY created_at DESC LIMIT $3`, org, principal, pendingLimit)
@@ -152,7 +177,8 @@ func (s *Store) PendingConfirmations(ctx context.Context, org, principal string)
 	}
 	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billing.Confirmation, error) {
 		c := billing.Confirmation{Org: org}
-		err := row.Scan(&c.ID, &c.Operation, &c.Summary, &c.Principal, &c.Client, &c.Status, &c.CreatedAt, &c.ExpiresAt)
+		err := row.Scan(&c.ID, &c.Operation, &c.Summary, &c.Principal, &c.Client, &c.Status, &c.CreatedAt, &c.ExpiresAt,
+			&c.Approval, &c.Approver)
 		return c, err
 	})
 	if err != nil {
@@ -234,4 +260,16 @@ func (s *Store) RecentActivity(ctx context.Context, org, principal string, windo
 		a.OldestRejected = *oldestRejected
 	}
 	return a, nil
+}
+
+// ExecutedSince implements billing.Store.
+func (s *Store) ExecutedSince(ctx context.Context, org string, window time.Duration) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_events
+		WHERE org = $1 AND event = 'OPERATION_EXECUTED' AND at > now() - $2 * interval '1 microsecond'`,
+		org, window.Microseconds()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count executed changes: %w", classify(err))
+	}
+	return n, nil
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -19,14 +20,14 @@ type storeTx struct {
 const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
-	c.summary, c.created_at, c.expires_at`
+	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, '')`
 
 func scanConfirmation(c *billing.Confirmation) []any {
 	t := &c.Terms
 	return []any{&c.ID, &c.TokenHash, &c.Org, &c.Principal, &c.Client, &c.Operation, &c.Status,
 		&t.FromPlan, &t.ToPlan, &t.FromPriceID, &t.ToPriceID, &t.FromAmountCents, &t.ToAmountCents, &t.Currency,
 		&t.ProrationDate, &t.SubscriptionVer, &t.AmountDueCents, &t.CreditCents, &t.NextChargeAt,
-		&c.Summary, &c.CreatedAt, &c.ExpiresAt}
+		&c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.Approval, &c.Approver}
 }
 
 // LockByToken implements billing.Tx. The subscription row is locked with the
@@ -38,9 +39,7 @@ func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenH
 	var now time.Time
 	dest := append(append(scanConfirmation(&c), scanAccount(&a)...), &now)
 	err := t.tx.QueryRow(ctx, `SELECT `+confirmationColumns+`, `+accountColumns+`, now()
-		FROM confirmations c
-		JOIN subscriptions s ON s.org = c.org
-		JOIN orgs o ON o.id = c.org
+		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
 		WHERE c.token_hash = $1 AND c.org = $2 AND c.principal = $3
 		FOR UPDATE OF c, s`, tokenHash, org, principal).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -81,6 +80,10 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 			synced_at = coalesce($6, synced_at), version = version + 1, updated_at = now() WHERE org = $1`,
 			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID, nullTime(sub.SyncedAt))
 	}
+	if a := r.Approval; a != nil {
+		batch.Queue(`UPDATE confirmations SET approval = $2, approver = $3 WHERE id = $1`,
+			r.ConfirmationID, string(a.State), a.Approver)
+	}
 	if sub := r.SyncedSubscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET synced_at = $2 WHERE org = $1`, sub.Org, nullTime(sub.SyncedAt))
 	}
@@ -105,7 +108,7 @@ func nullTime(t time.Time) *time.Time {
 func (t *storeTx) LockSubscription(ctx context.Context, stripeSubscriptionID string) (billing.Account, error) {
 	var a billing.Account
 	err := t.tx.QueryRow(ctx, `SELECT `+accountColumns+`
-		FROM subscriptions s JOIN orgs o ON o.id = s.org
+		FROM `+accountFrom+`
 		WHERE s.stripe_subscription_id = $1 FOR UPDATE OF s`, stripeSubscriptionID).Scan(scanAccount(&a)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Account{}, billing.ErrNotFound
@@ -143,4 +146,19 @@ func (t *storeTx) MarkEventProcessed(ctx context.Context, eventID string) (bool,
 		return false, fmt.Errorf("mark event: %w", classify(err))
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// SavePolicy implements billing.Tx.
+func (t *storeTx) SavePolicy(ctx context.Context, org string, p billing.Policy, by string) error {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	_, err = t.tx.Exec(ctx, `INSERT INTO org_policies (org, policy, updated_by) VALUES ($1, $2, $3)
+		ON CONFLICT (org) DO UPDATE SET policy = excluded.policy, updated_by = excluded.updated_by, updated_at = now()`,
+		org, data, by)
+	if err != nil {
+		return fmt.Errorf("save policy: %w", classify(err))
+	}
+	return nil
 }

@@ -1,0 +1,166 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// dailyWindow is the period of a policy's daily limit.
+const dailyWindow = 24 * time.Hour
+
+// gate applies the org's policy to a quoted change: it returns the action
+// the policy asks for, or operation_denied (audited as OPERATION_DENIED)
+// when a rule denies the change or the daily limit is used up.
+func (s *Service) gate(ctx context.Context, caller Caller, p Policy, op Operation, t Terms) (Action, error) {
+	action, rule := p.decide(changeFacts{op: op, to: t.ToPlan, amountDueCents: t.AmountDueCents, agent: p.isAgent(caller)})
+	if action == ActionDeny {
+		return "", s.deny(ctx, caller, op, "", "policy rule "+rule)
+	}
+	if err := s.checkDailyLimit(ctx, caller, p, op, ""); err != nil {
+		return "", err
+	}
+	return action, nil
+}
+
+// checkDailyLimit refuses a change once the org made DailyLimit changes in
+// the last day.
+func (s *Service) checkDailyLimit(ctx context.Context, caller Caller, p Policy, op Operation, confirmationID string) error {
+	if p.DailyLimit <= 0 {
+		return nil
+	}
+	n, err := s.store.ExecutedSince(ctx, caller.Org, dailyWindow)
+	if err != nil {
+		return storeError("count executed changes", err)
+	}
+	if n < p.DailyLimit {
+		return nil
+	}
+	return s.deny(ctx, caller, op, confirmationID, "daily limit")
+}
+
+// deny audits a refusal by policy and returns operation_denied.
+func (s *Service) deny(ctx context.Context, caller Caller, op Operation, confirmationID, reason string) error {
+	if err := s.store.AppendAudit(ctx, s.event(caller, op, EventOperationDenied, confirmationID, reason)); err != nil {
+		return storeError("audit denial", err)
+	}
+	return Errorf(CodeOperationDenied, "the organisation's policy does not allow this change (%s)", reason)
+}
+
+// Approve grants the out-of-band approval a confirmation waits for. The
+// approver must hold billing:admin in the same org and must not be the
+// principal who asked.
+func (s *Service) Approve(ctx context.Context, approver Caller, id string) (ConfirmationView, error) {
+	return s.decideApproval(ctx, approver, id, ApprovalGranted)
+}
+
+// Reject refuses the approval; the confirmation can no longer execute.
+func (s *Service) Reject(ctx context.Context, approver Caller, id string) (ConfirmationView, error) {
+	return s.decideApproval(ctx, approver, id, ApprovalRejected)
+}
+
+func (s *Service) decideApproval(ctx context.Context, approver Caller, id string, decision Approval) (ConfirmationView, error) {
+	if !approver.Admin {
+		return ConfirmationView{}, Errorf(CodeInsufficientScope, "approving needs billing:admin")
+	}
+	if !wellFormedConfirmationID(id) {
+		return ConfirmationView{}, Errorf(CodeNotFound, "confirmation not found")
+	}
+	var view ConfirmationView
+	var outcome error
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		c, now, err := tx.LockByID(ctx, approver.Org, id)
+		if errors.Is(err, ErrNotFound) {
+			outcome = Errorf(CodeNotFound, "confirmation not found")
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("lock confirmation: %w", err)
+		}
+		if outcome = s.checkApprovable(c, approver, decision, now); outcome != nil || c.Approval == decision {
+			view = viewOfConfirmation(c)
+			return nil
+		}
+		view, err = s.recordApproval(ctx, tx, approver, c, decision)
+		return err
+	})
+	if err != nil {
+		return ConfirmationView{}, storeError("decide approval", err)
+	}
+	return view, outcome
+}
+
+// checkApprovable holds the rules of approving: only a pending confirmation
+// that waits for approval, before it expires, by someone other than the
+// requester. Repeating the same decision is accepted.
+func (s *Service) checkApprovable(c Confirmation, approver Caller, decision Approval, now time.Time) error {
+	switch {
+	case c.Approval == "":
+		return Errorf(CodeInvalidRequest, "this confirmation does not need approval")
+	case c.Principal == approver.Principal:
+		return Errorf(CodeOperationDenied, "a change cannot be approved by the person who asked for it")
+	case c.Approval == decision:
+		return nil
+	case c.Status != StatusPending || c.Approval != ApprovalPending:
+		return Errorf(CodeTokenInvalid, "the confirmation is no longer waiting for approval")
+	case now.After(c.ExpiresAt.Add(s.skew)):
+		return errTokenExpired()
+	}
+	return nil
+}
+
+func (s *Service) recordApproval(ctx context.Context, tx Tx, approver Caller, c Confirmation, decision Approval) (ConfirmationView, error) {
+	event, status := EventApprovalGranted, Status("")
+	if decision == ApprovalRejected {
+		event, status = EventApprovalRejected, StatusRejected
+	}
+	ev := s.event(approver, c.Operation, event, c.ID, "requested by "+c.Principal)
+	err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: status,
+		Approval: &ApprovalDecision{State: decision, Approver: approver.Principal}, Events: []AuditEvent{ev}})
+	c.Approval, c.Approver = decision, approver.Principal
+	if status != "" {
+		c.Status = status
+	}
+	return viewOfConfirmation(c), err
+}
+
+// Policy returns the caller's org's policy (the empty policy, "confirm
+// everything", when none was set).
+func (s *Service) Policy(ctx context.Context, caller Caller) (Policy, error) {
+	acct, _, err := s.account(ctx, caller.Org)
+	if err != nil {
+		return Policy{}, err
+	}
+	if acct.Policy.Rules == nil {
+		acct.Policy.Rules = []PolicyRule{}
+	}
+	return acct.Policy, nil
+}
+
+// SetPolicy validates and stores the org's policy, audited as
+// POLICY_UPDATED in the same transaction.
+func (s *Service) SetPolicy(ctx context.Context, caller Caller, p Policy) (Policy, error) {
+	if !caller.Admin {
+		return Policy{}, Errorf(CodeInsufficientScope, "changing the policy needs billing:admin")
+	}
+	if err := p.validate(s.catalog); err != nil {
+		return Policy{}, Errorf(CodeInvalidRequest, "invalid policy: %v", err)
+	}
+	if p.Rules == nil {
+		p.Rules = []PolicyRule{}
+	}
+	if _, _, err := s.account(ctx, caller.Org); err != nil {
+		return Policy{}, err
+	}
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.SavePolicy(ctx, caller.Org, p, caller.Principal); err != nil {
+			return err
+		}
+		return tx.Record(ctx, Record{Events: []AuditEvent{s.event(caller, "", EventPolicyUpdated, "", "")}})
+	})
+	if err != nil {
+		return Policy{}, storeError("save policy", err)
+	}
+	return p, nil
+}

@@ -1,0 +1,212 @@
+package integration
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// setPolicy replaces the org's policy as an admin and requires success.
+func (h *harness) setPolicy(org, policy string) {
+	h.t.Helper()
+	r := h.do("PUT", "/api/billing/policy", h.admin(org, "policy-admin"), policy)
+	wantStatus(h.t, r, http.StatusOK, "")
+}
+
+func TestPolicyAPI(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("pol", "Pol", "pro")
+	admin := h.admin("pol", "ada")
+	r := h.do("GET", "/api/billing/policy", admin, nil)
+	wantStatus(t, r, http.StatusOK, "")
+	if !strings.Contains(string(r.Body), `"rules":[]`) {
+		t.Fatalf("default policy: %s", r.Body)
+	}
+	wantStatus(t, h.do("GET", "/api/billing/policy", h.user("pol", "ursula"), nil), http.StatusForbidden, "insufficient_scope")
+	wantStatus(t, h.do("PUT", "/api/billing/policy", h.user("pol", "ursula"), `{"rules":[]}`), http.StatusForbidden, "insufficient_scope")
+
+	for name, body := range map[string]string{
+		"unknown action":     `{"rules":[{"name":"big","action":"maybe"}]}`,
+		"unknown plan":       `{"rules":[{"name":"big","to_plans":["gold"],"action":"deny"}]}`,
+		"negative amount":    `{"rules":[{"name":"big","amount_due_above_cents":-1,"action":"approve"}]}`,
+		"bad caller":         `{"rules":[{"name":"big","caller":"robot","action":"approve"}]}`,
+		"unknown field":      `{"rules":[{"name":"x","action":"deny","when":{}}]}`,
+		"long window":        `{"rules":[],"approval_window_seconds":901}`,
+		"duplicate name":     `{"rules":[{"name":"a","action":"deny"},{"name":"a","action":"allow"}]}`,
+		"bad operation":      `{"rules":[{"name":"big","operation":"delete_org","action":"deny"}]}`,
+		"negative day limit": `{"rules":[],"daily_limit":-1}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := h.do("PUT", "/api/billing/policy", admin, body)
+			wantStatus(t, r, http.StatusBadRequest, "invalid_request")
+			if strings.Contains(body, `"name":"big"`) && !strings.Contains(string(r.Body), `rule \"big\"`) {
+				t.Fatalf("message does not name the rule: %s", r.Body)
+			}
+		})
+	}
+	policy := `{"rules":[{"name":"no scale","to_plans":["scale"],"action":"deny"}],"daily_limit":3,"approval_window_seconds":300,"agent_clients":["bot"]}`
+	h.setPolicy("pol", policy)
+	r = h.do("GET", "/api/billing/policy", admin, nil)
+	if !strings.Contains(string(r.Body), `"name":"no scale"`) || !strings.Contains(string(r.Body), `"daily_limit":3`) {
+		t.Fatalf("stored policy: %s", r.Body)
+	}
+	if names := strings.Join(eventNames(h.auditEvents("pol")), " "); !strings.Contains(names, "POLICY_UPDATED") {
+		t.Fatalf("policy change not audited: %s", names)
+	}
+}
+
+func TestPolicyDeny(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	h.createOrg("den", "Den", "pro")
+	h.setPolicy("den", `{"rules":[
+		{"name":"downgrades are fine","operation":"downgrade_plan","action":"allow"},
+		{"name":"no scale","to_plans":["scale"],"action":"deny"},
+		{"name":"everything else is fine","action":"allow"}]}`)
+	tok := h.user("den", "dan")
+	wantStatus(t, h.do("POST", "/api/billing/upgrade", tok, `{"to":"scale"}`), http.StatusForbidden, "operation_denied")
+	if sub := h.subscription(tok); sub != "pro" {
+		t.Fatalf("plan %s", sub)
+	}
+	names := strings.Join(eventNames(h.auditEvents("den")), " ")
+	if !strings.Contains(names, "OPERATION_DENIED:policy rule no scale") || strings.Contains(names, "TOKEN_ISSUED") {
+		t.Fatalf("audit: %s", names)
+	}
+}
+
+// TestPolicyAllow: allow executes on the first call, but only when nothing
+// is due now; a change with a charge still needs the second call.
+func TestPolicyAllow(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	h.createOrg("allow", "Allow", "pro")
+	h.setPolicy("allow", `{"rules":[{"name":"trust us","action":"allow"}]}`)
+	tok := h.user("allow", "al")
+
+	r := h.do("POST", "/api/billing/downgrade", tok, `{"to":"free"}`)
+	wantStatus(t, r, http.StatusOK, "")
+	if !strings.Contains(string(r.Body), `"ok":true`) || h.subscription(tok) != "free" {
+		t.Fatalf("allowed downgrade: %s", r.Body)
+	}
+	p := h.propose(tok, "upgrade", "scale") // a charge: 202, not executed
+	if p.Details.AmountDueNowCents == 0 || h.subscription(tok) != "free" {
+		t.Fatalf("an upgrade with %d due ran on the first call", p.Details.AmountDueNowCents)
+	}
+}
+
+// TestApprovalFlow: an approve rule holds the second call until another
+// admin of the org approves out of band; the agent cannot approve itself.
+func TestApprovalFlow(t *testing.T) {
+	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "60s"))
+	h.createOrg("appr", "Appr", "pro")
+	h.createOrg("other", "Other", "pro")
+	h.setPolicy("appr", `{"agent_clients":["test-agent"],"approval_window_seconds":600,
+		"rules":[{"name":"agents need a human","caller":"agent","action":"approve"}]}`)
+	agent := h.admin("appr", "agent-principal") // even with admin scope, it cannot approve its own request
+	p := h.proposeApproval(agent, "scale")
+	if p.TTLSeconds != 600 {
+		t.Fatalf("ttl %d, want the approval window", p.TTLSeconds)
+	}
+
+	r := h.confirm(agent, "upgrade", "scale", p.ConfirmToken)
+	wantStatus(t, r, http.StatusConflict, "approval_pending")
+	if r.Header.Get("Retry-After") == "" {
+		t.Fatal("approval_pending without Retry-After")
+	}
+	path := "/api/billing/confirmations/" + p.ConfirmationID
+	wantStatus(t, h.do("POST", path+"/approve", agent, nil), http.StatusForbidden, "operation_denied")
+	wantStatus(t, h.do("POST", path+"/approve", h.admin("other", "boss"), nil), http.StatusNotFound, "not_found")
+	wantStatus(t, h.do("POST", path+"/approve", h.user("appr", "clerk"), nil), http.StatusForbidden, "insufficient_scope")
+
+	list := h.do("GET", "/api/billing/confirmations", h.admin("appr", "boss"), nil)
+	if !strings.Contains(string(list.Body), `"approval":"pending"`) || !strings.Contains(string(list.Body), `"client":"test-agent"`) {
+		t.Fatalf("admin's list: %s", list.Body)
+	}
+	r = h.do("POST", path+"/approve", h.admin("appr", "boss"), nil)
+	wantStatus(t, r, http.StatusOK, "")
+	if !strings.Contains(string(r.Body), `"approval":"granted"`) || !strings.Contains(string(r.Body), `"approver":"boss"`) {
+		t.Fatalf("approve: %s", r.Body)
+	}
+	wantStatus(t, h.confirm(agent, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
+	events := h.auditEvents("appr")
+	for _, e := range events {
+		if e.Event == "APPROVAL_GRANTED" && e.Principal != "boss" {
+			t.Fatalf("approval audited for %q", e.Principal)
+		}
+	}
+	names := strings.Join(eventNames(events), " ")
+	if !strings.Contains(names, "APPROVAL_GRANTED") {
+		t.Fatalf("audit: %s", names)
+	}
+}
+
+func TestApprovalRejected(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	h.createOrg("rej", "Rej", "pro")
+	h.setPolicy("rej", `{"rules":[{"name":"big spend","amount_due_above_cents":100,"action":"approve"}]}`)
+	tok := h.user("rej", "rita")
+	p := h.proposeApproval(tok, "scale")
+	r := h.do("POST", "/api/billing/confirmations/"+p.ConfirmationID+"/reject", h.admin("rej", "boss"), nil)
+	wantStatus(t, r, http.StatusOK, "")
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "approval_rejected")
+	wantStatus(t, h.do("POST", "/api/billing/confirmations/"+p.ConfirmationID+"/approve", h.admin("rej", "boss2"), nil),
+		http.StatusConflict, "consent_token_invalid")
+	if sub := h.subscription(tok); sub != "pro" {
+		t.Fatalf("plan %s after a rejection", sub)
+	}
+	if names := strings.Join(eventNames(h.auditEvents("rej")), " "); !strings.Contains(names, "APPROVAL_REJECTED") {
+		t.Fatalf("audit: %s", names)
+	}
+}
+
+func TestApprovalAfterExpiry(t *testing.T) {
+	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "1s"))
+	h.createOrg("exp", "Exp", "pro")
+	h.setPolicy("exp", `{"rules":[{"name":"always","action":"approve"}]}`)
+	tok := h.user("exp", "eve")
+	p := h.proposeApproval(tok, "scale")
+	if p.TTLSeconds != 1 {
+		t.Fatalf("approval extended the TTL to %d without an approval window", p.TTLSeconds)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	wantStatus(t, h.do("POST", "/api/billing/confirmations/"+p.ConfirmationID+"/approve", h.admin("exp", "boss"), nil),
+		http.StatusGone, "consent_token_expired")
+}
+
+func TestDailyLimit(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	h.createOrg("daily", "Daily", "free")
+	h.setPolicy("daily", `{"rules":[],"daily_limit":1}`)
+	tok := h.user("daily", "dot")
+	first := h.propose(tok, "upgrade", "pro")
+	second := h.propose(h.user("daily", "dora"), "upgrade", "scale")
+	wantStatus(t, h.confirm(tok, "upgrade", "pro", first.ConfirmToken), http.StatusOK, "")
+	wantStatus(t, h.do("POST", "/api/billing/upgrade", tok, `{"to":"scale"}`), http.StatusForbidden, "operation_denied")
+	// A token issued before the limit was reached does not slip through.
+	r := h.confirm(h.user("daily", "dora"), "upgrade", "scale", second.ConfirmToken)
+	if r.Status == http.StatusOK {
+		t.Fatal("a second change executed past the daily limit")
+	}
+	if sub := h.subscription(tok); sub != "pro" {
+		t.Fatalf("plan %s", sub)
+	}
+	if names := strings.Join(eventNames(h.auditEvents("daily")), " "); !strings.Contains(names, "OPERATION_DENIED:daily limit") {
+		t.Fatalf("audit: %s", names)
+	}
+}
+
+// proposeApproval makes a first call that must need approval.
+func (h *harness) proposeApproval(token, to string) proposal {
+	h.t.Helper()
+	r := h.do("POST", "/api/billing/upgrade", token, `{"to":"`+to+`"}`)
+	wantStatus(h.t, r, http.StatusAccepted, "")
+	var body struct {
+		proposal
+		ApprovalRequired bool   `json:"approval_required"`
+		ApprovalURL      string `json:"approval_url"`
+	}
+	r.decode(h.t, &body)
+	if !body.ApprovalRequired || body.ApprovalURL != h.env["PUBLIC_BASE_URL"]+"/approvals/"+body.ConfirmationID {
+		h.t.Fatalf("no approval asked: %s", r.Body)
+	}
+	return body.proposal
+}
