@@ -1,0 +1,80 @@
+package billing
+
+import "testing"
+
+func TestPolicyDecide(t *testing.T) {
+	hundred := int64(100)
+	p := Policy{AgentClients: []string{"bot"}, Rules: []PolicyRule{
+		{Name: "cheap changes", AmountDueAboveCents: nil, Operation: OpDowngrade, Action: ActionAllow},
+		{Name: "big spend", AmountDueAboveCents: &hundred, Action: ActionApprove},
+		{Name: "no scale for agents", ToPlans: []string{"scale"}, Caller: "agent", Action: ActionDeny},
+		{Name: "humans may upgrade to pro", ToPlans: []string{"pro"}, Caller: "user", Action: ActionAllow},
+	}}
+	cases := []struct {
+		name   string
+		facts  changeFacts
+		action Action
+		rule   string
+	}{
+		{"no rule matches: confirm", changeFacts{op: OpUpgrade, to: "free", amountDueCents: 50}, ActionConfirm, ""},
+		{"allow with nothing due", changeFacts{op: OpDowngrade, to: "free"}, ActionAllow, "cheap changes"},
+		{"amount at the threshold does not match", changeFacts{op: OpUpgrade, to: "team", amountDueCents: 100}, ActionConfirm, ""},
+		{"amount above the threshold", changeFacts{op: OpUpgrade, to: "team", amountDueCents: 101}, ActionApprove, "big spend"},
+		{"most restrictive wins", changeFacts{op: OpUpgrade, to: "scale", amountDueCents: 500, agent: true}, ActionDeny, "no scale for agents"},
+		{"caller user does not match agents", changeFacts{op: OpUpgrade, to: "scale", amountDueCents: 50}, ActionConfirm, ""},
+		{"allow with money due becomes confirm", changeFacts{op: OpUpgrade, to: "pro", amountDueCents: 50}, ActionConfirm, "humans may upgrade to pro"},
+		{"allow for agents does not match a user rule", changeFacts{op: OpUpgrade, to: "pro", agent: true}, ActionConfirm, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			action, rule := p.decide(c.facts)
+			if action != c.action || rule != c.rule {
+				t.Fatalf("decide = %s (%q), want %s (%q)", action, rule, c.action, c.rule)
+			}
+		})
+	}
+}
+
+func TestPolicyIsAgent(t *testing.T) {
+	p := Policy{AgentClients: []string{"bot"}}
+	for _, c := range []struct {
+		caller Caller
+		want   bool
+	}{
+		{Caller{Agent: true}, true},
+		{Caller{Client: "bot"}, true},
+		{Caller{Client: "dashboard"}, false},
+		{Caller{}, false},
+	} {
+		if got := p.isAgent(c.caller); got != c.want {
+			t.Errorf("isAgent(%+v) = %v", c.caller, got)
+		}
+	}
+}
+
+func TestPolicyValidate(t *testing.T) {
+	cat, err := NewCatalog(DefaultPlans())
+	if err != nil {
+		t.Fatal(err)
+	}
+	neg := int64(-1)
+	for name, p := range map[string]Policy{
+		"unnamed rule":      {Rules: []PolicyRule{{Action: ActionDeny}}},
+		"bad action":        {Rules: []PolicyRule{{Name: "a", Action: "maybe"}}},
+		"unknown plan":      {Rules: []PolicyRule{{Name: "a", ToPlans: []string{"gold"}, Action: ActionDeny}}},
+		"negative amount":   {Rules: []PolicyRule{{Name: "a", AmountDueAboveCents: &neg, Action: ActionDeny}}},
+		"window too long":   {ApprovalWindowSeconds: MaxApprovalWindow + 1},
+		"negative limit":    {DailyLimit: -1},
+		"duplicate names":   {Rules: []PolicyRule{{Name: "a", Action: ActionDeny}, {Name: "a", Action: ActionAllow}}},
+		"unknown caller":    {Rules: []PolicyRule{{Name: "a", Caller: "robot", Action: ActionDeny}}},
+		"unknown operation": {Rules: []PolicyRule{{Name: "a", Operation: "delete", Action: ActionDeny}}},
+	} {
+		if err := p.validate(cat); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	ok := Policy{DailyLimit: 3, ApprovalWindowSeconds: 900, Rules: []PolicyRule{{Name: "big spend", Action: ActionApprove}}}
+	if err := ok.validate(cat); err != nil {
+		t.Errorf("valid policy refused: %v", err)
+	}
+}
