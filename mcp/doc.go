@@ -1,0 +1,26 @@
+// Package mcp is billingd's Model Context Protocol server: the plan-change
+// handshake as tools an AI agent can call (contract §7), on the official Go
+// SDK (github.com/modelcontextprotocol/go-sdk, imported here as sdk).
+//
+// The five tools (upgrade_plan, downgrade_plan, get_subscription, list_plans,
+// cancel_confirmation) decode their typed arguments, call billing.Service and
+// encode its result; every handshake rule lives in billing, so a token issued
+// over MCP is redeemable over REST and the other way round. Successful
+// results carry the REST body as structuredContent; failures are isError
+// results with the contract's {"error":{"code","message"}}, built by the one
+// mapping in results.go.
+//
+// Identity reaches a tool only through the SDK's token info
+// (req.Extra.TokenInfo), never through an argument. Over Streamable HTTP
+// (Handler) the SDK's RequireBearerToken verifies the bearer token with
+// internal/auth, and a scope gate answers a tools/call the token's scopes do
+// not cover with 403 insufficient_scope so that clients can step up. Over
+// stdio (ServeStdio) the identity is one access token, verified at start
+// exactly like a bearer token and attached to every call. Each tool checks
+// its scope and the token's expiry again, so neither transport relies on the
+// other's checks.
+//
+// MCP sessions carry no authority: a confirmation is bound to the org and
+// principal in billing's store, so it survives reconnects, other replicas and
+// a switch to REST.
+package mcp

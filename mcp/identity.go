@@ -1,0 +1,79 @@
+package mcp
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"time"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/auth"
+)
+
+// Keys of sdkauth.TokenInfo.Extra: what billing needs from the token besides
+// the principal (UserID) and scopes.
+const (
+	extraOrg    = "org"
+	extraClient = "client"
+)
+
+// tokenInfo is the SDK's view of a verified access token. UserID is the
+// principal, so the SDK binds each HTTP session to the principal that
+// opened it.
+func tokenInfo(id auth.Identity) *sdkauth.TokenInfo {
+	return &sdkauth.TokenInfo{
+		Scopes:     id.Scopes,
+		Expiration: id.Expiry,
+		UserID:     id.Subject,
+		Extra:      map[string]any{extraOrg: id.Org, extraClient: id.Client},
+	}
+}
+
+const requestIDHeader = "X-Request-Id"
+
+// callerOf is the caller of a tool call, from the token info the transport
+// attached and nothing else. It checks the token's expiry and the tool's
+// scope itself: over HTTP the bearer middleware and the scope gate checked
+// them already, but a stdio session lives longer than its token, and a check
+// in the tool cannot be bypassed by a request the gate misread.
+func callerOf(req *sdk.CallToolRequest, scope string) (billing.Caller, error) {
+	caller := billing.Caller{RequestID: requestIDOf(req.Extra)}
+	var info *sdkauth.TokenInfo
+	if req.Extra != nil {
+		info = req.Extra.TokenInfo
+	}
+	if info == nil || info.UserID == "" || !time.Now().Before(info.Expiration) {
+		return caller, billing.Errorf(billing.CodeUnauthorized, "missing, invalid or expired access token")
+	}
+	caller.Principal = info.UserID
+	caller.Org, _ = info.Extra[extraOrg].(string)
+	caller.Client, _ = info.Extra[extraClient].(string)
+	caller.Admin = slices.Contains(info.Scopes, auth.ScopeAdmin)
+	if caller.Org == "" {
+		return caller, billing.Errorf(billing.CodeUnauthorized, "the access token names no organisation")
+	}
+	if !slices.Contains(info.Scopes, scope) {
+		return caller, billing.Errorf(billing.CodeInsufficientScope, "the access token lacks the %s scope", scope)
+	}
+	return caller, nil
+}
+
+// requestIDOf is the request id the HTTP layer chose (see withRequestID), or
+// a new one for a call that came without (stdio).
+func requestIDOf(extra *sdk.RequestExtra) string {
+	if extra != nil && extra.Header != nil {
+		if id := extra.Header.Get(requestIDHeader); id != "" {
+			return id
+		}
+	}
+	return newRequestID()
+}
+
+func newRequestID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,108 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/billingd/billingd/billing"
+)
+
+// errorEnvelope is a failed tool call's structuredContent (contract §7).
+type errorEnvelope struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    billing.Code `json:"code" jsonschema:"one of the contract's error codes, e.g. consent_token_expired"`
+	Message string       `json:"message" jsonschema:"what went wrong, for humans"`
+}
+
+// nextStep is the one table from billing error codes to MCP tool results:
+// the code and message are the contract's, and this adds what an agent
+// should do next, in the text block. Codes without an entry need no advice.
+var nextStep = map[billing.Code]string{
+	billing.CodeTokenExpired:        "Nothing was changed. If the user still wants the change, make the first call again and show them the new summary.",
+	billing.CodeTokenMismatch:       "Nothing was changed: the arguments differ from the first call, or something the summary stated has changed since. Make the first call again and show the user the new summary.",
+	billing.CodeTokenInvalid:        "Nothing was changed: the token is unknown, already used, superseded or cancelled. If the user still wants the change, make the first call again.",
+	billing.CodeUnknownPlan:         "Call list_plans for the valid plan ids.",
+	billing.CodeInvalidPlanChange:   "Use upgrade_plan for a more expensive plan and downgrade_plan for a cheaper one.",
+	billing.CodePaymentFailed:       "The plan was not changed; tell the user that the payment failed.",
+	billing.CodeUnauthorized:        "The access token is missing, invalid or expired: the user must sign in again.",
+	billing.CodeInsufficientScope:   "The access token does not grant this tool's scope: the user must authorise it.",
+	billing.CodeRateLimited:         "Wait a little before calling again.",
+	billing.CodeUpstreamUnavailable: "Nothing is known to have changed; retry shortly with the same arguments.",
+}
+
+// success is a tool result carrying out as structuredContent (set by the SDK
+// from the handler's output), a text block for humans, and the serialized
+// JSON for clients that read only text (the MCP spec's compatibility advice).
+func success(text string, out any) *sdk.CallToolResult {
+	content := []sdk.Content{&sdk.TextContent{Text: text}}
+	if data, err := json.Marshal(out); err == nil {
+		content = append(content, &sdk.TextContent{Text: string(data)})
+	}
+	return &sdk.CallToolResult{Content: content}
+}
+
+// failure turns err into an isError result. Only the public message leaves
+// the process; an internal or upstream cause is logged with the request id.
+func failure(ctx context.Context, log *slog.Logger, tool string, caller billing.Caller, err error) *sdk.CallToolResult {
+	code := billing.ErrorCode(err)
+	attrs := callAttrs(tool, caller, string(code))
+	if code == billing.CodeInternal || code == billing.CodeUpstreamUnavailable {
+		log.ErrorContext(ctx, "tool call failed", append(attrs, "err", err)...)
+	} else {
+		log.InfoContext(ctx, "tool call", attrs...)
+	}
+	return errorResult(code, billing.PublicMessage(err), billing.RetryAfter(err))
+}
+
+// errorResult is the one shape of a failed tool call: isError, the
+// contract's envelope as structuredContent, and a text block with the code,
+// the message and the next step for the agent (with REST's Retry-After, when
+// there is one, in words).
+func errorResult(code billing.Code, message string, retryAfter time.Duration) *sdk.CallToolResult {
+	envelope := errorEnvelope{Error: errorDetail{Code: code, Message: message}}
+	text := string(code) + ": " + message
+	if next := nextStep[code]; next != "" {
+		text += " " + next
+	}
+	if retryAfter > 0 {
+		text += fmt.Sprintf(" Retry after %d seconds.", int(retryAfter.Round(time.Second)/time.Second))
+	}
+	data, _ := json.Marshal(envelope) // two strings: cannot fail
+	return &sdk.CallToolResult{
+		IsError:           true,
+		StructuredContent: json.RawMessage(data),
+		Content:           []sdk.Content{&sdk.TextContent{Text: text}, &sdk.TextContent{Text: string(data)}},
+	}
+}
+
+// sdkErrorsAsContract gives the isError results the SDK makes itself, for
+// arguments that fail the input schema before any tool runs, the contract's
+// shape too. Their text may quote the arguments, so it is replaced.
+func sdkErrorsAsContract(log *slog.Logger) sdk.Middleware {
+	return func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+			res, err := next(ctx, method, req)
+			call, isCall := req.(*sdk.CallToolRequest)
+			if r, ok := res.(*sdk.CallToolResult); ok && isCall && err == nil && r.IsError && r.StructuredContent == nil {
+				log.InfoContext(ctx, "tool call", "tool", call.Params.Name, "outcome", billing.CodeInvalidRequest)
+				return errorResult(billing.CodeInvalidRequest, "the arguments do not match the tool's input schema (see tools/list)", 0), nil
+			}
+			return res, err
+		}
+	}
+}
+
+// callAttrs are the log attributes of a tool call: never arguments, which
+// may hold a confirmation token.
+func callAttrs(tool string, caller billing.Caller, outcome string) []any {
+	return []any{"tool", tool, "org", caller.Org, "principal", caller.Principal, "client", caller.Client,
+		"request_id", caller.RequestID, "outcome", outcome}
+}

@@ -1,0 +1,116 @@
+package mcp
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/auth"
+)
+
+// Verifier checks bearer access tokens (internal/auth.Verifier).
+type Verifier interface {
+	Verify(ctx context.Context, raw string) (auth.Identity, error)
+}
+
+// Config wires the MCP server.
+type Config struct {
+	Service  *billing.Service
+	Verifier Verifier
+	// PublicBaseURL is the server's canonical external URL: the MCP resource
+	// is PublicBaseURL+"/mcp" and its metadata is served under
+	// /.well-known/oauth-protected-resource/mcp.
+	PublicBaseURL string
+	// Logger receives one line per tool call and the causes of internal
+	// errors. Over stdio it must not write to stdout.
+	Logger *slog.Logger
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Logger
+}
+
+// instructions tell the agent, once per session, how the tools fit together.
+const instructions = `billingd changes this organisation's subscription plan. ` +
+	`upgrade_plan and downgrade_plan take two calls: the first never changes anything and returns a summary and a confirm_token; ` +
+	`show the summary to the user verbatim and make the second call, with the confirm_token, only after the user explicitly agrees. ` +
+	`Use list_plans for plan ids and prices, get_subscription for the current plan, and cancel_confirmation when the user declines.`
+
+// newServer returns an SDK server with billingd's tools.
+func newServer(cfg Config) *sdk.Server {
+	s := sdk.NewServer(&sdk.Implementation{Name: "billingd", Title: "billingd plan changes", Version: version()},
+		&sdk.ServerOptions{
+			Instructions: instructions,
+			Logger:       cfg.logger(),
+			// Only tools, and a fixed list of them: no logging capability (the
+			// SDK's default) and no list-changed notifications to subscribe to.
+			Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
+		})
+	registerTools(s, tools{svc: cfg.Service, log: cfg.logger()})
+	s.AddReceivingMiddleware(sdkErrorsAsContract(cfg.logger()))
+	return s
+}
+
+// toolFunc is the body of a tool: it gets the verified caller and the
+// decoded arguments and returns the REST-shaped result with a line of text
+// for the content block.
+type toolFunc[In, Out any] func(ctx context.Context, caller billing.Caller, in In) (out Out, text string, err error)
+
+// addTool registers a tool whose arguments are In and whose successful
+// result is Out.
+//
+// The SDK's typed handler would put a zero Out into structuredContent even
+// when the tool fails, and would check a failure's {"error":…} against Out's
+// schema. So the SDK sees the result as any, and the declared output schema
+// is built here from Out: success or the error envelope (outputSchema). A
+// success is still marshalled and validated against it by the SDK.
+func addTool[In, Out any](s *sdk.Server, t *sdk.Tool, log *slog.Logger, run toolFunc[In, Out]) {
+	scope, ok := toolScopes[t.Name]
+	if !ok {
+		panic("mcp: no scope for tool " + t.Name)
+	}
+	t.OutputSchema = outputSchema[Out]()
+	sdk.AddTool(s, t, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
+		caller, err := callerOf(req, scope)
+		if err != nil {
+			return failure(ctx, log, t.Name, caller, err), nil, nil
+		}
+		out, text, err := run(ctx, caller, in)
+		if err != nil {
+			return failure(ctx, log, t.Name, caller, err), nil, nil
+		}
+		log.InfoContext(ctx, "tool call", callAttrs(t.Name, caller, "ok")...)
+		return success(text, out), out, nil
+	})
+}
+
+// outputSchema is the tool's declared result: the REST body Out on success,
+// or the contract's error envelope when isError is true. Strict clients (the
+// npm SDK) validate structuredContent against it even for errors.
+func outputSchema[Out any]() *jsonschema.Schema {
+	ok := mustSchema[Out]()
+	failed := mustSchema[errorEnvelope]()
+	return &jsonschema.Schema{Type: "object", AnyOf: []*jsonschema.Schema{ok, failed}}
+}
+
+func mustSchema[T any]() *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic("mcp: schema: " + err.Error())
+	}
+	return s
+}
+
+func version() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "dev"
+}

@@ -1,0 +1,168 @@
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/auth"
+)
+
+// Tool names (contract §7). The plan tools are named after the operations
+// they gate, which is also how billing records them.
+const (
+	toolUpgrade         = string(billing.OpUpgrade)
+	toolDowngrade       = string(billing.OpDowngrade)
+	toolSubscription    = "get_subscription"
+	toolPlans           = "list_plans"
+	toolCancel          = "cancel_confirmation"
+	twoCallInstructions = `This tool takes two calls. ` +
+		`The first call, without confirm_token, NEVER changes anything: it returns a summary of exactly what will happen and what it costs, and a single-use confirm_token that expires after ttl_seconds. ` +
+		`Show the summary to the user verbatim (do not paraphrase, shorten or translate it) and ask whether they agree. ` +
+		`Only after the user explicitly agrees, call this tool again with the same "to" and the confirm_token: that second call executes the change. ` +
+		`Never make the second call on your own judgement or on consent the user gave to an earlier summary. ` +
+		`If the second call says consent_token_expired, consent_token_mismatch or consent_token_invalid, nothing was changed: start again with a first call and show the new summary. ` +
+		`If the user declines, call cancel_confirmation with the confirmation_id. ` +
+		`If the organisation is already on that plan, the result says noop and no token is issued.`
+)
+
+// toolScopes is the one table of the scope each tool needs (contract §4). The
+// HTTP scope gate and the tools themselves both read it.
+var toolScopes = map[string]string{
+	toolUpgrade:      auth.ScopeWrite,
+	toolDowngrade:    auth.ScopeWrite,
+	toolCancel:       auth.ScopeWrite,
+	toolSubscription: auth.ScopeRead,
+	toolPlans:        auth.ScopeRead,
+}
+
+// changePlanArgs are the arguments of upgrade_plan and downgrade_plan.
+type changePlanArgs struct {
+	To           string `json:"to" jsonschema:"Id of the plan to move to, as listed by list_plans (for example scale). The same value on both calls."`
+	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"Second call only: the confirm_token returned by the first call. Send it only after the user has read the summary and explicitly agreed. Omit it on the first call."`
+}
+
+// cancelArgs are the arguments of cancel_confirmation.
+type cancelArgs struct {
+	ConfirmationID string `json:"confirmation_id" jsonschema:"The confirmation_id returned by the first call of upgrade_plan or downgrade_plan."`
+}
+
+// noArgs is the argument object of the read tools: empty.
+type noArgs struct{}
+
+// planList is the body of list_plans, as GET /api/billing/plans.
+type planList struct {
+	Plans []billing.PlanView `json:"plans"`
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// registerTools adds the five tools of contract §7 to s.
+func registerTools(s *sdk.Server, t tools) {
+	addTool(s, &sdk.Tool{
+		Name:        toolUpgrade,
+		Title:       "Upgrade the subscription plan",
+		Description: "Move the organisation to a more expensive plan; the second call charges the prorated difference now. " + twoCallInstructions,
+		Annotations: planChangeAnnotations("Upgrade the subscription plan"),
+	}, t.log, t.changePlan(billing.OpUpgrade))
+	addTool(s, &sdk.Tool{
+		Name:        toolDowngrade,
+		Title:       "Downgrade the subscription plan",
+		Description: "Move the organisation to a cheaper plan; the unused part of the period is credited on the next invoice. " + twoCallInstructions,
+		Annotations: planChangeAnnotations("Downgrade the subscription plan"),
+	}, t.log, t.changePlan(billing.OpDowngrade))
+	addTool(s, &sdk.Tool{
+		Name:        toolSubscription,
+		Title:       "Current subscription",
+		Description: "Read the organisation's current plan, its status and the end of the current billing period. Changes nothing.",
+		Annotations: readOnlyAnnotations("Current subscription"),
+	}, t.log, t.subscription)
+	addTool(s, &sdk.Tool{
+		Name:        toolPlans,
+		Title:       "Plan catalog",
+		Description: "List the plans, cheapest first, with their prices (amount_cents is in the currency's smallest unit) and billing interval. Changes nothing.",
+		Annotations: readOnlyAnnotations("Plan catalog"),
+	}, t.log, t.plans)
+	addTool(s, &sdk.Tool{
+		Name:  toolCancel,
+		Title: "Cancel a pending plan change",
+		Description: "Cancel a plan change the user declined: the confirmation's token can no longer be used, so the change cannot execute. " +
+			"Takes the confirmation_id from the first call of upgrade_plan or downgrade_plan. Cancelling an already cancelled confirmation succeeds again.",
+		Annotations: &sdk.ToolAnnotations{Title: "Cancel a pending plan change",
+			ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true, OpenWorldHint: ptr(false)},
+	}, t.log, t.cancel)
+}
+
+// planChangeAnnotations: the second call changes a real subscription at the
+// payment provider, and calling again is a new change, not a repeat.
+func planChangeAnnotations(title string) *sdk.ToolAnnotations {
+	return &sdk.ToolAnnotations{Title: title, ReadOnlyHint: false, DestructiveHint: ptr(true), IdempotentHint: false, OpenWorldHint: ptr(true)}
+}
+
+// readOnlyAnnotations: billingd's own records only.
+func readOnlyAnnotations(title string) *sdk.ToolAnnotations {
+	return &sdk.ToolAnnotations{Title: title, ReadOnlyHint: true, OpenWorldHint: ptr(false)}
+}
+
+// tools holds what the tool bodies need.
+type tools struct {
+	svc *billing.Service
+	log *slog.Logger
+}
+
+func (t tools) changePlan(op billing.Operation) toolFunc[changePlanArgs, billing.ChangeResult] {
+	return func(ctx context.Context, caller billing.Caller, in changePlanArgs) (billing.ChangeResult, string, error) {
+		res, err := t.svc.ChangePlan(ctx, caller, billing.ChangeRequest{Operation: op, To: in.To, ConfirmToken: in.ConfirmToken})
+		if err != nil {
+			return billing.ChangeResult{}, "", err
+		}
+		return res, changeText(res), nil
+	}
+}
+
+// changeText is the text block of a plan tool's result: on a first call the
+// summary alone, so that a client showing text shows exactly what the user
+// must agree to.
+func changeText(res billing.ChangeResult) string {
+	switch sub := res.Subscription; {
+	case res.Proposed():
+		return res.Summary
+	case res.Noop && sub != nil:
+		return fmt.Sprintf("Already on the %s plan: nothing changed and no confirmation is needed.", sub.Plan)
+	case sub != nil:
+		return fmt.Sprintf("Done: the subscription is now on the %s plan (status %s).", sub.Plan, sub.Status)
+	default:
+		return "Done."
+	}
+}
+
+func (t tools) subscription(ctx context.Context, caller billing.Caller, _ noArgs) (billing.SubscriptionView, string, error) {
+	sub, err := t.svc.Subscription(ctx, caller)
+	if err != nil {
+		return billing.SubscriptionView{}, "", err
+	}
+	text := fmt.Sprintf("Organisation %s is on the %s plan (status %s); the current period ends %s.",
+		sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd.Format("January 2, 2006"))
+	return sub, text, nil
+}
+
+func (t tools) plans(_ context.Context, _ billing.Caller, _ noArgs) (planList, string, error) {
+	plans := t.svc.Plans()
+	names := make([]string, 0, len(plans))
+	for _, p := range plans {
+		names = append(names, fmt.Sprintf("%s (%s)", p.ID, p.Name))
+	}
+	return planList{Plans: plans}, "Plans, cheapest first: " + strings.Join(names, ", ") + ".", nil
+}
+
+func (t tools) cancel(ctx context.Context, caller billing.Caller, in cancelArgs) (billing.CancelResult, string, error) {
+	res, err := t.svc.Cancel(ctx, caller, in.ConfirmationID)
+	if err != nil {
+		return billing.CancelResult{}, "", err
+	}
+	return res, fmt.Sprintf("Confirmation %s is cancelled: its token can no longer be used.", res.ID), nil
+}
