@@ -14,12 +14,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/stripepay"
+	"github.com/billingd/billingd/mcp"
 	"github.com/billingd/billingd/rest"
 )
 
@@ -80,8 +82,14 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	a.Handler = rest.New(rest.Config{
 		Service: a.Service, Verifier: a.verifier, PublicBaseURL: cfg.PublicBaseURL, Issuer: cfg.OAuthIssuer,
 		StripeWebhookSecret: cfg.StripeWebhookSecret, Ready: a.Store.Ready, Logger: a.Log,
+		Mount: func(e *echo.Echo) { e.Any("/mcp", echo.WrapHandler(mcp.Handler(a.MCPConfig()))) },
 	})
 	return a, nil
+}
+
+// MCPConfig is what the MCP tools need, at /mcp and in billingd mcp stdio.
+func (a *App) MCPConfig() mcp.Config {
+	return mcp.Config{Service: a.Service, Verifier: a.verifier, PublicBaseURL: a.Config.PublicBaseURL, Logger: a.Log}
 }
 
 // Close releases the database pool and stops the key refresh.
