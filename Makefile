@@ -25,8 +25,17 @@ run: build ## run billingd dev: everything on one machine, no configuration
 build: ## build ./bin/billingd
 	go build -o bin/billingd ./cmd/billingd
 
-test: tools ## run every test: unit, and integration against PostgreSQL and stripe-mock
+# The npm MCP client of the end-to-end MCP test, pinned by its lock file. npm
+# writes node_modules/.package-lock.json, so a lock file change reinstalls.
+NPM_CLIENT := integration/npmclient
+NPM_CLIENT_INSTALLED := $(NPM_CLIENT)/node_modules/.package-lock.json
+
+test: tools $(NPM_CLIENT_INSTALLED) ## run every test: unit, and integration against PostgreSQL and stripe-mock
 	go test -race -count=1 ./...
+
+$(NPM_CLIENT_INSTALLED): $(NPM_CLIENT)/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix $(NPM_CLIENT) --no-audit --no-fund; \
+	else echo "npm not found: TestMCPNpmClient will skip (and fail with CI=true)"; fi
 
 tools: $(STRIPE_MOCK) ## install the pinned test tools (stripe-mock)
 

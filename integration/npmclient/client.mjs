@@ -1,0 +1,70 @@
+// End-to-end MCP client on the official npm SDK, run by
+// integration/mcp_npm_test.go: it connects to billingd over Streamable HTTP
+// with a bearer token, lists the tools, runs the two-call upgrade the way an
+// agent should (first call, show the summary, second call with the token),
+// replays the spent token, reads the subscription, and prints one JSON
+// object describing what it saw. Any failure exits non-zero with a message
+// on stderr.
+//
+// Environment: BILLINGD_MCP_URL (http://host:port/mcp),
+// BILLINGD_ACCESS_TOKEN (bearer token), BILLINGD_PLAN (plan to upgrade to).
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+function need(name) {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is required`);
+  return value;
+}
+
+async function call(client, name, args) {
+  // callTool validates structuredContent against the tool's output schema,
+  // for errors too: a shape billingd did not declare fails here.
+  return client.callTool({ name, arguments: args });
+}
+
+function summarize(result) {
+  return {
+    isError: result.isError === true,
+    structuredContent: result.structuredContent,
+    text: (result.content ?? []).filter((c) => c.type === "text").map((c) => c.text),
+  };
+}
+
+async function main() {
+  const url = new URL(need("BILLINGD_MCP_URL"));
+  const token = need("BILLINGD_ACCESS_TOKEN");
+  const to = need("BILLINGD_PLAN");
+
+  const transport = new StreamableHTTPClientTransport(url, {
+    requestInit: { headers: { Authorization: `Bearer ${token}` } },
+  });
+  const client = new Client({ name: "billingd-npm-e2e", version: "1.0.0" });
+  await client.connect(transport);
+  try {
+    const { tools } = await client.listTools();
+    const first = await call(client, "upgrade_plan", { to });
+    if (first.isError) throw new Error(`first call failed: ${JSON.stringify(first.structuredContent)}`);
+    // An agent shows first.structuredContent.summary to its user here and
+    // makes the second call only after the user agrees.
+    const second = await call(client, "upgrade_plan", { to, confirm_token: first.structuredContent.confirm_token });
+    const replay = await call(client, "upgrade_plan", { to, confirm_token: first.structuredContent.confirm_token });
+    const subscription = await call(client, "get_subscription", {});
+    process.stdout.write(JSON.stringify({
+      protocolVersion: transport.protocolVersion,
+      server: client.getServerVersion(),
+      tools: tools.map((t) => ({ name: t.name, annotations: t.annotations, required: t.inputSchema.required ?? [] })),
+      first: summarize(first),
+      second: summarize(second),
+      replay: summarize(replay),
+      subscription: summarize(subscription),
+    }) + "\n");
+  } finally {
+    await client.close();
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`npm MCP client: ${err?.stack ?? err}\n`);
+  process.exit(1);
+});
