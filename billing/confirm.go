@@ -59,6 +59,7 @@ func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest)
 func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account) (ChangeResult, error, error) {
 	to, _ := s.catalog.Plan(c.Terms.ToPlan) // checkRedeemable made sure it exists
 	change := planChangeFor(acct, to, c.Operation, c.Terms.ProrationDate)
+	change.ConfirmationID = c.ID
 	// The provider call must finish even if the client goes away (a half-sent
 	// change would be left for a retry to discover), but never hold the row
 	// lock longer than execTimeout.

@@ -18,6 +18,11 @@ type PlanChange struct {
 	// refuses the change if the payment fails (upgrades). Otherwise the
 	// proration is carried to the next invoice (downgrades).
 	ChargeNow bool
+	// ConfirmationID is the confirmation being executed ("" for a preview).
+	// Providers record it with the change so that it can be traced from the
+	// provider's side to the audit log; it is the same on every retry, so it
+	// never breaks an idempotent replay the way a per-request value would.
+	ConfirmationID string
 }
 
 // Preview is what a plan change would cost.

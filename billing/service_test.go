@@ -631,8 +631,11 @@ func TestChangePlanConfirmExecutesOnce(t *testing.T) {
 	if calls[0].key != "billingd-"+p.ConfirmationID {
 		t.Errorf("idempotency key = %q, want derived from %s", calls[0].key, p.ConfirmationID)
 	}
-	if calls[0].change != f.provider.previews[0] {
-		t.Errorf("executed change %+v differs from the previewed %+v", calls[0].change, f.provider.previews[0])
+	// The executed change is the previewed one, naming its confirmation.
+	previewed := f.provider.previews[0]
+	previewed.ConfirmationID = p.ConfirmationID
+	if calls[0].change != previewed {
+		t.Errorf("executed change %+v differs from the previewed %+v", calls[0].change, previewed)
 	}
 	if c := f.confirmation(t, p.ConfirmationID); c.Status != StatusExecuted {
 		t.Errorf("status = %s, want executed", c.Status)

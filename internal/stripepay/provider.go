@@ -36,7 +36,10 @@ func (p *Provider) PreviewPlanChange(ctx context.Context, change billing.PlanCha
 
 // ApplyPlanChange swaps the subscription item's price. The same
 // idempotencyKey makes Stripe replay the first outcome instead of changing
-// the subscription again.
+// the subscription again. The confirmation id goes into the subscription's
+// metadata (billingd_confirmation_id) for tracing; a request id would differ
+// between a request and its retry, and Stripe refuses a replayed key whose
+// parameters differ.
 func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
 	if err := checkIdempotencyKey(idempotencyKey); err != nil {
 		return billing.AppliedChange{}, fmt.Errorf("stripe update subscription: %w", err)
@@ -49,6 +52,9 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 		ProrationBehavior: stripe.String(prorationBehavior(change.ChargeNow)),
 		ProrationDate:     unixParam(change.ProrationDate),
 		PaymentBehavior:   stripe.String(paymentBehavior(change.ChargeNow)),
+	}
+	if change.ConfirmationID != "" {
+		params.AddMetadata(MetadataConfirmationID, change.ConfirmationID)
 	}
 	params.SetIdempotencyKey(idempotencyKey)
 	params.Context = ctx
@@ -67,6 +73,10 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 		ItemID:           itemID,
 	}, nil
 }
+
+// MetadataConfirmationID is the subscription metadata key naming the
+// confirmation that last changed the plan.
+const MetadataConfirmationID = "billingd_confirmation_id"
 
 // CreateCustomer creates a customer and subscribes it to c.PriceID. Each of
 // the two requests has its own key derived from idempotencyKey, so a retry

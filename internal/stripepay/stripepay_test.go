@@ -371,6 +371,28 @@ func TestFakeApplyThenDowngradePreview(t *testing.T) {
 	}
 }
 
+// TestFakeApplyRecordsConfirmation: the executed confirmation is written to
+// the subscription's metadata, and a retry under the same key (same
+// metadata) is replayed rather than refused as a different request.
+func TestFakeApplyRecordsConfirmation(t *testing.T) {
+	t.Parallel()
+	env := newFakeEnv(t, Config{})
+	change := env.change(priceScale, true)
+	change.ConfirmationID = "cfm_traced"
+	for attempt := 1; attempt <= 2; attempt++ {
+		if _, err := env.p.ApplyPlanChange(context.Background(), change, "billingd-cfm_traced"); err != nil {
+			t.Fatalf("attempt %d: %v", attempt, err)
+		}
+	}
+	sub, _ := env.fake.Subscription(env.cust.SubscriptionID)
+	if got := sub.Metadata[MetadataConfirmationID]; got != "cfm_traced" {
+		t.Errorf("metadata %s = %q, want cfm_traced", MetadataConfirmationID, got)
+	}
+	if n := env.fake.UpdateCount(env.cust.SubscriptionID); n != 1 {
+		t.Errorf("%d updates, want 1 (the retry is a replay)", n)
+	}
+}
+
 // TestFakeErrors checks the classification end to end, through stripe-go's
 // decoding of real HTTP answers.
 func TestFakeErrors(t *testing.T) {
