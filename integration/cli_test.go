@@ -145,7 +145,7 @@ func TestCommandLine(t *testing.T) {
 	t.Run("serve and handshake", func(t *testing.T) {
 		cmd := exec.Command(c.bin, "serve")
 		cmd.Env = c.env
-		var logs bytes.Buffer
+		var logs lockedBuffer // written by the process while the test reads it
 		cmd.Stderr = &logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -210,3 +210,14 @@ func (h *harness) proposeApproval(token, to string) proposal {
 	}
 	return body.proposal
 }
+
+// TestPolicyAgentRuleOverMCP: a rule for agents applies to every MCP call,
+// whatever the token's client id.
+func TestPolicyAgentRuleOverMCP(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	h.createOrg("agents", "Agents", "pro")
+	h.setPolicy("agents", `{"rules":[{"name":"no agents","caller":"agent","action":"deny"}]}`)
+	h.propose(h.user("agents", "ann"), "upgrade", "scale") // over REST with an unlisted client: a user
+	cs := mcpConnect(t, h.url, h.mcpUser("agents", "ann"), "")
+	wantToolError(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), "operation_denied")
+}

@@ -40,7 +40,8 @@ const requestIDHeader = "X-Request-Id"
 // them already, but a stdio session lives longer than its token, and a check
 // in the tool cannot be bypassed by a request the gate misread.
 func callerOf(req *sdk.CallToolRequest, scope string) (billing.Caller, error) {
-	caller := billing.Caller{RequestID: requestIDOf(req.Extra)}
+	// Every MCP call is an agent's, for the org's policy (caller: "agent").
+	caller := billing.Caller{RequestID: requestIDOf(req.Extra), Agent: true}
 	var info *sdkauth.TokenInfo
 	if req.Extra != nil {
 		info = req.Extra.TokenInfo
