@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS stripe_events_received_idx;
