@@ -21,8 +21,8 @@ import (
 
 // Protocol versions of the MCP clients billingd must serve (contract §7).
 const (
-	protocol20251125 = "2025-11-25" // the npm SDK's, and what billingd negotiates
-	protocol20260728 = "2026-07-28" // the Go SDK's latest
+	protocol20251125 = "2025-11-25" // the npm SDK's: sessions, server-to-client requests
+	protocol20260728 = "2026-07-28" // the Go SDK's latest: stateless, multi-round-trip
 )
 
 // bearer adds an access token to every request of an HTTP client.

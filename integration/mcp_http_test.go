@@ -393,7 +393,7 @@ func TestMCPAuthorization(t *testing.T) {
 			`Bearer error="insufficient_scope", scope="billing:write billing:admin", resource_metadata="`+metadata+`"`)
 	})
 	t.Run("session of another principal", func(t *testing.T) {
-		cs := mcpConnect(t, h.url, h.mcpUser("authz", "alice"), "")
+		cs := mcpConnect(t, h.url, h.mcpUser("authz", "alice"), protocol20251125) // 2026-07-28 has no sessions
 		if r := postWithSession(t, h.url, h.mcpUser("authz", "mallory"), cs.ID()); r.StatusCode != http.StatusForbidden {
 			t.Fatalf("another principal used alice's session: %d", r.StatusCode)
 		}
@@ -420,8 +420,9 @@ func wantChallenge(t *testing.T, r response, status int, challenge string) {
 }
 
 // TestMCPProtocolVersions: a client on 2025-11-25 (the npm SDK's) and one
-// asking for 2026-07-28 (the Go SDK's latest) both complete the handshake;
-// the stateful handler settles on 2025-11-25 with both.
+// on 2026-07-28 (the Go SDK's latest) both get the version they ask for and
+// complete the handshake: /mcp serves the older protocol with sessions and
+// the newer one statelessly, without a session id.
 func TestMCPProtocolVersions(t *testing.T) {
 	h := newHarness(t)
 	for i, version := range []string{protocol20251125, protocol20260728} {
@@ -429,8 +430,11 @@ func TestMCPProtocolVersions(t *testing.T) {
 			org := []string{"old", "new"}[i]
 			h.createOrg(org, "Org "+org, "free")
 			cs := mcpConnect(t, h.url, h.mcpUser(org, "alice"), version)
-			if got := cs.InitializeResult().ProtocolVersion; got != protocol20251125 {
+			if got := cs.InitializeResult().ProtocolVersion; got != version {
 				t.Fatalf("negotiated %s", got)
+			}
+			if hasSession := cs.ID() != ""; hasSession != (version == protocol20251125) {
+				t.Fatalf("session id %q on %s", cs.ID(), version)
 			}
 			var p proposal
 			wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "pro"}), &p)

@@ -9,20 +9,21 @@ import (
 // The MCP session is not what makes a confirmation valid: the token is bound
 // to the org and principal in PostgreSQL, so it is redeemable in another
 // session, on another replica and over REST, by the same principal only.
+// Sessions exist on protocol 2025-11-25, so the session tests use it.
 
 func TestMCPConfirmationAfterReconnect(t *testing.T) {
 	h := newHarness(t)
 	h.createOrg("recon", "Recon", "pro")
 	tok := h.mcpUser("recon", "alice")
 
-	first := mcpConnect(t, h.url, tok, "")
+	first := mcpConnect(t, h.url, tok, protocol20251125)
 	var p proposal
 	wantSuccess(t, callTool(t, first, "upgrade_plan", map[string]any{"to": "scale"}), &p)
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
 
-	second := mcpConnect(t, h.url, tok, "")
+	second := mcpConnect(t, h.url, tok, protocol20251125)
 	if second.ID() == first.ID() {
 		t.Fatal("reconnect reused the session")
 	}
@@ -64,7 +65,7 @@ func TestMCPConfirmationOnAnotherReplica(t *testing.T) {
 	tok := h.mcpUser("multi", "alice")
 	other := h.replica()
 
-	onFirst := mcpConnect(t, h.url, tok, "")
+	onFirst := mcpConnect(t, h.url, tok, protocol20251125)
 	var p proposal
 	wantSuccess(t, callTool(t, onFirst, "upgrade_plan", map[string]any{"to": "scale"}), &p)
 

@@ -29,25 +29,29 @@ const sessionIdleTimeout = 30 * time.Minute
 // Handler returns the Streamable HTTP endpoint to mount at /mcp. From the
 // outside in: a request id for the audit log, DNS-rebinding protection, the
 // bearer token (the SDK's RequireBearerToken with internal/auth), the scope
-// gate, and the SDK's stateful handler.
-//
-// The handler is stateful, the SDK's default: it negotiates up to protocol
-// 2025-11-25, which npm clients speak, and clients of 2026-07-28 (the Go
-// SDK's latest) negotiate down to it. Sessions live in this process, so
-// replicas behind a load balancer need routing by Mcp-Session-Id; a
-// confirmation never depends on the session it was issued in.
+// gate, and the SDK's handlers, one per protocol generation (byProtocol).
 func Handler(cfg Config) http.Handler {
 	server := newServer(cfg)
 	metadata := cfg.PublicBaseURL + "/.well-known/oauth-protected-resource/mcp"
 	public := publicHost(cfg.PublicBaseURL)
-	var h http.Handler = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server },
-		&sdk.StreamableHTTPOptions{
+	getServer := func(*http.Request) *sdk.Server { return server }
+	options := func(stateless bool) *sdk.StreamableHTTPOptions {
+		o := &sdk.StreamableHTTPOptions{
+			Stateless:           stateless,
 			Logger:              cfg.logger(),
 			MaxRequestBodyBytes: maxRequestBytes,
-			SessionTimeout:      sessionIdleTimeout,
 			// Replaced by hostGuard when PUBLIC_BASE_URL names a public host.
 			DisableLocalhostProtection: public != "",
-		})
+		}
+		if !stateless {
+			o.SessionTimeout = sessionIdleTimeout
+		}
+		return o
+	}
+	var h http.Handler = byProtocol{
+		legacy: sdk.NewStreamableHTTPHandler(getServer, options(false)),
+		modern: sdk.NewStreamableHTTPHandler(getServer, options(true)),
+	}
 	h = scopeGate{next: h, metadata: metadata}
 	h = sdkauth.RequireBearerToken(verifyWith(cfg.Verifier, cfg.logger()),
 		&sdkauth.RequireBearerTokenOptions{ResourceMetadataURL: metadata})(h)
@@ -56,6 +60,45 @@ func Handler(cfg Config) http.Handler {
 		h = hostGuard(h, public)
 	}
 	return withRequestID(h)
+}
+
+// protocol20260728 is the first protocol version of the stateless
+// generation (SEP-2575): no sessions, and tools ask for input in their
+// results (SEP-2322) instead of by server-to-client requests.
+const protocol20260728 = "2026-07-28"
+
+// byProtocol serves both protocol generations at one URL, because the SDK
+// (v1.8.0) serves each with a different handler:
+//
+//   - The stateful handler (sessions, Mcp-Session-Id) speaks up to
+//     2025-11-25, which npm clients use; a server-to-client request, such as
+//     an elicitation, needs its session. It refuses any 2026-07-28 request
+//     except server/discover, and its discover answer lists only the older
+//     versions (StreamableServerTransport.SupportsProtocolVersion), so a
+//     2026-07-28 client negotiates down.
+//   - The stateless handler speaks 2026-07-28 (SEP-2575: no initialize,
+//     version and capabilities in every request's _meta), where a tool asks
+//     for input in its result (multi-round-trip) instead of by a
+//     server-to-client request, which a stateless session cannot make. It
+//     could answer older clients too, but could not elicit from them.
+//
+// A 2026-07-28 client sends Mcp-Protocol-Version: 2026-07-28 on every
+// request, server/discover included, and never a session id; older clients
+// send no version on initialize and the negotiated one afterwards. So the
+// header alone picks the handler, and each client gets elicitation in its
+// own protocol. Sessions live in this process (replicas need routing by
+// Mcp-Session-Id); 2026-07-28 calls have no session and may land on any
+// replica. A confirmation never depends on either.
+type byProtocol struct {
+	legacy, modern http.Handler
+}
+
+func (b byProtocol) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Mcp-Protocol-Version") >= protocol20260728 {
+		b.modern.ServeHTTP(w, r)
+		return
+	}
+	b.legacy.ServeHTTP(w, r)
 }
 
 // verifyWith adapts internal/auth to the SDK. The SDK writes the error's text
