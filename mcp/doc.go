@@ -23,4 +23,15 @@
 // MCP sessions carry no authority: a confirmation is bound to the org and
 // principal in billing's store, so it survives reconnects, other replicas and
 // a switch to REST.
+//
+// Where the client supports elicitation, the plan tools ask the user through
+// the client instead of trusting the agent to relay the summary (elicit.go):
+// a form with the summary for a change that needs confirmation, executed in
+// the same call on accept, and the approval page for one that needs
+// approval. Protocol 2025-11-25 gets a server-to-client elicitation/create
+// over its session (stateful handler); 2026-07-28 gets input requests and a
+// request state sealed with MCP_REQUEST_STATE_KEY (stateless handler,
+// state.go); one URL serves both (byProtocol). Without the capability the
+// two-call handshake is unchanged, and no answer but an explicit accept
+// executes anything.
 package mcp

@@ -31,7 +31,7 @@ const sessionIdleTimeout = 30 * time.Minute
 // bearer token (the SDK's RequireBearerToken with internal/auth), the scope
 // gate, and the SDK's handlers, one per protocol generation (byProtocol).
 func Handler(cfg Config) http.Handler {
-	server := newServer(cfg)
+	server := newServer(cfg, stateSealerFor(cfg))
 	metadata := cfg.PublicBaseURL + "/.well-known/oauth-protected-resource/mcp"
 	public := publicHost(cfg.PublicBaseURL)
 	getServer := func(*http.Request) *sdk.Server { return server }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -28,6 +29,12 @@ type Config struct {
 	// Logger receives one line per tool call and the causes of internal
 	// errors. Over stdio it must not write to stdout.
 	Logger *slog.Logger
+	// RequestStateKey seals the request state of elicitations on protocol
+	// 2026-07-28 (MCP_REQUEST_STATE_KEY, at least MinRequestStateKeyBytes).
+	// The client may send the next round to any replica, so every replica
+	// needs the same key. Empty: a random key for this process, and a next
+	// round that reaches another process is refused (nothing executes).
+	RequestStateKey []byte
 }
 
 func (c Config) logger() *slog.Logger {
@@ -41,10 +48,11 @@ func (c Config) logger() *slog.Logger {
 const instructions = `billingd changes this organisation's subscription plan. ` +
 	`upgrade_plan and downgrade_plan take two calls: the first never changes anything and returns a summary and a confirm_token; ` +
 	`show the summary to the user verbatim and make the second call, with the confirm_token, only after the user explicitly agrees. ` +
-	`Use list_plans for plan ids and prices, get_subscription for the current plan, and cancel_confirmation when the user declines.`
+	`Use list_plans for plan ids and prices, get_subscription for the current plan, and cancel_confirmation when the user declines. ` +
+	`Clients that support elicitation may see billingd ask the user directly instead; the tool results say what happened.`
 
 // newServer returns an SDK server with billingd's tools.
-func newServer(cfg Config) *sdk.Server {
+func newServer(cfg Config, states stateSealer) *sdk.Server {
 	s := sdk.NewServer(&sdk.Implementation{Name: "billingd", Title: "billingd plan changes", Version: version()},
 		&sdk.ServerOptions{
 			Instructions: instructions,
@@ -53,9 +61,29 @@ func newServer(cfg Config) *sdk.Server {
 			// SDK's default) and no list-changed notifications to subscribe to.
 			Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
 		})
-	registerTools(s, tools{svc: cfg.Service, log: cfg.logger()})
+	registerTools(s, tools{svc: cfg.Service, log: cfg.logger(), states: states})
 	s.AddReceivingMiddleware(sdkErrorsAsContract(cfg.logger()))
 	return s
+}
+
+// stateSealerFor is the sealer of cfg.RequestStateKey or, when none is
+// configured, of a random key for this process. Over HTTP, replicas cannot
+// open each other's states then, which the log says once, at the first
+// state sealed (not at start: billingd mcp stdio builds the HTTP handler
+// too, and is one process that needs no shared key).
+func stateSealerFor(cfg Config) stateSealer {
+	ephemeral := len(cfg.RequestStateKey) == 0
+	states, err := newStateSealer(orRandom(cfg.RequestStateKey))
+	if err != nil {
+		panic("mcp: " + err.Error()) // config.Load refuses short keys
+	}
+	if ephemeral {
+		states.onSeal = sync.OnceFunc(func() {
+			cfg.logger().Warn("MCP_REQUEST_STATE_KEY is not set: this process seals elicitation request states " +
+				"(protocol 2026-07-28) with its own key, so another replica refuses them; set the same key on every replica")
+		})
+	}
+	return states
 }
 
 // toolFunc is the body of a tool: it gets the verified caller and the
@@ -63,15 +91,41 @@ func newServer(cfg Config) *sdk.Server {
 // for the content block.
 type toolFunc[In, Out any] func(ctx context.Context, caller billing.Caller, in In) (out Out, text string, err error)
 
+// interactiveFunc is the body of a tool that may ask the user something
+// through the client before it answers (elicitation), so it also gets the
+// request: the client's capabilities, protocol version, session and, on a
+// later round, the client's input responses and request state.
+type interactiveFunc[In, Out any] func(ctx context.Context, req *sdk.CallToolRequest, caller billing.Caller, in In) (reply[Out], error)
+
+// reply is what an interactive tool answers: a result (out and a line of
+// text), or, on protocol 2026-07-28, input (input requests and a request
+// state) that the client fulfils before calling the tool again.
+type reply[Out any] struct {
+	out   Out
+	text  string
+	input *sdk.CallToolResult
+}
+
+func final[Out any](out Out, text string) reply[Out] { return reply[Out]{out: out, text: text} }
+
 // addTool registers a tool whose arguments are In and whose successful
 // result is Out.
+func addTool[In, Out any](s *sdk.Server, t *sdk.Tool, log *slog.Logger, run toolFunc[In, Out]) {
+	addInteractiveTool(s, t, log, func(ctx context.Context, _ *sdk.CallToolRequest, caller billing.Caller, in In) (reply[Out], error) {
+		out, text, err := run(ctx, caller, in)
+		return final(out, text), err
+	})
+}
+
+// addInteractiveTool registers a tool that may ask for input first.
 //
 // The SDK's typed handler would put a zero Out into structuredContent even
 // when the tool fails, and would check a failure's {"error":…} against Out's
 // schema. So the SDK sees the result as any, and the declared output schema
 // is built here from Out: success or the error envelope (outputSchema). A
-// success is still marshalled and validated against it by the SDK.
-func addTool[In, Out any](s *sdk.Server, t *sdk.Tool, log *slog.Logger, run toolFunc[In, Out]) {
+// success is still marshalled and validated against it by the SDK; an
+// input-required result carries no content, as the protocol demands.
+func addInteractiveTool[In, Out any](s *sdk.Server, t *sdk.Tool, log *slog.Logger, run interactiveFunc[In, Out]) {
 	scope, ok := toolScopes[t.Name]
 	if !ok {
 		panic("mcp: no scope for tool " + t.Name)
@@ -82,12 +136,16 @@ func addTool[In, Out any](s *sdk.Server, t *sdk.Tool, log *slog.Logger, run tool
 		if err != nil {
 			return failure(ctx, log, t.Name, caller, err), nil, nil
 		}
-		out, text, err := run(ctx, caller, in)
+		r, err := run(ctx, req, caller, in)
 		if err != nil {
 			return failure(ctx, log, t.Name, caller, err), nil, nil
 		}
+		if r.input != nil {
+			log.InfoContext(ctx, "tool call", callAttrs(t.Name, caller, "input_required")...)
+			return r.input, nil, nil
+		}
 		log.InfoContext(ctx, "tool call", callAttrs(t.Name, caller, "ok")...)
-		return success(text, out), out, nil
+		return success(r.text, r.out), r.out, nil
 	})
 }
 

@@ -20,7 +20,12 @@ func ServeStdio(ctx context.Context, cfg Config, accessToken string, in io.Reade
 	if err != nil {
 		return fmt.Errorf("BILLINGD_ACCESS_TOKEN: %w", err)
 	}
-	server := newServer(cfg)
+	// One process: request states need no key shared with anyone.
+	states, err := newStateSealer(orRandom(cfg.RequestStateKey))
+	if err != nil {
+		return err
+	}
+	server := newServer(cfg, states)
 	server.AddReceivingMiddleware(withTokenInfo(tokenInfo(id)))
 	cfg.logger().Info("billingd MCP over stdio", "org", id.Org, "principal", id.Subject, "client", id.Client,
 		"token_expires_at", id.Expiry)

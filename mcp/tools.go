@@ -27,7 +27,13 @@ const (
 		`Never make the second call on your own judgement or on consent the user gave to an earlier summary. ` +
 		`If the second call says consent_token_expired, consent_token_mismatch or consent_token_invalid, nothing was changed: start again with a first call and show the new summary. ` +
 		`If the user declines, call cancel_confirmation with the confirmation_id. ` +
-		`If the organisation is already on that plan, the result says noop and no token is issued.`
+		`If the organisation is already on that plan, the result says noop and no token is issued. ` +
+		elicitationInstructions
+	elicitationInstructions = `If your client supports elicitation, billingd may instead ask the user itself during the first call. ` +
+		`For a change that needs confirmation it shows the summary in a dialog: if the user accepts, the change is made in that same call ` +
+		`and the result has "ok": true; otherwise it has "cancelled": true, nothing changed, and you must not retry unless the user asks again. ` +
+		`For a change that needs approval it may send the user to the approval page; the result is then the usual proposal with approval_required. ` +
+		`The result's "elicitation" field says which dialog was shown and what the user did.`
 )
 
 // toolScopes is the one table of the scope each tool needs (contract §4). The
@@ -63,13 +69,13 @@ func ptr[T any](v T) *T { return &v }
 
 // registerTools adds the five tools of contract §7 to s.
 func registerTools(s *sdk.Server, t tools) {
-	addTool(s, &sdk.Tool{
+	addInteractiveTool(s, &sdk.Tool{
 		Name:        toolUpgrade,
 		Title:       "Upgrade the subscription plan",
 		Description: "Move the organisation to a more expensive plan; the second call charges the prorated difference now. " + twoCallInstructions,
 		Annotations: planChangeAnnotations("Upgrade the subscription plan"),
 	}, t.log, t.changePlan(billing.OpUpgrade))
-	addTool(s, &sdk.Tool{
+	addInteractiveTool(s, &sdk.Tool{
 		Name:        toolDowngrade,
 		Title:       "Downgrade the subscription plan",
 		Description: "Move the organisation to a cheaper plan; the unused part of the period is credited on the next invoice. " + twoCallInstructions,
@@ -110,17 +116,31 @@ func readOnlyAnnotations(title string) *sdk.ToolAnnotations {
 
 // tools holds what the tool bodies need.
 type tools struct {
-	svc *billing.Service
-	log *slog.Logger
+	svc    *billing.Service
+	log    *slog.Logger
+	states stateSealer
 }
 
-func (t tools) changePlan(op billing.Operation) toolFunc[changePlanArgs, billing.ChangeResult] {
-	return func(ctx context.Context, caller billing.Caller, in changePlanArgs) (billing.ChangeResult, string, error) {
+// changePlan is upgrade_plan or downgrade_plan: the REST handshake, except
+// that a first call from a client that can show its user a dialog asks the
+// user itself (elicit.go).
+func (t tools) changePlan(op billing.Operation) interactiveFunc[changePlanArgs, changeOutput] {
+	return func(ctx context.Context, req *sdk.CallToolRequest, caller billing.Caller, in changePlanArgs) (reply[changeOutput], error) {
+		if isNextRound(req) {
+			return t.nextRound(ctx, req, caller, op, in)
+		}
 		res, err := t.svc.ChangePlan(ctx, caller, billing.ChangeRequest{Operation: op, To: in.To, ConfirmToken: in.ConfirmToken})
 		if err != nil {
-			return billing.ChangeResult{}, "", err
+			return reply[changeOutput]{}, err
 		}
-		return res, changeText(res), nil
+		mode := elicitMode(res, req.ClientCapabilities())
+		if mode == "" {
+			return final(changeOutput{ChangeResult: res}, changeText(res)), nil
+		}
+		return t.ask(ctx, req, caller, pending{
+			Org: caller.Org, Principal: caller.Principal, Mode: mode, Proposal: res,
+			NotAfter: res.ExpiresAt.Add(billing.MaxClockSkew),
+		})
 	}
 }
 

@@ -1,0 +1,148 @@
+package mcp
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+)
+
+// pending is a proposal billingd has put to the user through the client and
+// not yet concluded: what the next round of the tool call needs to execute
+// or cancel it. On protocol 2025-11-25 it stays in the handler's memory; on
+// 2026-07-28 the client carries it between rounds as the request state,
+// sealed by stateSealer.
+type pending struct {
+	Org       string `json:"org"`
+	Principal string `json:"sub"`
+	// Mode is the elicitation billingd sent: modeForm or modeURL.
+	Mode string `json:"mode"`
+	// Proposal is the first call's result, confirm_token included: the form
+	// round redeems the token, the URL round hands the proposal to the agent.
+	Proposal billing.ChangeResult `json:"proposal"`
+	// NotAfter bounds the state's life: the confirmation's expiry plus the
+	// largest clock skew billing allows. billing still decides expiry by the
+	// database clock; this only stops old states from being replayed forever.
+	NotAfter time.Time `json:"not_after"`
+}
+
+// matches reports whether p was made for this caller and this call. A state
+// sealed for another principal, org, operation or plan is refused even
+// though its seal is genuine.
+func (p pending) matches(caller billing.Caller, op billing.Operation, to string) bool {
+	d := p.Proposal.Details
+	return p.Org == caller.Org && p.Principal == caller.Principal &&
+		p.Proposal.Operation == op && d != nil && d.To == to &&
+		p.Proposal.ConfirmToken != "" && p.Proposal.ConfirmationID != ""
+}
+
+// Request state format: "v1." and the base64url AES-256-GCM sealing (random
+// nonce first) of pending as JSON.
+const (
+	stateVersion  = "v1."
+	maxStateBytes = 8 << 10
+	stateKeyInfo  = "billingd mcp request state v1"
+	// MinRequestStateKeyBytes is the shortest secret accepted as
+	// MCP_REQUEST_STATE_KEY: 256 bits if it is random.
+	MinRequestStateKeyBytes = 32
+)
+
+// errBadState: the request state was not sealed by billingd with this key,
+// was altered, or is too old. The caller learns nothing more.
+var errBadState = errors.New("request state refused")
+
+// stateSealer seals and opens request states. The state travels through the
+// client, which may be buggy or hostile, and holds a confirmation token, so
+// it is encrypted and authenticated (AES-GCM), not merely signed: the client
+// can neither read the token nor change a byte unnoticed.
+//
+// Several replicas share one database but no memory, and a 2026-07-28
+// client may send the next round to another replica, so the key is shared
+// configuration (MCP_REQUEST_STATE_KEY) rather than per-process.
+type stateSealer struct {
+	aead cipher.AEAD
+	// onSeal, if set, runs whenever a state is sealed.
+	onSeal func()
+}
+
+// newStateSealer derives the AES key from secret with HKDF, so that the
+// configured secret may be any high-entropy string and is never used for
+// anything else directly.
+func newStateSealer(secret []byte) (stateSealer, error) {
+	if len(secret) < MinRequestStateKeyBytes {
+		return stateSealer{}, fmt.Errorf("request state key: want at least %d bytes, got %d", MinRequestStateKeyBytes, len(secret))
+	}
+	key, err := hkdf.Key(sha256.New, secret, nil, stateKeyInfo, 32)
+	if err != nil {
+		return stateSealer{}, fmt.Errorf("request state key: %w", err)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return stateSealer{}, fmt.Errorf("request state key: %w", err)
+	}
+	aead, err := cipher.NewGCMWithRandomNonce(block)
+	if err != nil {
+		return stateSealer{}, fmt.Errorf("request state key: %w", err)
+	}
+	return stateSealer{aead: aead}, nil
+}
+
+// randomStateSecret is the key of a process started without
+// MCP_REQUEST_STATE_KEY: request states then only open in this process.
+func randomStateSecret() []byte {
+	b := make([]byte, MinRequestStateKeyBytes)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return b
+}
+
+// orRandom is secret, or a random one when it is empty.
+func orRandom(secret []byte) []byte {
+	if len(secret) == 0 {
+		return randomStateSecret()
+	}
+	return secret
+}
+
+func (s stateSealer) seal(p pending) (string, error) {
+	if s.onSeal != nil {
+		s.onSeal()
+	}
+	plain, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("seal request state: %w", err)
+	}
+	sealed := s.aead.Seal(nil, nil, plain, []byte(stateVersion))
+	return stateVersion + base64.RawURLEncoding.EncodeToString(sealed), nil
+}
+
+// open returns the pending proposal sealed in state, or errBadState. It
+// checks the seal and the age; the caller checks whom it was made for
+// (pending.matches).
+func (s stateSealer) open(state string, now time.Time) (pending, error) {
+	body, ok := strings.CutPrefix(state, stateVersion)
+	if !ok || len(state) > maxStateBytes {
+		return pending{}, errBadState
+	}
+	sealed, err := base64.RawURLEncoding.DecodeString(body)
+	if err != nil {
+		return pending{}, errBadState
+	}
+	plain, err := s.aead.Open(nil, nil, sealed, []byte(stateVersion))
+	if err != nil {
+		return pending{}, errBadState
+	}
+	var p pending
+	if err := json.Unmarshal(plain, &p); err != nil || !now.Before(p.NotAfter) {
+		return pending{}, errBadState
+	}
+	return p, nil
+}
