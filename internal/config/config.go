@@ -37,6 +37,10 @@ type Config struct {
 	RateLimits          billing.RateLimits
 	PurgeRetention      time.Duration
 	PurgeInterval       time.Duration
+	// MCPRequestStateKey (MCP_REQUEST_STATE_KEY) seals the request state of
+	// MCP elicitations on protocol 2026-07-28; every replica needs the same
+	// one. Empty: each process makes its own (fine with one replica).
+	MCPRequestStateKey string
 }
 
 // Load reads and checks every variable. Variables a command needs but that
@@ -53,6 +57,7 @@ func Load(getenv func(string) string) (Config, error) {
 		OAuthOrgClaim:       or(getenv("OAUTH_ORG_CLAIM"), "org_id"),
 		LogFormat:           or(getenv("LOG_FORMAT"), "json"),
 		Plans:               billing.DefaultPlans(),
+		MCPRequestStateKey:  getenv("MCP_REQUEST_STATE_KEY"),
 	}
 	var errs []string
 	fail := func(name, format string, args ...any) {
@@ -90,6 +95,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	c.PurgeRetention = duration(getenv, "PURGE_RETENTION", time.Hour, time.Minute, 90*24*time.Hour, fail)
 	c.PurgeInterval = duration(getenv, "PURGE_INTERVAL", time.Minute, time.Second, 24*time.Hour, fail)
+	if n := len(c.MCPRequestStateKey); n > 0 && n < minStateKeyBytes {
+		fail("MCP_REQUEST_STATE_KEY", "want a random secret of at least %d bytes (e.g. openssl rand -base64 32), got %d", minStateKeyBytes, n)
+	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		fail("LOG_FORMAT", "want json or text")
 	}
@@ -120,6 +128,10 @@ func (c Config) Require(names ...string) error {
 	}
 	return nil
 }
+
+// minStateKeyBytes is mcp.MinRequestStateKeyBytes; config does not import
+// the transports.
+const minStateKeyBytes = 32
 
 func or(v, def string) string {
 	if v == "" {

@@ -138,6 +138,7 @@ func TestLoadValues(t *testing.T) {
 		"CONFIRM_CLOCK_SKEW":    "300s",
 		"MIGRATE_ON_START":      "false",
 		"LOG_FORMAT":            "text",
+		"MCP_REQUEST_STATE_KEY": "0123456789abcdef0123456789abcdef",
 	})
 	checks := []struct {
 		name      string
@@ -156,6 +157,7 @@ func TestLoadValues(t *testing.T) {
 		{"ConfirmClockSkew", c.ConfirmClockSkew, 300 * time.Second},
 		{"MigrateOnStart", c.MigrateOnStart, false},
 		{"LogFormat", c.LogFormat, "text"},
+		{"MCPRequestStateKey", c.MCPRequestStateKey, "0123456789abcdef0123456789abcdef"},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -257,6 +259,7 @@ func TestLoadInvalid(t *testing.T) {
 		{"jwks relative", map[string]string{"OAUTH_JWKS_URL": "jwks.json"}, "OAUTH_JWKS_URL"},
 		{"stripe base", map[string]string{"STRIPE_API_BASE": "127.0.0.1:12111"}, "STRIPE_API_BASE"},
 		{"stripe timeout", map[string]string{"STRIPE_TIMEOUT": "0s"}, "STRIPE_TIMEOUT"},
+		{"mcp state key too short", map[string]string{"MCP_REQUEST_STATE_KEY": "0123456789abcdef0123456789abcde"}, "MCP_REQUEST_STATE_KEY"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
