@@ -21,6 +21,7 @@ import (
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/stripepay"
+	"github.com/billingd/billingd/internal/telemetry"
 	"github.com/billingd/billingd/mcp"
 	"github.com/billingd/billingd/rest"
 )
@@ -33,6 +34,7 @@ type App struct {
 	Store    *postgres.Store
 	Pool     *pgxpool.Pool
 	Log      *slog.Logger
+	Metrics  *telemetry.Metrics // served at /metrics
 	verifier *auth.Verifier
 }
 
@@ -68,7 +70,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 		return nil, err
 	}
 	a.Pool, a.Store = pool, postgres.NewStore(pool)
-	if a.Service, err = NewService(cfg, a.Store, opts.Payments, a.Log); err != nil {
+	a.Metrics = telemetry.New()
+	a.Metrics.ObservePool(pool)
+	payments := a.Metrics.ObservePayments(paymentsFor(cfg, opts.Payments), a.Log)
+	if a.Service, err = NewService(cfg, a.Store, payments, a.Log); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -82,6 +87,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	a.Handler = rest.New(rest.Config{
 		Service: a.Service, Verifier: a.verifier, PublicBaseURL: cfg.PublicBaseURL, Issuer: cfg.OAuthIssuer,
 		StripeWebhookSecret: cfg.StripeWebhookSecret, Ready: a.Store.Ready, Logger: a.Log,
+		Observer: a.Metrics, Metrics: a.Metrics.Handler(),
 		Mount: func(e *echo.Echo) { e.Any("/mcp", echo.WrapHandler(mcp.Handler(a.MCPConfig()))) },
 	})
 	return a, nil
@@ -147,12 +153,18 @@ func NewService(cfg config.Config, store billing.Store, payments billing.Payment
 	if err != nil {
 		return nil, fmt.Errorf("plan catalog: %w", err)
 	}
-	if payments == nil {
-		payments = stripepay.New(stripepay.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout})
-	}
 	return billing.NewService(billing.Config{
-		Store: store, Payments: payments, Catalog: catalog,
+		Store: store, Payments: paymentsFor(cfg, payments), Catalog: catalog,
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
 		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL, Logger: log,
 	})
+}
+
+// paymentsFor returns payments, or the Stripe provider the configuration
+// describes when it is nil.
+func paymentsFor(cfg config.Config, payments billing.PaymentProvider) billing.PaymentProvider {
+	if payments != nil {
+		return payments
+	}
+	return stripepay.New(stripepay.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout})
 }
