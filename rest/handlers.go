@@ -35,12 +35,10 @@ type changeBody struct {
 
 func (s *server) changePlan(op billing.Operation) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		var body changeBody
-		if err := decodeStrict(c.Request().Body, &body); err != nil {
-			return err
+		res, err := s.handshake(c, op)
+		if s.Observer != nil {
+			s.Observer.ObserveHandshake(op, res, fromEcho(err))
 		}
-		res, err := s.Service.ChangePlan(c.Request().Context(), callerOf(c),
-			billing.ChangeRequest{Operation: op, To: body.To, ConfirmToken: body.ConfirmToken})
 		if err != nil {
 			return err
 		}
@@ -51,6 +49,16 @@ func (s *server) changePlan(op billing.Operation) echo.HandlerFunc {
 		c.Response().Header().Set("Cache-Control", "no-store") // the body may carry a token
 		return c.JSON(status, res)
 	}
+}
+
+// handshake decodes a call of upgrade_plan or downgrade_plan and makes it.
+func (s *server) handshake(c echo.Context, op billing.Operation) (billing.ChangeResult, error) {
+	var body changeBody
+	if err := decodeStrict(c.Request().Body, &body); err != nil {
+		return billing.ChangeResult{}, err
+	}
+	return s.Service.ChangePlan(c.Request().Context(), callerOf(c),
+		billing.ChangeRequest{Operation: op, To: body.To, ConfirmToken: body.ConfirmToken})
 }
 
 func (s *server) confirmations(c echo.Context) error {

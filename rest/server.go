@@ -12,6 +12,7 @@ import (
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/requestid"
 )
 
 // Verifier checks bearer access tokens.
@@ -36,11 +37,26 @@ type Config struct {
 	Logger *slog.Logger
 	// Mount adds more routes (MCP, webhooks) to the same server.
 	Mount func(e *echo.Echo)
+	// Observer, when set, is told about every request and handshake call.
+	Observer Observer
+	// Metrics, when set, is served at GET /metrics.
+	Metrics http.Handler
+}
+
+// Observer receives measurements for metrics. The route is Echo's template
+// (/api/billing/confirmations/:id/cancel), or "unmatched".
+type Observer interface {
+	ObserveRequest(method, route string, status int, elapsed time.Duration)
+	ObserveHandshake(op billing.Operation, res billing.ChangeResult, err error)
 }
 
 type server struct {
 	Config
 	log *slog.Logger
+	// routes holds the paths of the registered routes, so that a request
+	// that matched none is measured as "unmatched" rather than by a path
+	// the client chose.
+	routes map[string]bool
 }
 
 // MaxBodyBytes is the largest request body accepted.
@@ -76,8 +92,17 @@ func New(cfg Config) *echo.Echo {
 	api.POST("/confirmations/:id/approve", s.decideApproval(true), admin)
 	api.POST("/confirmations/:id/reject", s.decideApproval(false), admin)
 	e.POST("/webhooks/stripe", s.stripeWebhook)
+	e.GET("/openapi.yaml", openAPI)
+	if cfg.Metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
+	}
+	mountDashboard(e)
 	if cfg.Mount != nil {
 		cfg.Mount(e)
+	}
+	s.routes = map[string]bool{}
+	for _, r := range e.Routes() {
+		s.routes[r.Path] = true
 	}
 	return e
 }
@@ -85,7 +110,8 @@ func New(cfg Config) *echo.Echo {
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
 // requestID takes a sane incoming X-Request-Id or makes one, and echoes it on
-// every response.
+// every response. It also goes into the request's context, for the logs of
+// code that never sees the echo.Context (the Stripe calls).
 func (s *server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := c.Request().Header.Get(echo.HeaderXRequestID)
@@ -93,6 +119,7 @@ func (s *server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
 			id = newRequestID()
 		}
 		c.Set(requestIDKey, id)
+		c.SetRequest(c.Request().WithContext(requestid.With(c.Request().Context(), id)))
 		c.Response().Header().Set(echo.HeaderXRequestID, id)
 		return next(c)
 	}
@@ -105,8 +132,8 @@ func requestID(c echo.Context) string {
 	return id
 }
 
-// accessLog logs one line per request: never headers or bodies, so never a
-// bearer token or a confirmation token.
+// accessLog logs one line per request, never headers or bodies, so never a
+// bearer token or a confirmation token, and measures it.
 func (s *server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -114,14 +141,28 @@ func (s *server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
+		elapsed := time.Since(start)
 		attrs := []any{"method", c.Request().Method, "route", c.Path(), "status", c.Response().Status,
-			"duration_ms", time.Since(start).Milliseconds(), "request_id", requestID(c)}
+			"duration_ms", elapsed.Milliseconds(), "request_id", requestID(c)}
 		if caller, ok := c.Get(callerKey).(billing.Caller); ok {
 			attrs = append(attrs, "org", caller.Org, "principal", caller.Principal)
 		}
 		s.log.InfoContext(c.Request().Context(), "request", attrs...)
+		if s.Observer != nil {
+			s.Observer.ObserveRequest(c.Request().Method, s.routeOf(c), c.Response().Status, elapsed)
+		}
 		return nil
 	}
+}
+
+// routeOf is the route template the request matched, or "unmatched". Echo
+// leaves a partial match's prefix in c.Path() on a 404, hence the check
+// against the registered routes.
+func (s *server) routeOf(c echo.Context) string {
+	if route := c.Path(); s.routes[route] {
+		return route
+	}
+	return "unmatched"
 }
 
 func (s *server) healthz(c echo.Context) error {

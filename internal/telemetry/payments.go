@@ -1,0 +1,76 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/requestid"
+)
+
+// ObservePayments wraps a payment provider so that every call is timed into
+// billingd_stripe_request_duration_seconds and logged with the request id
+// that caused it and, when executing, the confirmation id Stripe records in
+// the subscription's metadata: the log line joins the two. The wrapped
+// provider's answers pass through unchanged.
+func (m *Metrics) ObservePayments(next billing.PaymentProvider, log *slog.Logger) billing.PaymentProvider {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &observedPayments{next: next, m: m, log: log}
+}
+
+type observedPayments struct {
+	next billing.PaymentProvider
+	m    *Metrics
+	log  *slog.Logger
+}
+
+func (p *observedPayments) PreviewPlanChange(ctx context.Context, change billing.PlanChange) (billing.Preview, error) {
+	start := time.Now()
+	preview, err := p.next.PreviewPlanChange(ctx, change)
+	p.observe(ctx, "preview_plan_change", start, err)
+	return preview, err
+}
+
+func (p *observedPayments) ApplyPlanChange(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
+	start := time.Now()
+	applied, err := p.next.ApplyPlanChange(ctx, change, idempotencyKey)
+	p.observe(ctx, "apply_plan_change", start, err, "confirmation_id", change.ConfirmationID)
+	return applied, err
+}
+
+func (p *observedPayments) CreateCustomer(ctx context.Context, c billing.NewCustomer, idempotencyKey string) (billing.CreatedCustomer, error) {
+	start := time.Now()
+	created, err := p.next.CreateCustomer(ctx, c, idempotencyKey)
+	p.observe(ctx, "create_customer", start, err, "org", c.OrgID)
+	return created, err
+}
+
+func (p *observedPayments) observe(ctx context.Context, call string, start time.Time, err error, attrs ...any) {
+	elapsed := time.Since(start)
+	outcome := providerOutcome(err)
+	p.m.stripe.WithLabelValues(call, outcome).Observe(elapsed.Seconds())
+	attrs = append(attrs, "call", call, "outcome", outcome, "duration_ms", elapsed.Milliseconds(),
+		"request_id", requestid.From(ctx))
+	p.log.InfoContext(ctx, "stripe call", attrs...)
+}
+
+// providerOutcome names the kind of a provider answer, from the sentinels of
+// billing.PaymentProvider's contract.
+func providerOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, billing.ErrPaymentDeclined):
+		return "declined"
+	case errors.Is(err, billing.ErrProviderRejected):
+		return "rejected"
+	case errors.Is(err, billing.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return "unavailable"
+	default:
+		return "error"
+	}
+}

@@ -1,0 +1,133 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/requestid"
+)
+
+func TestOutcome(t *testing.T) {
+	yes := true
+	tests := []struct {
+		name string
+		res  billing.ChangeResult
+		err  error
+		want string
+	}{
+		{"proposal", billing.ChangeResult{ConfirmRequired: &yes, ConfirmToken: "pbc_x"}, nil, "proposed"},
+		{"no-op", billing.ChangeResult{OK: true, Noop: true}, nil, "noop"},
+		{"executed", billing.ChangeResult{OK: true}, nil, "executed"},
+		{"expired", billing.ChangeResult{}, billing.Errorf(billing.CodeTokenExpired, "expired"), "consent_token_expired"},
+		{"wrapped", billing.ChangeResult{}, fmt.Errorf("x: %w", billing.Errorf(billing.CodePaymentFailed, "no")), "payment_failed"},
+		{"outage", billing.ChangeResult{}, billing.ErrUnavailable, "upstream_unavailable"},
+		{"anything else", billing.ChangeResult{}, errors.New("boom"), "internal"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Outcome(tt.res, tt.err); got != tt.want {
+				t.Errorf("Outcome = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// answeringProvider answers every call with err.
+type answeringProvider struct{ err error }
+
+func (p answeringProvider) PreviewPlanChange(context.Context, billing.PlanChange) (billing.Preview, error) {
+	return billing.Preview{Currency: "usd"}, p.err
+}
+
+func (p answeringProvider) ApplyPlanChange(context.Context, billing.PlanChange, string) (billing.AppliedChange, error) {
+	return billing.AppliedChange{Status: "active"}, p.err
+}
+
+func (p answeringProvider) CreateCustomer(context.Context, billing.NewCustomer, string) (billing.CreatedCustomer, error) {
+	return billing.CreatedCustomer{CustomerID: "cus_1"}, p.err
+}
+
+// TestObservePayments: each call is timed under its call name and the kind
+// of its answer, passes the answer through unchanged, and is logged with the
+// request id and the confirmation id.
+func TestObservePayments(t *testing.T) {
+	tests := []struct {
+		err     error
+		outcome string
+	}{
+		{nil, "ok"},
+		{fmt.Errorf("stripe: %w", billing.ErrPaymentDeclined), "declined"},
+		{fmt.Errorf("stripe: %w", billing.ErrProviderRejected), "rejected"},
+		{fmt.Errorf("stripe: %w", billing.ErrUnavailable), "unavailable"},
+		{context.DeadlineExceeded, "unavailable"},
+		{errors.New("odd"), "error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.outcome, func(t *testing.T) {
+			m := New()
+			var logs bytes.Buffer
+			p := m.ObservePayments(answeringProvider{tt.err}, slog.New(slog.NewJSONHandler(&logs, nil)))
+			ctx := requestid.With(context.Background(), "req-1")
+			applied, err := p.ApplyPlanChange(ctx, billing.PlanChange{ConfirmationID: "cfm_1"}, "billingd-cfm_1")
+			if !errors.Is(err, tt.err) || applied.Status != "active" {
+				t.Fatalf("answer changed: %+v, %v", applied, err)
+			}
+			if _, err := p.PreviewPlanChange(ctx, billing.PlanChange{}); !errors.Is(err, tt.err) {
+				t.Fatalf("preview error %v, want %v", err, tt.err)
+			}
+			for _, call := range []string{"apply_plan_change", "preview_plan_change"} {
+				if n := sampleCount(t, m, "billingd_stripe_request_duration_seconds", call, tt.outcome); n != 1 {
+					t.Errorf("%s/%s observed %d times, want 1", call, tt.outcome, n)
+				}
+			}
+			var line struct {
+				Call, Outcome  string
+				RequestID      string `json:"request_id"`
+				ConfirmationID string `json:"confirmation_id"`
+			}
+			if err := json.Unmarshal(bytes.SplitN(logs.Bytes(), []byte("\n"), 2)[0], &line); err != nil {
+				t.Fatal(err)
+			}
+			if line.Call != "apply_plan_change" || line.Outcome != tt.outcome || line.RequestID != "req-1" || line.ConfirmationID != "cfm_1" {
+				t.Errorf("log line %+v", line)
+			}
+		})
+	}
+}
+
+// sampleCount is the number of observations of a histogram with the given
+// call and outcome labels.
+func sampleCount(t *testing.T, m *Metrics, name, call, outcome string) uint64 {
+	t.Helper()
+	families, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			if labels(metric)["call"] == call && labels(metric)["outcome"] == outcome {
+				return metric.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return 0
+}
+
+func labels(m *dto.Metric) map[string]string {
+	l := map[string]string{}
+	for _, p := range m.GetLabel() {
+		l[p.GetName()] = p.GetValue()
+	}
+	return l
+}
