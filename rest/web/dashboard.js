@@ -248,13 +248,14 @@ function renderAudit(events) {
 async function cancelPending(id, button) {
   button.disabled = true;
   const res = await api("POST", `/api/billing/confirmations/${encodeURIComponent(id)}/cancel`);
+  if (!(await refresh())) {
+    return;
+  }
   if (res.ok) {
     say("Confirmation cancelled. Nothing was changed.");
   } else {
-    button.disabled = false;
     fail(describeError(res));
   }
-  await refresh();
 }
 
 // ---- The handshake ------------------------------------------------------------
@@ -267,8 +268,9 @@ async function propose(op, plan, button) {
   const res = await api("POST", `/api/billing/${op}`, { to: plan.id });
   button.disabled = false;
   if (res.status === 200 && res.data && res.data.noop) {
-    say(`Already on ${plan.name}; there is nothing to confirm.`);
-    await refresh();
+    if (await refresh()) {
+      say(`Already on ${plan.name}; there is nothing to confirm.`);
+    }
     return;
   }
   if (res.status !== 202) {
@@ -288,6 +290,7 @@ function openDialog(op, plan, proposal, focusKey) {
     deadline: Date.now() + proposal.ttl_seconds * 1000,
     settled: false, // executed, or void: nothing left to cancel
     busy: false,
+    outcome: null, // {message, isError} to show once the page is refreshed
   };
   $("confirm-summary").textContent = proposal.summary; // verbatim
   const approval = $("confirm-approval");
@@ -334,8 +337,8 @@ async function confirmChange() {
   p.busy = false;
   if (res.ok) {
     p.settled = true;
+    p.outcome = { message: `Done: the plan is now ${p.plan.name}.`, isError: false };
     $("confirm-dialog").close("confirmed");
-    say(`Done: the plan is now ${p.plan.name}.`);
     return;
   }
   const code = res.data && res.data.error ? res.data.error.code : "";
@@ -347,12 +350,14 @@ async function confirmChange() {
   }
   // Expired, used, mismatched, declined…: the token is spent.
   p.settled = true;
+  p.outcome = { message: describeError(res), isError: true };
   $("confirm-dialog").close("failed");
-  fail(describeError(res));
 }
 
 // dialogClosed runs however the dialog closed (Confirm, Cancel, Escape): an
 // unsettled proposal is cancelled so that its token cannot be used later.
+// The outcome is announced after the page is refreshed, so that what the
+// message says is what the page shows.
 async function dialogClosed() {
   const p = state.pending;
   state.pending = null;
@@ -364,13 +369,13 @@ async function dialogClosed() {
   (opener || $("catalog-title")).focus();
   if (!p.settled) {
     const res = await api("POST", `/api/billing/confirmations/${encodeURIComponent(p.proposal.confirmation_id)}/cancel`);
-    if (res.ok) {
-      say("Cancelled. Nothing was changed.");
-    } else {
-      fail(describeError(res));
-    }
+    p.outcome = res.ok
+      ? { message: "Cancelled. Nothing was changed.", isError: false }
+      : { message: describeError(res), isError: true };
   }
-  await refresh();
+  if (await refresh()) {
+    (p.outcome.isError ? fail : say)(p.outcome.message);
+  }
 }
 
 // ---- Wiring -------------------------------------------------------------------
