@@ -141,7 +141,11 @@ func TestPlanChangeErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := h.do("POST", c.path, tok, c.body)
+			client := h
+			if c.status == http.StatusBadRequest || c.status == http.StatusRequestEntityTooLarge || c.status == http.StatusNotFound {
+				client = h.offSpec() // malformed or unknown on purpose
+			}
+			r := client.do("POST", c.path, tok, c.body)
 			wantStatus(t, r, c.status, c.code)
 			if r.Header.Get("X-Request-Id") == "" {
 				t.Fatal("no X-Request-Id")

@@ -30,6 +30,9 @@ type harness struct {
 	url    string
 	env    map[string]string
 	fake   *stripefake.Server // nil when running against stripe-mock
+	// offSpecRequests: the requests are deliberately outside the OpenAPI
+	// description; only the answers are validated (see offSpec).
+	offSpecRequests bool
 }
 
 type harnessOptions struct {
@@ -230,8 +233,30 @@ func (h *harness) do(method, path, token string, body any) response {
 	return h.send(req)
 }
 
-// send sends req and reads the whole answer.
+// offSpec returns h for sending requests that are deliberately not what the
+// OpenAPI description allows (malformed bodies, hostile paths): send then
+// validates only the answers, which must still be documented ones.
+func (h *harness) offSpec() *harness {
+	c := *h
+	c.offSpecRequests = true
+	return &c
+}
+
+// send sends req and reads the whole answer. Both are validated against the
+// OpenAPI description (openapi_test.go).
 func (h *harness) send(req *http.Request) response {
+	h.t.Helper()
+	spec, err := apiSpec()
+	if err != nil {
+		h.t.Fatalf("openapi.yaml: %v", err)
+	}
+	ex := spec.checkRequest(h.t, req, h.offSpecRequests)
+	r := h.roundTrip(req)
+	spec.checkResponse(h.t, ex, r)
+	return r
+}
+
+func (h *harness) roundTrip(req *http.Request) response {
 	h.t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

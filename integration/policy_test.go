@@ -38,7 +38,7 @@ func TestPolicyAPI(t *testing.T) {
 		"negative day limit": `{"rules":[],"daily_limit":-1}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := h.do("PUT", "/api/billing/policy", admin, body)
+			r := h.offSpec().do("PUT", "/api/billing/policy", admin, body) // invalid on purpose
 			wantStatus(t, r, http.StatusBadRequest, "invalid_request")
 			if strings.Contains(body, `"name":"big"`) && !strings.Contains(string(r.Body), `rule \"big\"`) {
 				t.Fatalf("message does not name the rule: %s", r.Body)
