@@ -107,10 +107,6 @@ func plansCmd(ctx context.Context, e env, args []string) error {
 	return writeJSON(e.stdout, map[string]any{"plans": catalog.Plans()})
 }
 
-func devCmd(ctx context.Context, e env, args []string) error {
-	return fmt.Errorf("billingd dev is not available yet: run billingd serve with DATABASE_URL, STRIPE_SECRET_KEY and OAUTH_ISSUER (see README.md)")
-}
-
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

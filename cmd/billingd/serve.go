@@ -34,13 +34,19 @@ func serve(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("listen on LISTEN_ADDR %s: %w", cfg.ListenAddr, err)
 	}
 	a.Log.Info("billingd listening", "addr", ln.Addr().String(), "public_base_url", cfg.PublicBaseURL)
-	return serveUntilDone(ctx, &http.Server{
+	return serveUntilDone(ctx, httpServer(a), ln)
+}
+
+// httpServer is the HTTP server of serve and dev: timeouts that let a second
+// call wait for Stripe but not a slow client hold a connection forever.
+func httpServer(a *app.App) *http.Server {
+	return &http.Server{
 		Handler:           a.Handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      cfg.StripeTimeout + 30*time.Second,
+		WriteTimeout:      a.Config.StripeTimeout + 30*time.Second,
 		IdleTimeout:       2 * time.Minute,
-	}, ln)
+	}
 }
 
 // serveUntilDone serves until ctx ends (SIGINT/SIGTERM), then stops accepting

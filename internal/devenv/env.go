@@ -1,0 +1,212 @@
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/billingd/billingd/internal/config"
+	"github.com/billingd/billingd/internal/devissuer"
+)
+
+// Options configure Start.
+type Options struct {
+	// Dir holds the private cluster (Dir/pg), its password and the helpers'
+	// logs; billingd dev uses .dev in the working directory.
+	Dir string
+	// Progress receives a line per step and the helpers' complaints.
+	Progress io.Writer
+}
+
+// Env is what Start brought up, and the configuration pointing billingd at
+// it.
+type Env struct {
+	// Config is the configuration Start was given, with the database, Stripe
+	// and issuer settings filled in.
+	Config config.Config
+	// Issuer is the development token issuer; it mints the printed tokens.
+	Issuer *devissuer.Issuer
+	// Database and Stripe say where those came from, for the welcome text.
+	Database, Stripe string
+
+	dir      string
+	progress io.Writer
+	stops    []func() error // run in reverse order by Stop
+}
+
+// Listen opens billingd dev's HTTP listener. It refuses any address but
+// loopback: dev mode prints bearer tokens and serves the keys of an issuer
+// that signs anything, so it must not be reachable from other machines.
+func Listen(listenAddr string) (net.Listener, error) {
+	if !isLoopback(listenAddr) {
+		return nil, fmt.Errorf("LISTEN_ADDR %s is not a loopback address: billingd dev is for development only and listens on 127.0.0.1, ::1 or localhost (billingd serve listens anywhere)", listenAddr)
+	}
+	ln, err := net.Listen("tcp", listenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on LISTEN_ADDR %s: %w (set LISTEN_ADDR to another loopback port, e.g. 127.0.0.1:8081)", listenAddr, err)
+	}
+	return ln, nil
+}
+
+func isLoopback(listenAddr string) bool {
+	host, _, err := net.SplitHostPort(listenAddr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Start brings up what cfg lacks: a database unless DATABASE_URL is set,
+// stripe-mock unless STRIPE_SECRET_KEY is set, and always the development
+// token issuer. On error it stops whatever it had started.
+func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Env, err error) {
+	e := &Env{Config: cfg, dir: opts.Dir, progress: opts.Progress}
+	if e.progress == nil {
+		e.progress = io.Discard
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.Stop())
+		}
+	}()
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", opts.Dir, err)
+	}
+	if err := e.startDatabase(ctx, opts.Dir); err != nil {
+		return nil, err
+	}
+	if err := e.startStripe(ctx, opts.Dir); err != nil {
+		return nil, err
+	}
+	if err := e.startIssuer(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Stop stops everything Start started, the last started first.
+func (e *Env) Stop() error {
+	var errs []error
+	for i := len(e.stops) - 1; i >= 0; i-- {
+		errs = append(errs, e.stops[i]())
+	}
+	e.stops = nil
+	return errors.Join(errs...)
+}
+
+func (e *Env) step(format string, args ...any) {
+	fmt.Fprintf(e.progress, "billingd dev: "+format+"\n", args...)
+}
+
+// startDatabase picks, in order: DATABASE_URL, a private cluster of the
+// installed PostgreSQL, a container when Docker runs.
+func (e *Env) startDatabase(ctx context.Context, dir string) error {
+	if e.Config.DatabaseURL != "" {
+		e.Database = "DATABASE_URL (" + hostOf(e.Config.DatabaseURL) + ")"
+		return nil
+	}
+	binDir, err := PostgresBinDir()
+	if err == nil {
+		return e.startCluster(ctx, binDir, dir)
+	}
+	if dockerAvailable(ctx) {
+		e.step("no PostgreSQL installed; starting one in Docker with testcontainers (%s)", containerImage)
+		dbURL, stop, err := startContainer(ctx, e.progress)
+		if err != nil {
+			return err
+		}
+		e.stops = append(e.stops, stop)
+		e.Config.DatabaseURL, e.Database = dbURL, "a Docker container ("+containerImage+"), removed on exit"
+		return nil
+	}
+	return errors.New("billingd dev needs PostgreSQL and found neither its server binaries (initdb, postgres) nor Docker.\n" +
+		"Install one of them and run it again:\n" +
+		"  Debian/Ubuntu: sudo apt-get install postgresql\n" +
+		"  Fedora:        sudo dnf install postgresql-server\n" +
+		"  macOS:         brew install postgresql@16\n" +
+		"  or Docker:     https://docs.docker.com/engine/install/\n" +
+		"or point it at an existing server: DATABASE_URL=postgres://user:password@host:5432/db")
+}
+
+func (e *Env) startCluster(ctx context.Context, binDir, dir string) error {
+	c, err := newCluster(binDir, dir)
+	if err != nil {
+		return err
+	}
+	proc, dbURL, err := c.start(ctx)
+	if err != nil {
+		return err
+	}
+	e.stops = append(e.stops, func() error { return stopPostgres(proc) })
+	e.Config.DatabaseURL, e.Database = dbURL, "a private cluster in "+c.dataDir+" ("+binDir+"), log "+c.logPath
+	e.step("PostgreSQL on %s (pid %d, data in %s)", hostOf(dbURL), proc.pid(), c.dataDir)
+	return nil
+}
+
+// startStripe runs stripe-mock unless a Stripe key is configured.
+func (e *Env) startStripe(ctx context.Context, dir string) error {
+	if e.Config.StripeSecretKey != "" {
+		e.Stripe = "Stripe, with STRIPE_SECRET_KEY"
+		return nil
+	}
+	proc, base, err := startStripeMock(ctx, dir)
+	if err != nil {
+		return err
+	}
+	e.stops = append(e.stops, func() error { return stopStripeMock(proc) })
+	e.Config.StripeSecretKey, e.Config.StripeAPIBase = stripeMockKey, base
+	e.Stripe = "stripe-mock " + StripeMockVersion + " at " + base + " (stateless: it accepts every request)"
+	e.step("stripe-mock on %s (pid %d)", base, proc.pid())
+	return nil
+}
+
+// startIssuer serves the development issuer's metadata and keys on a free
+// loopback port and points billingd at it. A configured OAUTH_ISSUER is
+// replaced: dev mode prints tokens, so it needs an issuer it can mint with.
+func (e *Env) startIssuer() error {
+	iss, err := devissuer.New("")
+	if err != nil {
+		return err
+	}
+	iss.OrgClaim = e.Config.OAuthOrgClaim
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("development token issuer: %w", err)
+	}
+	srv := &http.Server{Handler: developmentOnly(iss.Handler()), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	e.stops = append(e.stops, srv.Close)
+	iss.SetIssuerURL("http://" + ln.Addr().String())
+	e.Issuer = iss
+	e.Config.OAuthIssuer, e.Config.OAuthJWKSURL = iss.IssuerURL(), iss.JWKSURL()
+	e.step("development token issuer (DEVELOPMENT ONLY) on %s", iss.IssuerURL())
+	return nil
+}
+
+// developmentOnly labels every answer of the issuer, for anyone who finds
+// its address in a token.
+func developmentOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Billingd-Dev", "development-only token issuer; never trust it in production")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// hostOf is the host:port of a URL, so that progress lines never show the
+// database password.
+func hostOf(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil {
+		return u.Host
+	}
+	return "?"
+}

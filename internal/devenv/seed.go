@@ -1,0 +1,54 @@
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+)
+
+// The demo org billingd dev seeds, and who its printed tokens speak for.
+const (
+	DemoOrg      = "demo"
+	DemoOrgName  = "Demo Org"
+	DemoPlan     = "pro"
+	DemoEmail    = "billing@demo.example"
+	AgentClient  = "demo-agent" // azp of the agent token: recorded in the audit log
+	AgentSubject = "demo-user"  // the person the agent acts for
+	AdminSubject = "demo-admin"
+)
+
+// accounts reads an org's account; *postgres.Store is one.
+type accounts interface {
+	Account(ctx context.Context, org string) (billing.Account, time.Time, error)
+}
+
+// orgCreator creates an org at Stripe and in the store; *billing.Service is
+// one.
+type orgCreator interface {
+	CreateOrg(ctx context.Context, id, name, email, planID string) (billing.Account, error)
+}
+
+// SeedDemoOrg creates the demo org on the pro plan unless it exists, so a
+// restart keeps whatever plan the last session left it on. The plan catalog
+// needs no seeding: it is configuration (the default catalog or PLANS_FILE),
+// and stripe-mock accepts its price ids.
+func SeedDemoOrg(ctx context.Context, store accounts, svc orgCreator) (billing.Account, error) {
+	acct, _, err := store.Account(ctx, DemoOrg)
+	if err == nil {
+		return acct, nil
+	}
+	if !errors.Is(err, billing.ErrNotFound) {
+		return billing.Account{}, fmt.Errorf("look up the demo org: %w", err)
+	}
+	acct, err = svc.CreateOrg(ctx, DemoOrg, DemoOrgName, DemoEmail, DemoPlan)
+	if err != nil {
+		// The whole cause, Stripe's text included: this reaches the operator's
+		// terminal, not a client. With STRIPE_SECRET_KEY the usual one is a
+		// price id of the catalog missing from that Stripe account.
+		return billing.Account{}, fmt.Errorf("create the demo org %q on plan %s (with STRIPE_SECRET_KEY, PLANS_FILE must map the plans to prices of that account): %w", DemoOrg, DemoPlan, err)
+	}
+	return acct, nil
+}

@@ -1,0 +1,167 @@
+package devenv
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/devissuer"
+)
+
+// TokenTTL is how long the printed tokens are valid: a working day, so that
+// a token pasted into an agent's configuration lasts the session. They die
+// with the session anyway: the issuer's key lives in memory.
+const TokenTTL = 12 * time.Hour
+
+// Scopes of the printed tokens (contract §4).
+var (
+	agentScopes = []string{"billing:read", "billing:write"}
+	adminScopes = []string{"billing:read", "billing:write", "billing:admin"}
+)
+
+// welcome is what the welcome text shows.
+type welcome struct {
+	Account                   billing.Account
+	BaseURL, Issuer, Dir      string
+	Database, Stripe          string
+	AgentToken, AdminToken    string
+	Expires                   string
+	ConfirmTTL                string
+	AgentScopes, AdminScopes  string
+	AgentClient, AgentSubject string
+	AdminSubject              string
+	MCPOverHTTP, MCPOverStdio string
+}
+
+// PrintWelcome mints an agent and an admin token for acct's org and writes
+// what billingd dev offers: the dashboard, curl commands, MCP client
+// configurations.
+func (e *Env) PrintWelcome(w io.Writer, acct billing.Account) error {
+	agent, err := e.mint(AgentSubject, AgentClient, acct.Org.ID, agentScopes)
+	if err != nil {
+		return err
+	}
+	admin, err := e.mint(AdminSubject, "", acct.Org.ID, adminScopes)
+	if err != nil {
+		return err
+	}
+	v := welcome{Account: acct, BaseURL: e.Config.PublicBaseURL, Issuer: e.Config.OAuthIssuer, Dir: e.dir,
+		Database: e.Database, Stripe: e.Stripe, AgentToken: agent, AdminToken: admin,
+		Expires: time.Now().Add(TokenTTL).UTC().Format("2006-01-02 15:04 MST"), ConfirmTTL: fmt.Sprintf("%ds", int(e.Config.ConfirmTTL.Seconds())),
+		AgentScopes: strings.Join(agentScopes, " "), AdminScopes: strings.Join(adminScopes, " "),
+		AgentClient: AgentClient, AgentSubject: AgentSubject, AdminSubject: AdminSubject}
+	if v.MCPOverHTTP, err = e.mcpOverHTTP(agent); err != nil {
+		return err
+	}
+	if v.MCPOverStdio, err = e.mcpOverStdio(agent); err != nil {
+		return err
+	}
+	return welcomeText.Execute(w, v)
+}
+
+// mint signs a token for the first accepted audience (PUBLIC_BASE_URL unless
+// OAUTH_AUDIENCE says otherwise), which REST and /mcp both accept.
+func (e *Env) mint(subject, client, org string, scopes []string) (string, error) {
+	tok, err := e.Issuer.Mint(devissuer.Claims{Subject: subject, Client: client, Org: org, Scopes: scopes,
+		Audience: e.Config.OAuthAudiences[:1], TTL: TokenTTL})
+	if err != nil {
+		return "", fmt.Errorf("mint the %s token: %w", subject, err)
+	}
+	return tok, nil
+}
+
+// mcpOverHTTP is an mcpServers entry for Streamable HTTP at /mcp.
+func (e *Env) mcpOverHTTP(token string) (string, error) {
+	return mcpServers(mcpHTTPServer{Type: "http", URL: e.Config.PublicBaseURL + "/mcp",
+		Headers: map[string]string{"Authorization": "Bearer " + token}})
+}
+
+// mcpOverStdio is an mcpServers entry that starts this binary's mcp stdio
+// with the configuration of this session.
+func (e *Env) mcpOverStdio(token string) (string, error) {
+	bin, err := os.Executable()
+	if err != nil {
+		bin = "billingd"
+	}
+	env := map[string]string{
+		"DATABASE_URL":          e.Config.DatabaseURL,
+		"STRIPE_SECRET_KEY":     e.Config.StripeSecretKey,
+		"OAUTH_ISSUER":          e.Config.OAuthIssuer,
+		"PUBLIC_BASE_URL":       e.Config.PublicBaseURL,
+		"BILLINGD_ACCESS_TOKEN": token,
+	}
+	if e.Config.StripeAPIBase != "" {
+		env["STRIPE_API_BASE"] = e.Config.StripeAPIBase
+	}
+	if e.Config.OAuthOrgClaim != devissuer.DefaultOrgClaim {
+		env["OAUTH_ORG_CLAIM"] = e.Config.OAuthOrgClaim
+	}
+	return mcpServers(mcpStdioServer{Command: bin, Args: []string{"mcp", "stdio"}, Env: env})
+}
+
+// The two kinds of mcpServers entry, fields in the order clients document.
+type mcpHTTPServer struct {
+	Type    string            `json:"type"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers"`
+}
+
+type mcpStdioServer struct {
+	Command string            `json:"command"`
+	Args    []string          `json:"args"`
+	Env     map[string]string `json:"env"`
+}
+
+func mcpServers(server any) (string, error) {
+	out, err := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"billingd": server}}, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("MCP client configuration: %w", err)
+	}
+	return string(out), nil
+}
+
+var welcomeText = template.Must(template.New("welcome").Parse(`
+billingd dev is ready. DEVELOPMENT ONLY: its token issuer signs whatever it is asked to.
+
+  Dashboard  {{.BaseURL}}/   (sign in with a token below)
+  Demo org   {{.Account.Org.ID}} "{{.Account.Org.Name}}", on {{.Account.Subscription.Plan}}
+  Database   {{.Database}}
+  Stripe     {{.Stripe}}
+  Issuer     {{.Issuer}} (development only)
+
+Tokens for org {{.Account.Org.ID}}, valid for 12h (until {{.Expires}}):
+
+  agent: client {{.AgentClient}} acting for {{.AgentSubject}}; {{.AgentScopes}}
+  {{.AgentToken}}
+
+  admin: {{.AdminSubject}}; {{.AdminScopes}}
+  {{.AdminToken}}
+
+The handshake, as the agent:
+
+  curl -s -X POST {{.BaseURL}}/api/billing/upgrade -H 'Authorization: Bearer {{.AgentToken}}' -d '{"to":"scale"}'
+
+  Nothing has changed yet: the answer is a summary and a confirm_token. To execute
+  the upgrade, repeat the command within {{.ConfirmTTL}} with -d '{"to":"scale","confirm_token":"pbc_…"}'.
+
+  curl -s {{.BaseURL}}/api/billing/subscription -H 'Authorization: Bearer {{.AgentToken}}'
+
+The audit log, as the admin:
+
+  curl -s '{{.BaseURL}}/api/billing/audit?limit=10' -H 'Authorization: Bearer {{.AdminToken}}'
+
+MCP client configuration (.mcp.json, ~/.cursor/mcp.json, ...), over HTTP:
+
+{{.MCPOverHTTP}}
+
+or over stdio (works while billingd dev runs):
+
+{{.MCPOverStdio}}
+
+Ctrl-C stops billingd and everything it started. Data stays in {{.Dir}}; remove it to start afresh.
+`))
