@@ -37,6 +37,17 @@ func StripeMock(t testing.TB) string {
 	return stripeMock.url
 }
 
+// StripeMockBinary returns the path of the stripe-mock binary, for tests of
+// programs that start stripe-mock themselves (billingd dev).
+func StripeMockBinary(t testing.TB) string {
+	t.Helper()
+	bin, err := findStripeMock()
+	if err != nil {
+		missing(t, "no stripe-mock (go install github.com/stripe/stripe-mock@v0.190.0, or make tools): %v", err)
+	}
+	return bin
+}
+
 func startStripeMock() (string, error) {
 	bin, err := findStripeMock()
 	if err != nil {
