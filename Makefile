@@ -6,6 +6,10 @@ STRIPE_MOCK_VERSION := v0.190.0
 STRIPE_MOCK_DIR := $(CURDIR)/.tools/stripe-mock@$(STRIPE_MOCK_VERSION)
 STRIPE_MOCK := $(STRIPE_MOCK_DIR)/stripe-mock
 export PATH := $(STRIPE_MOCK_DIR):$(PATH)
+# staticcheck 2026.2.2: the first release line that type-checks Go 1.26.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK_DIR := $(CURDIR)/.tools/staticcheck@$(STATICCHECK_VERSION)
+STATICCHECK := $(STATICCHECK_DIR)/staticcheck
 
 # Integration tests use TEST_DATABASE_URL; when it is unset and a PostgreSQL
 # answers on 127.0.0.1:5432, that one is used, else testcontainers (Docker).
@@ -14,12 +18,12 @@ TEST_DATABASE_URL ?= $(LOCAL_PG)
 export TEST_DATABASE_URL
 
 .DEFAULT_GOAL := help
-.PHONY: help run test build tools lint fuzz
+.PHONY: help run test build tools lint fuzz docker migrate-new
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-run: build ## run billingd dev: everything on one machine, no configuration
+run: build tools ## run billingd dev: PostgreSQL, stripe-mock, a dev token issuer, demo data; no configuration
 	./bin/billingd dev
 
 build: ## build ./bin/billingd
@@ -52,6 +56,24 @@ fuzz: ## run every fuzz target for FUZZTIME (default 15s) each
 		go test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=1x $$pkg || exit 1; \
 	done
 
-lint: ## go vet and gofmt check
+lint: $(STATICCHECK) ## go vet, gofmt check and staticcheck (installed pinned into .tools/)
 	go vet ./...
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
+	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	GOBIN=$(STATICCHECK_DIR) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+IMAGE ?= billingd
+docker: ## build the container image (IMAGE=billingd) from the Dockerfile; needs a Docker engine
+	docker build -t $(IMAGE) .
+
+# migrate-new numbers the pair after the highest existing migration, in
+# golang-migrate's NNNNNN_name.{up,down}.sql form.
+migrate-new: ## create the next empty migrations/NNNNNN_NAME.{up,down}.sql: make migrate-new NAME=add_x
+	@echo "$(NAME)" | grep -Eq '^[a-z0-9_]+$$' || { echo "usage: make migrate-new NAME=add_x (lower-case letters, digits, _)"; exit 2; }
+	@last=$$(ls migrations | sed -n 's/^\([0-9]\{6\}\)_.*\.up\.sql$$/\1/p' | sort | tail -n 1); \
+	base=migrations/$$(printf '%06d' $$(expr $${last:-0} + 1))_$(NAME); \
+	echo "-- $(NAME): the change" > $$base.up.sql; \
+	echo "-- $(NAME): undo the change" > $$base.down.sql; \
+	echo "created $$base.up.sql and $$base.down.sql"
