@@ -19,44 +19,55 @@ func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest)
 		// Never a token billingd issued: answer like any unknown token.
 		return ChangeResult{}, s.rejectUnknown(ctx, caller, req.Operation)
 	}
-	var result ChangeResult
-	var outcome error // the error the caller gets after a committed transaction
-	var attempted *Confirmation
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		c, acct, now, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken))
-		if errors.Is(err, ErrNotFound) {
-			outcome = errTokenInvalid()
-			return tx.Record(ctx, Record{Events: []AuditEvent{s.event(caller, req.Operation, EventTokenRejected, "", "invalid")}})
-		}
-		if err != nil {
-			return fmt.Errorf("lock confirmation: %w", err)
-		}
-		if r := s.checkRedeemable(c, acct, req, now); r != nil {
-			outcome = r.err
-			if r.reason == "" { // waiting for approval: nothing to record
-				return nil
-			}
-			return tx.Record(ctx, Record{ConfirmationID: c.ID, Status: r.status,
-				Events: []AuditEvent{s.event(caller, c.Operation, EventTokenRejected, c.ID, r.reason)}})
-		}
-		if outcome = s.recheckPolicy(ctx, caller, c, acct.Policy); outcome != nil {
-			return tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusInvalidated})
-		}
-		attempted = &c
-		result, outcome, err = s.execute(ctx, tx, caller, c, acct)
+	var r redemption
+	err := s.store.InTx(ctx, func(tx Tx) (err error) {
+		r, err = s.redeem(ctx, tx, caller, req)
 		return err
 	})
 	if err != nil {
-		return ChangeResult{}, s.rolledBack(ctx, caller, attempted, err)
+		return ChangeResult{}, s.rolledBack(ctx, caller, r.attempted, err)
 	}
-	return result, outcome
+	return r.result, r.outcome
+}
+
+// redemption is what a second call's transaction decided.
+type redemption struct {
+	result    ChangeResult
+	outcome   error         // the error the caller gets once the transaction committed
+	attempted *Confirmation // set once the provider was called
+}
+
+// redeem is the second call inside its transaction. A returned error rolls
+// the transaction back; a refusal is an outcome, recorded and committed.
+func (s *Service) redeem(ctx context.Context, tx Tx, caller Caller, req ChangeRequest) (redemption, error) {
+	c, acct, now, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken))
+	if errors.Is(err, ErrNotFound) {
+		rejected := s.event(caller, req.Operation, EventTokenRejected, "", "invalid")
+		return redemption{outcome: errTokenInvalid()}, tx.Record(ctx, Record{Events: []AuditEvent{rejected}})
+	}
+	if err != nil {
+		return redemption{}, fmt.Errorf("lock confirmation: %w", err)
+	}
+	if r := s.checkRedeemable(c, acct, req, now); r != nil {
+		if r.reason == "" { // waiting for approval: nothing to record
+			return redemption{outcome: r.err}, nil
+		}
+		rejected := s.event(caller, c.Operation, EventTokenRejected, c.ID, r.reason)
+		return redemption{outcome: r.err}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: r.status, Events: []AuditEvent{rejected}})
+	}
+	if denied := s.recheckPolicy(ctx, caller, c, acct.Policy); denied != nil {
+		return redemption{outcome: denied}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusInvalidated})
+	}
+	result, outcome, err := s.execute(ctx, tx, caller, c, acct)
+	return redemption{result: result, outcome: outcome, attempted: &c}, err
 }
 
 // execute calls the provider for a valid confirmation and records what
-// happened. A definite refusal ends the confirmation as failed; an unknown
-// outcome returns an error so that the transaction rolls back and the same
-// token can be retried with the same idempotency key.
-func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account) (ChangeResult, error, error) {
+// happened. A definite refusal ends the confirmation as failed and is
+// returned as outcome; an unknown outcome is returned as err, so that the
+// transaction rolls back and the same token can be retried with the same
+// idempotency key.
+func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account) (result ChangeResult, outcome, err error) {
 	to, _ := s.catalog.Plan(c.Terms.ToPlan) // checkRedeemable made sure it exists
 	change := planChangeFor(acct, to, c.Operation, c.Terms.ProrationDate)
 	change.ConfirmationID = c.ID
