@@ -61,6 +61,29 @@ func TestMetricsMoveAfterHandshake(t *testing.T) {
 	}
 }
 
+// TestMetricsMCPHandshake: the plan tools' handshake calls over MCP move
+// the same handshake series as the REST API's.
+func TestMetricsMCPHandshake(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	h.createOrg("mcpmet", "MCP Metrics", "pro")
+	cs := mcpConnect(t, h.url, h.mcpUser("mcpmet", "mia"), "")
+	before := h.scrape()
+
+	var p proposal
+	wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), &p)
+	second := map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}
+	wantSuccess(t, callTool(t, cs, "upgrade_plan", second), &executed{})
+	wantToolError(t, callTool(t, cs, "upgrade_plan", second), "consent_token_invalid")
+
+	after := h.scrape()
+	for outcome, delta := range map[string]float64{"proposed": 1, "executed": 1, "consent_token_invalid": 1} {
+		series := `billingd_handshake_calls_total{operation="upgrade_plan",outcome="` + outcome + `"}`
+		if got := after[series] - before[series]; got != delta {
+			t.Errorf("%s moved by %v, want %v", series, got, delta)
+		}
+	}
+}
+
 // TestMetricsUnmatchedRoute: requests for paths no route serves share one
 // series, so a scanner cannot grow the number of series without bound.
 func TestMetricsUnmatchedRoute(t *testing.T) {

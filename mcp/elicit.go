@@ -241,7 +241,7 @@ func (t tools) conclude(ctx context.Context, caller billing.Caller, p pending, a
 	if p.Mode == modeURL {
 		return final(changeOutput{ChangeResult: p.Proposal, Elicitation: report}, approvalText(p.Proposal)), nil
 	}
-	res, err := t.svc.ChangePlan(ctx, caller, billing.ChangeRequest{
+	res, err := t.handshake(ctx, caller, billing.ChangeRequest{
 		Operation: p.Proposal.Operation, To: p.Proposal.Details.To, ConfirmToken: p.Proposal.ConfirmToken})
 	if err != nil {
 		return reply[changeOutput]{}, err

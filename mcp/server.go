@@ -35,6 +35,15 @@ type Config struct {
 	// needs the same key. Empty: a random key for this process, and a next
 	// round that reaches another process is refused (nothing executes).
 	RequestStateKey []byte
+	// Observer, when set, is told about every handshake call the plan tools
+	// make, so that MCP calls are counted with the REST API's.
+	Observer HandshakeObserver
+}
+
+// HandshakeObserver receives the outcome of each handshake call
+// (internal/telemetry.Metrics).
+type HandshakeObserver interface {
+	ObserveHandshake(op billing.Operation, res billing.ChangeResult, err error)
 }
 
 func (c Config) logger() *slog.Logger {
@@ -61,7 +70,7 @@ func newServer(cfg Config, states stateSealer) *sdk.Server {
 			// SDK's default) and no list-changed notifications to subscribe to.
 			Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
 		})
-	registerTools(s, tools{svc: cfg.Service, log: cfg.logger(), states: states})
+	registerTools(s, tools{svc: cfg.Service, log: cfg.logger(), states: states, observer: cfg.Observer})
 	s.AddReceivingMiddleware(sdkErrorsAsContract(cfg.logger()))
 	return s
 }

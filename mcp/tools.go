@@ -116,9 +116,20 @@ func readOnlyAnnotations(title string) *sdk.ToolAnnotations {
 
 // tools holds what the tool bodies need.
 type tools struct {
-	svc    *billing.Service
-	log    *slog.Logger
-	states stateSealer
+	svc      *billing.Service
+	log      *slog.Logger
+	states   stateSealer
+	observer HandshakeObserver // nil: not measured
+}
+
+// handshake is every handshake call the plan tools make (a tool call that
+// elicits may make two), measured as the REST API measures its own.
+func (t tools) handshake(ctx context.Context, caller billing.Caller, req billing.ChangeRequest) (billing.ChangeResult, error) {
+	res, err := t.svc.ChangePlan(ctx, caller, req)
+	if t.observer != nil {
+		t.observer.ObserveHandshake(req.Operation, res, err)
+	}
+	return res, err
 }
 
 // changePlan is upgrade_plan or downgrade_plan: the REST handshake, except
@@ -129,7 +140,7 @@ func (t tools) changePlan(op billing.Operation) interactiveFunc[changePlanArgs, 
 		if isNextRound(req) {
 			return t.nextRound(ctx, req, caller, op, in)
 		}
-		res, err := t.svc.ChangePlan(ctx, caller, billing.ChangeRequest{Operation: op, To: in.To, ConfirmToken: in.ConfirmToken})
+		res, err := t.handshake(ctx, caller, billing.ChangeRequest{Operation: op, To: in.To, ConfirmToken: in.ConfirmToken})
 		if err != nil {
 			return reply[changeOutput]{}, err
 		}
