@@ -7,13 +7,16 @@ import (
 	"testing"
 )
 
-// TestDashboardServed: the page and its assets come with the browser
-// security headers, and the page has no inline script for the CSP to allow.
+// approvalPath is an approval page's address for a well-formed id that no
+// confirmation has.
+const approvalPath = "/approvals/cfm_AAAAAAAAAAAAAAAAAAAAAA"
+
+// TestDashboardServed: the pages and their assets come with the browser
+// security headers, and the pages have no inline script for the CSP to allow.
 func TestDashboardServed(t *testing.T) {
 	h := newHarness(t)
-	page := h.do("GET", "/", "", nil)
-	wantStatus(t, page, http.StatusOK, "")
-	for _, path := range []string{"/", "/assets/dashboard.js", "/assets/dashboard.css"} {
+	paths := []string{"/", approvalPath, "/assets/common.js", "/assets/dashboard.js", "/assets/approval.js", "/assets/dashboard.css"}
+	for _, path := range paths {
 		r := h.do("GET", path, "", nil)
 		wantStatus(t, r, http.StatusOK, "")
 		csp := r.Header.Get("Content-Security-Policy")
@@ -29,13 +32,40 @@ func TestDashboardServed(t *testing.T) {
 			t.Errorf("%s: headers %v", path, r.Header)
 		}
 	}
-	for _, tag := range regexp.MustCompile(`<script[^>]*>`).FindAllString(string(page.Body), -1) {
-		if !strings.Contains(tag, `src="/assets/dashboard.js`) {
-			t.Errorf("inline or foreign script: %s", tag)
-		}
-	}
+	wantOwnScripts(t, h.do("GET", "/", "", nil), "common.js", "dashboard.js")
+	wantOwnScripts(t, h.do("GET", approvalPath, "", nil), "common.js", "approval.js")
 	if ct := h.do("GET", "/assets/dashboard.js", "", nil).Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/javascript") {
 		t.Errorf("script served as %q", ct)
 	}
 	wantStatus(t, h.do("GET", "/assets/dashboard.html", "", nil), http.StatusNotFound, "not_found")
+}
+
+// TestDashboardApprovalPageRendersNoID: the approval page is the same bytes
+// whatever the id in its address, so nothing from the path reaches the HTML.
+func TestDashboardApprovalPageRendersNoID(t *testing.T) {
+	h := newHarness(t)
+	want := h.do("GET", approvalPath, "", nil)
+	for _, id := range []string{"cfm_BBBBBBBBBBBBBBBBBBBBBB", "%3Cb%3Ehi%3C%2Fb%3E", "x%22onmouseover%3D1"} {
+		r := h.do("GET", "/approvals/"+id, "", nil)
+		wantStatus(t, r, http.StatusOK, "")
+		if string(r.Body) != string(want.Body) {
+			t.Errorf("/approvals/%s differs from %s", id, approvalPath)
+		}
+	}
+}
+
+// wantOwnScripts requires page to load exactly the named scripts from
+// /assets/, in that order, and no inline script.
+func wantOwnScripts(t *testing.T, page response, names ...string) {
+	t.Helper()
+	wantStatus(t, page, http.StatusOK, "")
+	tags := regexp.MustCompile(`<script[^>]*>`).FindAllString(string(page.Body), -1)
+	if len(tags) != len(names) {
+		t.Fatalf("scripts %q, want %q", tags, names)
+	}
+	for i, tag := range tags {
+		if !strings.Contains(tag, `src="/assets/`+names[i]+`?v=`) {
+			t.Errorf("script %d is %s, want /assets/%s", i, tag, names[i])
+		}
+	}
 }

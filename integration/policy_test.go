@@ -194,10 +194,17 @@ func TestDailyLimit(t *testing.T) {
 	}
 }
 
-// proposeApproval makes a first call that must need approval.
+// proposeApproval makes a first call of upgrade_plan that must need approval.
 func (h *harness) proposeApproval(token, to string) proposal {
 	h.t.Helper()
-	r := h.do("POST", "/api/billing/upgrade", token, `{"to":"`+to+`"}`)
+	return h.proposeApprovalOf(token, "upgrade", to)
+}
+
+// proposeApprovalOf makes a first call of op ("upgrade" or "downgrade") that
+// must need approval.
+func (h *harness) proposeApprovalOf(token, op, to string) proposal {
+	h.t.Helper()
+	r := h.do("POST", "/api/billing/"+op, token, `{"to":"`+to+`"}`)
 	wantStatus(h.t, r, http.StatusAccepted, "")
 	var body struct {
 		proposal

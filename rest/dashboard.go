@@ -15,14 +15,22 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// The dashboard is one server-rendered page and two static files. Its script
-// signs in with a pasted access token and uses only the public REST API, so
-// it is held to exactly the rules every other client is.
+// The dashboard is two server-rendered pages (the dashboard and the approval
+// page) and their static files. Their scripts sign in with a pasted access
+// token and use only the public REST API, so they are held to exactly the
+// rules every other client is.
 //
 //go:embed web
 var webFiles embed.FS
 
-var dashboardPage = template.Must(template.ParseFS(webFiles, "web/dashboard.html"))
+var (
+	dashboardPage = template.Must(template.ParseFS(webFiles, "web/dashboard.html"))
+	// approvalPage is the page billingd's approval_url points to. It never
+	// contains the confirmation id: the script reads it from the address,
+	// checks its shape and looks it up through the API, so nothing from the
+	// path is ever rendered by the server.
+	approvalPage = template.Must(template.ParseFS(webFiles, "web/approval.html"))
+)
 
 // dashboardCSP allows the page's own script, style and API calls and nothing
 // else: no inline script, no other origin, no framing, and no form
@@ -31,14 +39,16 @@ var dashboardPage = template.Must(template.ParseFS(webFiles, "web/dashboard.html
 const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; " +
 	"img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// dashboardAssets are the files served under /assets/, by name.
-var dashboardAssets = []string{"dashboard.js", "dashboard.css"}
+// dashboardAssets are the files served under /assets/, by name. common.js
+// holds what both pages' scripts share (API calls, sign-in, countdowns).
+var dashboardAssets = []string{"common.js", "dashboard.js", "approval.js", "dashboard.css"}
 
 func mountDashboard(e *echo.Echo) {
 	version := assetVersion()
 	// Per-route middleware, not a Group: an Echo group with middleware also
 	// claims every unmatched path under its prefix, here all of them.
-	e.GET("/", func(c echo.Context) error { return renderDashboard(c, version) }, dashboardHeaders)
+	e.GET("/", renderPage(dashboardPage, version), dashboardHeaders)
+	e.GET("/approvals/:id", renderPage(approvalPage, version), dashboardHeaders)
 	e.GET("/assets/:name", serveAsset, dashboardHeaders)
 }
 
@@ -57,12 +67,15 @@ func dashboardHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-func renderDashboard(c echo.Context, version string) error {
-	var page bytes.Buffer
-	if err := dashboardPage.Execute(&page, struct{ AssetVersion string }{version}); err != nil {
-		return err
+// renderPage serves a page template; the asset version is its only data.
+func renderPage(tmpl *template.Template, version string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var page bytes.Buffer
+		if err := tmpl.Execute(&page, struct{ AssetVersion string }{version}); err != nil {
+			return err
+		}
+		return c.HTMLBlob(http.StatusOK, page.Bytes())
 	}
-	return c.HTMLBlob(http.StatusOK, page.Bytes())
 }
 
 func serveAsset(c echo.Context) error {

@@ -1,15 +1,8 @@
-// billingd dashboard. It signs in with a pasted access token and drives the
-// public REST API exactly as any other client would: the server enforces
-// every rule, the page only shows what the API answers.
-//
-// Every value that comes from the server is written with textContent or
-// setAttribute, never parsed as HTML, so a plan name or a summary can never
-// become markup. The page's Content-Security-Policy forbids inline script
-// as a second line of defence.
+// billingd dashboard: the plan, the catalog with the two-call handshake in a
+// dialog, pending confirmations, pending approvals (for admins) and the
+// audit log. common.js, loaded first, has the API client, sign-in and the
+// rule that server data is only ever written as text.
 "use strict";
-
-const TOKEN_KEY = "billingd.access_token";
-const $ = (id) => document.getElementById(id);
 
 const state = {
   subscription: null,
@@ -17,73 +10,11 @@ const state = {
   // The proposal shown in the confirmation dialog:
   // {op, plan, proposal, deadline, focusKey, settled, busy, timer}.
   pending: null,
+  // Ticks the countdowns of the pending approvals list while it has rows.
+  approvalsTimer: null,
 };
 
-// ---- API -------------------------------------------------------------------
-
-function accessToken() {
-  return sessionStorage.getItem(TOKEN_KEY) || "";
-}
-
-// api calls the REST API and never throws: a network failure is status 0.
-async function api(method, path, body) {
-  const init = {
-    method,
-    cache: "no-store",
-    headers: { Accept: "application/json", Authorization: "Bearer " + accessToken() },
-  };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  try {
-    const res = await fetch(path, init);
-    let data = null;
-    try {
-      data = await res.json();
-    } catch (_) {
-      // not JSON: leave data null
-    }
-    return { status: res.status, ok: res.ok, data };
-  } catch (_) {
-    return { status: 0, ok: false, data: null };
-  }
-}
-
-function describeError(res) {
-  if (res.status === 0) {
-    return "Could not reach billingd. Check the connection and try again.";
-  }
-  const err = res.data && res.data.error;
-  if (err && err.message) {
-    return `${err.message} (${err.code}).`;
-  }
-  return `The request failed with HTTP status ${res.status}.`;
-}
-
-// ---- Messages and formatting ------------------------------------------------
-
-function say(message) {
-  $("error").textContent = "";
-  $("status").textContent = message;
-}
-
-function fail(message) {
-  $("status").textContent = "";
-  $("error").textContent = message;
-}
-
-// el makes an element with text content and attributes.
-function el(tag, text, attrs) {
-  const node = document.createElement(tag);
-  if (text !== undefined && text !== null) {
-    node.textContent = String(text);
-  }
-  for (const [name, value] of Object.entries(attrs || {})) {
-    node.setAttribute(name, value);
-  }
-  return node;
-}
+// ---- Formatting ----------------------------------------------------------------
 
 function money(cents, currency) {
   const code = String(currency || "").toUpperCase();
@@ -92,11 +23,6 @@ function money(cents, currency) {
   } catch (_) {
     return `${(cents / 100).toFixed(2)} ${code}`;
   }
-}
-
-function when(iso) {
-  const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? String(iso) : d.toLocaleString();
 }
 
 function planName(id) {
@@ -111,44 +37,16 @@ function rerender(container, children, fallback) {
   const active = document.activeElement;
   const key = active && container.contains(active) ? active.dataset.focusKey : null;
   container.replaceChildren(...children);
-  if (key === null) {
-    return;
+  if (key !== null) {
+    refocus(key, fallback);
   }
-  const again = container.querySelector(`[data-focus-key="${CSS.escape(key || "")}"]`);
+}
+
+// refocus gives the focus to the control with data-focus-key key, or to
+// fallback when it is gone.
+function refocus(key, fallback) {
+  const again = document.querySelector(`[data-focus-key="${CSS.escape(key || "")}"]`);
   (again || fallback).focus();
-}
-
-// ---- Sign in ----------------------------------------------------------------
-
-function showSignedIn(signedIn) {
-  $("sign-in").hidden = signedIn;
-  $("account").hidden = !signedIn;
-  $("sign-out").hidden = !signedIn;
-}
-
-async function signIn(event) {
-  event.preventDefault();
-  const token = $("token").value.trim();
-  if (!token) {
-    fail("Paste an access token first.");
-    return;
-  }
-  sessionStorage.setItem(TOKEN_KEY, token);
-  $("token").value = "";
-  if (await refresh()) {
-    say("Signed in.");
-    $("plan-title").focus();
-  }
-}
-
-function signOut(message, isError) {
-  sessionStorage.removeItem(TOKEN_KEY);
-  showSignedIn(false);
-  for (const id of ["plans", "pending", "audit-events"]) {
-    $(id).replaceChildren();
-  }
-  (isError ? fail : say)(message);
-  $("token").focus();
 }
 
 // ---- Loading ----------------------------------------------------------------
@@ -163,8 +61,7 @@ async function refresh() {
     // Only billing:admin may read the audit log: try, and show it if allowed.
     api("GET", "/api/billing/audit?limit=50"),
   ]);
-  if ([sub, plans, pending].some((r) => r.status === 401)) {
-    signOut("The access token was refused: it may have expired or be meant for another server. Paste a new one.", true);
+  if (tokenRefused([sub, plans, pending])) {
     return false;
   }
   showSignedIn(true);
@@ -178,8 +75,18 @@ async function refresh() {
   renderSubscription();
   renderPlans();
   renderPending(pending.ok ? pending.data.confirmations : []);
+  // The audit log answers only billing:admin, who alone may approve: the
+  // approvals section follows it.
+  renderApprovals(audit.ok && pending.ok ? pending : null);
   renderAudit(audit.ok ? audit.data.events : null);
   return true;
+}
+
+function clearPage() {
+  for (const id of ["plans", "pending", "approvals-list", "audit-events"]) {
+    $(id).replaceChildren();
+  }
+  stopApprovalsTimer();
 }
 
 function renderSubscription() {
@@ -232,6 +139,94 @@ function renderPending(confirmations) {
   });
   rerender($("pending"), rows, $("pending-title"));
 }
+
+// ---- Pending approvals (billing:admin) ------------------------------------------
+
+// renderApprovals lists the org's confirmations that wait for an approver,
+// each with a countdown, a link to its approval page and Approve / Reject.
+// res is the answer of the confirmations list, or null when the token is
+// not an admin's and the section stays hidden.
+function renderApprovals(res) {
+  $("approvals").hidden = res === null;
+  const list = res ? res.data.confirmations.filter((c) => c.approval === "pending") : [];
+  $("approvals-empty").hidden = list.length > 0;
+  $("approvals-table").hidden = list.length === 0;
+  const rows = list.map((c) => approvalRow(c, localDeadline(c.expires_at, res)));
+  rerender($("approvals-list"), rows, $("approvals-title"));
+  stopApprovalsTimer();
+  if (list.length > 0) {
+    tickApprovals();
+    state.approvalsTimer = setInterval(tickApprovals, 1000);
+  }
+}
+
+function approvalRow(c, deadline) {
+  const row = el("tr", null, { "data-deadline": String(deadline) });
+  // A span, not the cell, is the timer: the cell keeps its table semantics.
+  const countdown = el("td");
+  countdown.append(el("span", null, { role: "timer", class: "countdown" }));
+  row.append(el("td", c.summary), el("td", c.principal), el("td", c.client || "—"), countdown);
+  const cell = el("td", null, { class: "row-actions" });
+  cell.append(
+    el("a", "Review", {
+      href: "/approvals/" + encodeURIComponent(c.id),
+      "data-focus-key": "review:" + c.id,
+      "aria-label": `Review: ${c.summary}`,
+    }),
+    decisionButton(c, "approve", "Approve"),
+    decisionButton(c, "reject", "Reject"),
+  );
+  row.append(cell);
+  return row;
+}
+
+function decisionButton(c, decision, label) {
+  const button = el("button", label, {
+    type: "button",
+    "data-focus-key": `${decision}:${c.id}`,
+    "aria-label": `${label}: ${c.summary}`,
+  });
+  button.addEventListener("click", () => decideInline(c.id, decision, button));
+  return button;
+}
+
+// tickApprovals updates every row's countdown; an expired row can no longer
+// be decided, so its buttons are disabled.
+function tickApprovals() {
+  for (const row of $("approvals-list").rows) {
+    const left = timeLeft(Number(row.dataset.deadline));
+    row.querySelector(".countdown").textContent = left || "Expired";
+    if (!left) {
+      row.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+    }
+  }
+}
+
+function stopApprovalsTimer() {
+  clearInterval(state.approvalsTimer);
+  state.approvalsTimer = null;
+}
+
+async function decideInline(id, decision, button) {
+  const key = button.dataset.focusKey;
+  button.disabled = true;
+  const res = await api("POST", `/api/billing/confirmations/${encodeURIComponent(id)}/${decision}`);
+  if (!(await refresh())) {
+    return;
+  }
+  // A disabled button may have dropped the focus to the page body: put it
+  // back on the same button if its row is still there, else on the heading.
+  refocus(key, $("approvals-title"));
+  if (!res.ok) {
+    fail(describeError(res));
+  } else if (decision === "approve") {
+    say(`Approved the change ${res.data.principal} asked for; their next call makes it.`);
+  } else {
+    say(`Rejected the change ${res.data.principal} asked for; it will not be made.`);
+  }
+}
+
+// ---- Audit log ------------------------------------------------------------------
 
 function renderAudit(events) {
   $("audit").hidden = events === null;
@@ -312,11 +307,10 @@ function tick() {
   if (!p) {
     return;
   }
-  const left = Math.max(0, Math.ceil((p.deadline - Date.now()) / 1000));
+  const left = timeLeft(p.deadline);
   const countdown = $("confirm-countdown");
-  if (left > 0) {
-    const mmss = `${Math.floor(left / 60)}:${String(left % 60).padStart(2, "0")}`;
-    countdown.textContent = `Expires in ${mmss} (at ${when(p.proposal.expires_at)}).`;
+  if (left) {
+    countdown.textContent = `Expires in ${left} (at ${when(p.proposal.expires_at)}).`;
     return;
   }
   countdown.textContent = "This confirmation has expired; nothing was changed. Cancel and start again.";
@@ -341,7 +335,7 @@ async function confirmChange() {
     $("confirm-dialog").close("confirmed");
     return;
   }
-  const code = res.data && res.data.error ? res.data.error.code : "";
+  const code = errorCode(res);
   if (res.status === 0 || ["upstream_unavailable", "rate_limited", "approval_pending"].includes(code)) {
     // The token is still good: the same Confirm may be tried again.
     $("confirm-error").textContent = describeError(res) + " You can try Confirm again.";
@@ -365,8 +359,7 @@ async function dialogClosed() {
     return;
   }
   clearInterval(p.timer);
-  const opener = document.querySelector(`[data-focus-key="${CSS.escape(p.focusKey || "")}"]`);
-  (opener || $("catalog-title")).focus();
+  refocus(p.focusKey, $("catalog-title"));
   if (!p.settled) {
     const res = await api("POST", `/api/billing/confirmations/${encodeURIComponent(p.proposal.confirmation_id)}/cancel`);
     p.outcome = res.ok
@@ -381,8 +374,6 @@ async function dialogClosed() {
 // ---- Wiring -------------------------------------------------------------------
 
 function init() {
-  $("sign-in-form").addEventListener("submit", signIn);
-  $("sign-out").addEventListener("click", () => signOut("Signed out."));
   $("confirm-ok").addEventListener("click", confirmChange);
   $("confirm-cancel").addEventListener("click", () => $("confirm-dialog").close("cancelled"));
   const dialog = $("confirm-dialog");
@@ -393,11 +384,7 @@ function init() {
     }
   });
   dialog.addEventListener("close", dialogClosed);
-  if (accessToken()) {
-    refresh();
-  } else {
-    showSignedIn(false);
-  }
+  startPage({ load: refresh, clear: clearPage, landing: () => $("plan-title") });
 }
 
 document.addEventListener("DOMContentLoaded", init);

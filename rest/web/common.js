@@ -1,0 +1,169 @@
+// billingd pages: what the dashboard and the approval page share. Both sign
+// in with a pasted access token and drive the public REST API exactly as any
+// other client would: the server enforces every rule, a page only shows what
+// the API answers.
+//
+// Every value that comes from the server (or from the address bar) is
+// written with textContent or setAttribute, never parsed as HTML, so a plan
+// name or a summary can never become markup. The pages' Content-Security-
+// Policy forbids inline script as a second line of defence.
+"use strict";
+
+const TOKEN_KEY = "billingd.access_token";
+const $ = (id) => document.getElementById(id);
+
+// ---- API -------------------------------------------------------------------
+
+function accessToken() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+// api calls the REST API and never throws: a network failure is status 0.
+// clockOffset is how far the server's clock is ahead of this browser's (see
+// localDeadline).
+async function api(method, path, body) {
+  const init = {
+    method,
+    cache: "no-store",
+    headers: { Accept: "application/json", Authorization: "Bearer " + accessToken() },
+  };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  try {
+    const res = await fetch(path, init);
+    let data = null;
+    try {
+      data = await res.json();
+    } catch (_) {
+      // not JSON: leave data null
+    }
+    return { status: res.status, ok: res.ok, data, clockOffset: clockOffsetOf(res) };
+  } catch (_) {
+    return { status: 0, ok: false, data: null, clockOffset: 0 };
+  }
+}
+
+// clockOffsetOf reads the server's clock from the Date header. It has whole
+// seconds, so half a second is added to centre the error.
+function clockOffsetOf(res) {
+  const server = Date.parse(res.headers.get("Date") || "");
+  return Number.isNaN(server) ? 0 : server + 500 - Date.now();
+}
+
+// localDeadline is when, on this browser's clock, a server timestamp (an
+// expires_at) arrives: a browser whose clock is wrong still counts down to
+// the instant the server will enforce.
+function localDeadline(iso, res) {
+  return Date.parse(iso) - res.clockOffset;
+}
+
+function errorCode(res) {
+  return res.data && res.data.error ? res.data.error.code : "";
+}
+
+function describeError(res) {
+  if (res.status === 0) {
+    return "Could not reach billingd. Check the connection and try again.";
+  }
+  const err = res.data && res.data.error;
+  if (err && err.message) {
+    return `${err.message} (${err.code}).`;
+  }
+  return `The request failed with HTTP status ${res.status}.`;
+}
+
+// ---- Messages and formatting ------------------------------------------------
+
+function say(message) {
+  $("error").textContent = "";
+  $("status").textContent = message;
+}
+
+function fail(message) {
+  $("status").textContent = "";
+  $("error").textContent = message;
+}
+
+// el makes an element with text content and attributes.
+function el(tag, text, attrs) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) {
+    node.textContent = String(text);
+  }
+  for (const [name, value] of Object.entries(attrs || {})) {
+    node.setAttribute(name, value);
+  }
+  return node;
+}
+
+function when(iso) {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? String(iso) : d.toLocaleString();
+}
+
+// timeLeft is "m:ss" until deadline (a Date.now() instant), or "" once it
+// has passed.
+function timeLeft(deadline) {
+  const left = Math.max(0, Math.ceil((deadline - Date.now()) / 1000));
+  return left > 0 ? `${Math.floor(left / 60)}:${String(left % 60).padStart(2, "0")}` : "";
+}
+
+// ---- Sign in ------------------------------------------------------------------
+
+// page is the current page's part: load shows it for the stored token
+// (false when the token was refused), clear forgets what it showed, landing
+// returns the element that takes the focus once signed in.
+let page = null;
+
+function showSignedIn(signedIn) {
+  $("sign-in").hidden = signedIn;
+  $("account").hidden = !signedIn;
+  $("sign-out").hidden = !signedIn;
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const token = $("token").value.trim();
+  if (!token) {
+    fail("Paste an access token first.");
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("token").value = "";
+  if (await page.load()) {
+    say("Signed in.");
+    page.landing().focus();
+  }
+}
+
+function signOut(message, isError) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  showSignedIn(false);
+  page.clear();
+  (isError ? fail : say)(message);
+  $("token").focus();
+}
+
+// tokenRefused signs out when any of the answers refused the token.
+function tokenRefused(responses) {
+  if (!responses.some((r) => r.status === 401)) {
+    return false;
+  }
+  signOut("The access token was refused: it may have expired or be meant for another server. Paste a new one.", true);
+  return true;
+}
+
+// startPage wires sign-in and sign-out and shows the page for a token this
+// tab already holds.
+function startPage(part) {
+  page = part;
+  $("sign-in-form").addEventListener("submit", signIn);
+  $("sign-out").addEventListener("click", () => signOut("Signed out."));
+  if (accessToken()) {
+    page.load();
+  } else {
+    showSignedIn(false);
+  }
+}
