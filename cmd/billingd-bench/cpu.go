@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// On this kind of machine the database, billingd and the load generator
+// share a few cores, so whichever path costs more CPU per operation gets
+// fewer operations per second. The bench measures where the CPU goes: the
+// billingd process, this process (load generator, Stripe stand-in, issuer),
+// the PostgreSQL backends serving a run, and pgbench itself.
+
+// cpuUse is CPU time one run used, per part.
+type cpuUse struct {
+	billingd, bench, postgres, pgbench time.Duration
+}
+
+// cpuPerOp is cpuUse divided by the operations of the run, in µs.
+type cpuPerOp struct {
+	billingd, bench, postgres, pgbench float64
+}
+
+func (u cpuUse) perOp(ops int) cpuPerOp {
+	if ops == 0 {
+		return cpuPerOp{}
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(ops) }
+	return cpuPerOp{billingd: per(u.billingd), bench: per(u.bench), postgres: per(u.postgres), pgbench: per(u.pgbench)}
+}
+
+// total is what one operation cost the machine.
+func (c cpuPerOp) total() float64 { return c.billingd + c.bench + c.postgres + c.pgbench }
+
+// selfCPU is this process's CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// backendCPU follows the CPU time of the PostgreSQL backends of one
+// application_name while a run goes on. Backends come and go (pgbench's
+// leave when it ends), so it polls: for each backend it keeps the first and
+// the last reading, and a backend first seen after the start counts from
+// zero. A backend's last ~100 ms before it exits are missed.
+type backendCPU struct {
+	stop chan struct{}
+	done chan struct{}
+	mu   sync.Mutex
+	seen map[int][2]time.Duration // pid → first, last
+}
+
+const backendPoll = 100 * time.Millisecond
+
+func watchBackends(ctx context.Context, pool *pgxpool.Pool, app string) *backendCPU {
+	b := &backendCPU{stop: make(chan struct{}), done: make(chan struct{}), seen: map[int][2]time.Duration{}}
+	b.poll(ctx, pool, app, true)
+	go func() {
+		defer close(b.done)
+		t := time.NewTicker(backendPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-b.stop:
+				b.poll(ctx, pool, app, false)
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				b.poll(ctx, pool, app, false)
+			}
+		}
+	}()
+	return b
+}
+
+// poll reads the backends' CPU; at the start, a backend's reading is its
+// baseline, later a new backend's baseline is zero.
+func (b *backendCPU) poll(ctx context.Context, pool *pgxpool.Pool, app string, start bool) {
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return
+	}
+	var pids []int
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) == nil {
+			pids = append(pids, pid)
+		}
+	}
+	rows.Close()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, pid := range pids {
+		cpu, err := processCPU(pid)
+		if err != nil {
+			continue // gone already, or not on this machine
+		}
+		r, ok := b.seen[pid]
+		if !ok {
+			r[0] = 0
+			if start {
+				r[0] = cpu
+			}
+		}
+		r[1] = cpu
+		b.seen[pid] = r
+	}
+}
+
+// total stops watching and returns the CPU time the backends used.
+func (b *backendCPU) total() time.Duration {
+	close(b.stop)
+	<-b.done
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var sum time.Duration
+	for _, r := range b.seen {
+		sum += r[1] - r[0]
+	}
+	return sum
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// machine describes where the numbers were measured: they only compare
+// with numbers from the same machine.
+type machine struct {
+	cpu      string
+	cores    int
+	memory   string
+	kernel   string
+	postgres string
+	settings string
+	goVer    string
+}
+
+func describeMachine(ctx context.Context, pool *pgxpool.Pool) machine {
+	m := machine{cpu: "unknown CPU", cores: runtime.NumCPU(), goVer: runtime.Version()}
+	if v, ok := procField("/proc/cpuinfo", "model name"); ok {
+		m.cpu = v
+	}
+	if v, ok := procField("/proc/meminfo", "MemTotal"); ok {
+		if kb, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64); err == nil {
+			m.memory = fmt.Sprintf("%.0f GiB RAM", float64(kb)/(1<<20))
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	_ = pool.QueryRow(ctx, `SELECT current_setting('server_version'),
+		format('fsync=%s, synchronous_commit=%s, shared_buffers=%s, max_wal_size=%s',
+			current_setting('fsync'), current_setting('synchronous_commit'),
+			current_setting('shared_buffers'), current_setting('max_wal_size'))`).Scan(&m.postgres, &m.settings)
+	return m
+}
+
+func (m machine) String() string {
+	return fmt.Sprintf("%s, %d cores, %s, %s; PostgreSQL %s on the same machine (%s); %s",
+		m.cpu, m.cores, m.memory, m.kernel, m.postgres, m.settings, m.goVer)
+}
+
+// memoryKiB reads a process's resident set (VmRSS) and its peak (VmHWM).
+func memoryKiB(pid int) (rss, peak int64, err error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	for name, dst := range map[string]*int64{"VmRSS": &rss, "VmHWM": &peak} {
+		v, ok := procField(path, name)
+		if !ok {
+			return 0, 0, fmt.Errorf("no %s in %s", name, path)
+		}
+		if *dst, err = strconv.ParseInt(strings.Fields(v)[0], 10, 64); err != nil {
+			return 0, 0, err
+		}
+	}
+	return rss, peak, nil
+}
+
+// procField is the value of the first "name: value" line of a /proc file.
+func procField(path, name string) (string, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == name {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}
+
+// loadAverage is /proc/loadavg's first three fields.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// clockTick is the unit of /proc/<pid>/stat times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// processCPU is user+system time of pid, from /proc/<pid>/stat.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; count from after it.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14 of stat
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	return time.Duration(utime+stime) * clockTick, nil
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// README markers: make bench replaces what is between them with the latest
+// results, so the README never shows numbers no run produced.
+const (
+	readmeBegin = "<!-- bench:begin -->"
+	readmeEnd   = "<!-- bench:end -->"
+)
+
+// writeReport prints the results as markdown and writes them where the
+// options say.
+func writeReport(opts options, res results, log *logger) error {
+	body := renderResults(opts, res)
+	fmt.Fprint(log.w, "\n"+body)
+	if opts.out != "" {
+		doc := "# billingd benchmark results\n\nWritten by `make bench` (cmd/billingd-bench); do not edit.\n\n" + body
+		if err := os.WriteFile(opts.out, []byte(doc), 0o644); err != nil {
+			return err
+		}
+		log.Printf("wrote %s", opts.out)
+	}
+	if opts.readme != "" {
+		if err := updateReadme(opts.readme, body); err != nil {
+			return err
+		}
+		log.Printf("updated %s", opts.readme)
+	}
+	return nil
+}
+
+func renderResults(opts options, res results) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Measured %s in %s with `%s`.\n\n", res.started.UTC().Format("2006-01-02 15:04 MST"),
+		res.elapsed.Round(time.Second), opts.command())
+	fmt.Fprintf(&b, "Machine: %s. Load average before / after the run: %s / %s "+
+		"(anything above 0 is other work sharing the machine, which skews both columns).\n\n", res.machine, res.loadBefore, res.loadAfter)
+	fmt.Fprintf(&b, "Setup: the real `billingd serve` binary (connection pool: %s), %d orgs × %d principals with real ES256 JWTs, "+
+		"Stripe stand-in `%s` on loopback, each client owning its own orgs. Every row: %s measured after %s of warm-up; "+
+		"pgbench runs scripts/ (billingd's statements, checked by scripts_test.go) with `-M prepared` and as many connections as clients.\n\n",
+		poolDescription(opts), opts.orgs, opts.principals, opts.stripe, opts.duration, opts.warmup)
+	writeThroughput(&b, res.throughput)
+	writeCPUBudget(&b, res.throughput)
+	writeDataSizes(&b, opts, res.dataSizes)
+	writeRoundTrips(&b, res.trips)
+	fmt.Fprintf(&b, "### Memory\n\nPeak RSS of the billingd process over the whole run (VmHWM): **%.1f MiB**.\n\n", mib(res.peakRSSKiB))
+	writeTargets(&b, opts, res)
+	return b.String()
+}
+
+func poolDescription(opts options) string {
+	if opts.poolMaxConns == 0 {
+		return "pgx's default size, max(4, cores)"
+	}
+	return fmt.Sprintf("pool_max_conns=%d", opts.poolMaxConns)
+}
+
+func (o options) command() string {
+	if len(o.args) == 0 {
+		return "make bench"
+	}
+	return "make bench BENCH_FLAGS='" + strings.Join(o.args, " ") + "'"
+}
+
+func writeThroughput(b *strings.Builder, rows []comparison) {
+	b.WriteString("### Throughput and latency\n\n")
+	b.WriteString("Latency in ms; a handshake is both calls. Ratio: billingd's throughput over pgbench's. " +
+		"CPU µs/op: CPU time per operation, for billingd's side as billingd + bench process (load generator, " +
+		"Stripe stand-in, issuer) + PostgreSQL backends, for pgbench's as PostgreSQL backends + pgbench. " +
+		"All of them share the machine's cores.\n\n")
+	b.WriteString("| workload | clients | billingd ops/s | p50 | p99 | max | errors | CPU µs/op | pgbench tps | p50 | p99 | max | CPU µs/op | ratio | billingd RSS MiB |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range rows {
+		s, p := r.service, r.pgbench
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %.2f | %.2f | %d | %.0f + %.0f + %.0f | %.0f | %.2f | %.2f | %.2f | %.0f + %.0f | %.0f%% | %.1f |\n",
+			r.workload, r.clients, s.rate, ms(s.p50), ms(s.p99), ms(s.max), s.errors+p.errors,
+			s.cpu.billingd, s.cpu.bench, s.cpu.postgres,
+			p.rate, ms(p.p50), ms(p.p99), ms(p.max), p.cpu.postgres, p.cpu.pgbench, 100*r.ratio(), mib(r.rssKiB))
+	}
+	b.WriteString("\n")
+}
+
+// writeCPUBudget explains the ratios: when every part shares the cores,
+// throughput follows CPU per operation, so a ratio is about the CPU each
+// side spends per operation. The bound assumes billingd itself cost nothing:
+// the load generator and the PostgreSQL work would remain.
+func writeCPUBudget(b *strings.Builder, rows []comparison) {
+	b.WriteString("### Where the CPU goes\n\n")
+	b.WriteString("The machine's cores run PostgreSQL, billingd and the load generator at once, so a run's throughput " +
+		"follows what one operation costs in CPU. Predicted ratio: pgbench's CPU per operation over billingd's side's. " +
+		"Bound: the ratio if billingd itself used no CPU at all. With 1 or 4 clients the cores are not saturated " +
+		"and latency, not CPU, limits both sides, so the prediction holds from 16 clients up.\n\n")
+	b.WriteString("| workload | clients | billingd side µs/op (billingd + bench + PostgreSQL) | pgbench side µs/op | predicted ratio | measured ratio | bound |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range rows {
+		s, p := r.service.cpu, r.pgbench.cpu
+		if s.total() == 0 || p.total() == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %d | %.0f (%.0f + %.0f + %.0f) | %.0f | %s | %s | %s |\n", r.workload, r.clients,
+			s.total(), s.billingd, s.bench, s.postgres, p.total(), pct(p.total()/s.total()), pct(r.ratio()), pct(cpuBound(r)))
+	}
+	b.WriteString("\n")
+}
+
+// cpuBound is the ratio a billingd using no CPU would reach.
+func cpuBound(r comparison) float64 {
+	s := r.service.cpu
+	if s.bench+s.postgres == 0 {
+		return 0
+	}
+	return r.pgbench.cpu.total() / (s.bench + s.postgres)
+}
+
+func writeDataSizes(b *strings.Builder, opts options, rows []dataSize) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "### Old confirmation rows (%d clients)\n\n", opts.dataClients)
+	b.WriteString("Finished confirmations from the last 60 days, spread over every org and principal, bulk-inserted " +
+		"on top of the rows the earlier runs made; changes against the first row. The pgbench mirror runs at each size " +
+		"too: its numbers move with whatever else the machine does, and billingd's ratio to it shows what the rows " +
+		"themselves change.\n\n")
+	b.WriteString("| old rows | rows in table | propose ops/s | p50 ms | p50 change | ops/s change | ratio | handshake ops/s | p50 ms | p50 change | ops/s change | ratio | pgbench propose / handshake tps | errors |\n")
+	b.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	base := rows[0]
+	for _, r := range rows {
+		p, h := r.propose.service, r.handshake.service
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %s | %s | %s | %.0f | %.2f | %s | %s | %s | %.0f / %.0f | %d |\n",
+			count(r.oldRows), r.rows, p.rate, ms(p.p50), change(float64(p.p50), float64(base.propose.service.p50)),
+			change(p.rate, base.propose.service.rate), pct(r.propose.ratio()),
+			h.rate, ms(h.p50), change(float64(h.p50), float64(base.handshake.service.p50)),
+			change(h.rate, base.handshake.service.rate), pct(r.handshake.ratio()),
+			r.propose.pgbench.rate, r.handshake.pgbench.rate,
+			p.errors+h.errors+r.propose.pgbench.errors+r.handshake.pgbench.errors)
+	}
+	b.WriteString("\n")
+}
+
+func writeRoundTrips(b *strings.Builder, trips []roundTrips) {
+	b.WriteString("### Database round trips per call\n\n")
+	fmt.Fprintf(b, "Counted by a pgx tracer on billingd built in process by app.New, over %d handshakes after warm-up "+
+		"(BEGIN and COMMIT count; a batch is one).\n\n", roundTripSamples)
+	b.WriteString("| call | round trips (median) | min | max | one call's exchanges |\n|---|--:|--:|--:|---|\n")
+	var missing []string
+	for _, t := range trips {
+		ex := make([]string, len(t.example))
+		for i, x := range t.example {
+			ex[i] = x.String()
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %s |\n", t.call, t.median, t.min, t.max, strings.Join(ex, " → "))
+		missing = append(missing, t.unmirrored...)
+	}
+	if len(missing) == 0 {
+		b.WriteString("\nMirror check: every statement these calls sent is in the pgbench scripts.\n\n")
+		return
+	}
+	b.WriteString("\n**Mirror check failed**: the calls sent statements the pgbench scripts do not run, " +
+		"so the ratios compare billingd with other SQL:\n\n")
+	for _, m := range missing {
+		fmt.Fprintf(b, "- `%s`\n", m)
+	}
+	b.WriteString("\n")
+}
+
+// target is one of issue 5's goals with what this run measured.
+type target struct {
+	goal     string
+	measured string
+	met      bool
+}
+
+func writeTargets(b *strings.Builder, opts options, res results) {
+	b.WriteString("### Targets (issue 5)\n\n| target | measured | |\n|---|---|---|\n")
+	for _, t := range targets(opts, res) {
+		verdict := "met"
+		if !t.met {
+			verdict = "**missed**"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", t.goal, t.measured, verdict)
+	}
+	b.WriteString("\n")
+}
+
+func targets(opts options, res results) []target {
+	var ts []target
+	if r, ok := findRow(res.throughput, propose, 16); ok {
+		ts = append(ts, target{"propose ≥ 60% of pgbench at 16 clients",
+			fmt.Sprintf("%s (bound with a CPU-free billingd: %s)", pct(r.ratio()), pct(cpuBound(r))), r.ratio() >= 0.60},
+			target{"propose p99 ≤ 20 ms at 16 clients", msText(r.service.p99), ms(r.service.p99) <= 20})
+	}
+	if r, ok := findRow(res.throughput, handshake, 16); ok {
+		ts = append(ts, target{"handshake (confirm) ≥ 50% of pgbench at 16 clients",
+			fmt.Sprintf("%s (bound with a CPU-free billingd: %s)", pct(r.ratio()), pct(cpuBound(r))), r.ratio() >= 0.50},
+			target{"handshake p99 ≤ 30 ms at 16 clients", msText(r.service.p99), ms(r.service.p99) <= 30})
+	}
+	if n := len(res.dataSizes); n > 1 {
+		first, last := res.dataSizes[0], res.dataSizes[n-1]
+		for _, pair := range [][2]comparison{{first.propose, last.propose}, {first.handshake, last.handshake}} {
+			grow := float64(pair[1].service.p50)/float64(pair[0].service.p50) - 1
+			ts = append(ts, target{
+				fmt.Sprintf("%s p50 with %s old rows within 15%% of %s", pair[0].workload, count(last.oldRows), count(first.oldRows)),
+				fmt.Sprintf("%s → %s (%s)", msText(pair[0].service.p50), msText(pair[1].service.p50), change(float64(pair[1].service.p50), float64(pair[0].service.p50))),
+				grow <= 0.15})
+		}
+	}
+	for _, t := range res.trips {
+		limit := 3
+		if strings.HasPrefix(t.call, "confirm") {
+			limit = 5
+		}
+		ts = append(ts, target{fmt.Sprintf("≤ %d round trips, %s", limit, t.call), fmt.Sprintf("%d (max %d)", t.median, t.max), t.max <= limit})
+	}
+	ts = append(ts, target{fmt.Sprintf("peak RSS ≤ 100 MiB (runs up to %d clients)", maxClients(opts)),
+		fmt.Sprintf("%.1f MiB", mib(res.peakRSSKiB)), mib(res.peakRSSKiB) <= 100})
+	errs := 0
+	for _, r := range res.throughput {
+		errs += r.service.errors + r.pgbench.errors
+	}
+	for _, d := range res.dataSizes {
+		errs += d.propose.service.errors + d.handshake.service.errors + d.propose.pgbench.errors + d.handshake.pgbench.errors
+	}
+	return append(ts, target{"zero errors", fmt.Sprint(errs), errs == 0})
+}
+
+func findRow(rows []comparison, w workload, clients int) (comparison, bool) {
+	for _, r := range rows {
+		if r.workload == w && r.clients == clients {
+			return r, true
+		}
+	}
+	return comparison{}, false
+}
+
+// updateReadme replaces the text between the bench markers.
+func updateReadme(path, body string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	text := string(data)
+	before, rest, ok1 := strings.Cut(text, readmeBegin)
+	_, after, ok2 := strings.Cut(rest, readmeEnd)
+	if !ok1 || !ok2 {
+		return errors.New(path + ": no " + readmeBegin + " … " + readmeEnd + " markers to write the results between")
+	}
+	// The README's section is one level deeper than the results file's.
+	body = strings.ReplaceAll("\n"+body, "\n### ", "\n#### ")
+	return os.WriteFile(path, []byte(before+readmeBegin+"\n"+body+readmeEnd+after), 0o644)
+}
+
+func mib(kib int64) float64 { return float64(kib) / 1024 }
+
+func pct(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
+
+func msText(d time.Duration) string { return fmt.Sprintf("%.2f ms", ms(d)) }
+
+// change is the relative change from base to v, signed.
+func change(v, base float64) string {
+	if base == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%+.0f%%", 100*(v/base-1))
+}
+
+// count writes row counts the way people say them.
+func count(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}

@@ -1,0 +1,46 @@
+-- The first call of the handshake (propose), statement for statement as
+-- internal/postgres runs it. Store.RecentActivity (the rate limit),
+-- Store.Account, then Store.IssueConfirmation's batch (the per-caller
+-- advisory lock and issueSQL, one pipeline as pgx sends a Batch). pgbench
+-- cannot bind an empty string, so approval is "granted" where billingd's is
+-- empty (NULLIF makes that NULL). A few bytes, same work. The
+-- scripts_test.go test and the bench's traced calls check the text against
+-- billingd's. Each pgbench client works on its own orgs, as the load
+-- generator's clients do.
+\set org :org_base + :client_id + :clients * random(0, :orgs_per_client - 1)
+\set principal :org * 100 + random(1, :principals)
+\set cid random(1, 1000000000000000000)
+\set hash random(1, 1000000000000000000)
+SELECT count(*) FILTER (WHERE event = 'TOKEN_ISSUED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
+			min(at) FILTER (WHERE event = 'TOKEN_ISSUED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
+		FROM audit_events
+		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED')
+			AND at > now() - :window_us * interval '1 microsecond';
+SELECT o.id, o.name, o.stripe_customer_id,
+	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now()
+		FROM orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id WHERE o.id = :org;
+\startpipeline
+SELECT pg_advisory_xact_lock(hashtextextended(:principal, 0));
+WITH superseded AS (
+	UPDATE confirmations SET status = 'superseded', finished_at = now()
+	WHERE org = :org AND principal = :principal AND operation = :operation AND status = 'pending'
+	RETURNING id
+), issued AS (
+	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
+		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
+		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
+		approval)
+	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
+		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
+		NULLIF(:approval, '')
+	FROM (SELECT count(*) FROM superseded) AS after_supersede
+	RETURNING created_at, expires_at
+), audited AS (
+	INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
+	SELECT 'TOKEN_REVOKED', :org, :principal, :client, :operation, id, 'revoked', 'superseded', :request_id FROM superseded
+	UNION ALL
+	SELECT :ev_issued, :org, :principal, :client, :operation, :cid, :ok, '', :request_id
+)
+SELECT created_at, expires_at FROM issued;
+\endpipeline

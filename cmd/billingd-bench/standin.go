@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/stripefake"
+)
+
+// startStripe serves the Stripe stand-in the options ask for and sets
+// e.stripeURL. canned and fake run in this process on loopback, so
+// billingd's HTTP client path to Stripe is real but Stripe's own latency is
+// not measured; mock runs stripe-mock, for realism.
+func (e *env) startStripe(ctx context.Context) error {
+	switch e.opts.stripe {
+	case stripeMock:
+		return e.startStripeMock(ctx)
+	case stripeFake:
+		fake := stripefake.New()
+		for _, p := range billing.DefaultPlans() {
+			fake.SetPrice(p.StripePriceID, p.AmountCents, p.Currency)
+		}
+		return e.serveStripe(fake.Handler())
+	default:
+		return e.serveStripe(cannedStripe())
+	}
+}
+
+func (e *env) serveStripe(h http.Handler) error {
+	addr, err := e.serve(h)
+	e.stripeURL = "http://" + addr
+	return err
+}
+
+// cannedStripe answers the four Stripe requests billingd makes with fixed
+// bodies, echoing only the ids billingd reads back. It keeps no state and
+// no idempotency keys, so its cost per request is a form parse and a small
+// JSON encoding: the stand-in for "Stripe answered instantly". (The stateful
+// fake keeps every saved response for replay, whose memory and GC this
+// process would pay for during the measurement.)
+func cannedStripe() http.Handler {
+	var seq atomic.Int64
+	periodEnd := time.Now().Add(30 * 24 * time.Hour).Unix()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/customers", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"id": fmt.Sprintf("cus_bench%d", seq.Add(1)), "object": "customer"})
+	})
+	mux.HandleFunc("POST /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
+		n := seq.Add(1)
+		writeJSON(w, cannedSubscription(fmt.Sprintf("sub_bench%d", n), fmt.Sprintf("si_bench%d", n),
+			r.FormValue("items[0][price]"), periodEnd))
+	})
+	mux.HandleFunc("POST /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, cannedSubscription(r.PathValue("id"), r.FormValue("items[0][id]"),
+			r.FormValue("items[0][price]"), periodEnd))
+	})
+	mux.HandleFunc("POST /v1/invoices/create_preview", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, cannedPreview)
+	})
+	return mux
+}
+
+func cannedSubscription(id, itemID, priceID string, periodEnd int64) map[string]any {
+	return map[string]any{
+		"id": id, "object": "subscription", "status": "active", "current_period_end": periodEnd,
+		"items": map[string]any{"object": "list", "has_more": false, "data": []any{map[string]any{
+			"id": itemID, "object": "subscription_item", "price": map[string]any{"id": priceID, "object": "price"},
+		}}},
+	}
+}
+
+// cannedPreview is a preview invoice of a Pro → Scale change halfway through
+// the period: the unused Pro time credited, the rest of Scale charged.
+var cannedPreview = map[string]any{
+	"object": "invoice", "currency": "usd", "amount_due": 1500, "subtotal": 1500, "total": 1500,
+	"lines": map[string]any{"object": "list", "has_more": false, "data": []any{
+		map[string]any{"object": "line_item", "amount": -950, "currency": "usd", "proration": true},
+		map[string]any{"object": "line_item", "amount": 2450, "currency": "usd", "proration": true},
+	}},
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// startStripeMock uses STRIPE_MOCK_URL, or starts stripe-mock from PATH,
+// .tools/ (make tools) or $GOPATH/bin on free loopback ports.
+func (e *env) startStripeMock(ctx context.Context) error {
+	if u := os.Getenv("STRIPE_MOCK_URL"); u != "" {
+		e.stripeURL = u
+		return nil
+	}
+	bin, err := findStripeMock()
+	if err != nil {
+		return err
+	}
+	httpAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	httpsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, "-http-addr", httpAddr, "-https-addr", httpsAddr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	e.cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	e.stripeURL = "http://" + httpAddr
+	return waitAnswering(ctx, e.stripeURL+"/v1/customers")
+}
+
+func findStripeMock() (string, error) {
+	if p, err := exec.LookPath("stripe-mock"); err == nil {
+		return p, nil
+	}
+	var candidates []string
+	if out, err := exec.Command("go", "env", "GOMOD", "GOPATH").Output(); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) == 2 {
+			tools, _ := filepath.Glob(filepath.Join(filepath.Dir(lines[0]), ".tools", "stripe-mock@*", "stripe-mock"))
+			candidates = append(tools, filepath.Join(filepath.SplitList(lines[1])[0], "bin", "stripe-mock"))
+		}
+	}
+	for _, p := range candidates {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("stripe-mock not found on PATH, in .tools/ or $GOPATH/bin (make tools installs it), and STRIPE_MOCK_URL is unset")
+}
+
+// waitAnswering polls url until it answers with any status.
+func waitAnswering(ctx context.Context, url string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer within 30s", url)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
