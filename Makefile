@@ -18,7 +18,7 @@ TEST_DATABASE_URL ?= $(LOCAL_PG)
 export TEST_DATABASE_URL
 
 .DEFAULT_GOAL := help
-.PHONY: help run test build tools lint fuzz docker migrate-new
+.PHONY: help run test build tools lint fuzz docker migrate-new bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -55,6 +55,11 @@ fuzz: ## run every fuzz target for FUZZTIME (default 15s) each
 		pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name ($$pkg)"; \
 		go test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=1x $$pkg || exit 1; \
 	done
+
+# BENCH_DATABASE_URL picks the PostgreSQL server (default 127.0.0.1:5432,
+# user postgres); BENCH_FLAGS adds flags (go run ./cmd/billingd-bench -h).
+bench: ## measure billingd against a pgbench mirror of its SQL (~8 min; PostgreSQL, pgbench)
+	go run ./cmd/billingd-bench -out cmd/billingd-bench/RESULTS.md -readme README.md $(BENCH_FLAGS)
 
 lint: $(STATICCHECK) ## go vet, gofmt check and staticcheck (installed pinned into .tools/)
 	go vet ./...
