@@ -34,13 +34,22 @@ func NewMigrator(databaseURL string) (*Migrator, error) {
 }
 
 // migrateURL rewrites the scheme for golang-migrate's pgx v5 driver, which
-// registers itself as pgx5:// (a postgres:// URL gives "unknown driver").
+// registers itself as pgx5:// (a postgres:// URL gives "unknown driver"), and
+// drops pgxpool's settings (pool_max_conns, …): the driver would send them
+// to PostgreSQL as run-time parameters, which PostgreSQL refuses.
 func migrateURL(databaseURL string) string {
 	u, err := url.Parse(databaseURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return databaseURL
 	}
 	u.Scheme = "pgx5"
+	q := u.Query()
+	for name := range q {
+		if strings.HasPrefix(name, "pool_") {
+			q.Del(name)
+		}
+	}
+	u.RawQuery = q.Encode()
 	return u.String()
 }
 
