@@ -96,6 +96,7 @@ type Verifier struct {
 	keys     keyfunc.Keyfunc
 	options  []jwt.ParserOption
 	stop     context.CancelFunc
+	verified verifiedCache
 }
 
 // NewVerifier validates cfg, discovers the JWKS URL when it is not given, and

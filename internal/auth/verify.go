@@ -56,11 +56,19 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (Identity, error) {
 	if len(raw) > MaxTokenLength {
 		return Identity{}, reject("too long", nil)
 	}
+	now := time.Now()
+	if id, ok := v.verified.get(raw, now); ok {
+		return id, nil
+	}
 	claims := jwt.MapClaims{}
 	if _, err := jwt.ParseWithClaims(raw, claims, v.keys.KeyfuncCtx(ctx), v.options...); err != nil {
 		return Identity{}, reject(parseFailure(err, claims), err)
 	}
-	return v.identity(claims)
+	id, err := v.identity(claims)
+	if err == nil {
+		v.verified.put(raw, id, now)
+	}
+	return id, err
 }
 
 // parseFailure names why jwt rejected a token. The order matters: jwt joins
