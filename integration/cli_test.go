@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -186,12 +185,11 @@ func TestCommandLine(t *testing.T) {
 	})
 }
 
+// freeAddr is a loopback address nothing listens on, for a billingd
+// subprocess to take.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listen(t)
 	defer ln.Close()
 	return ln.Addr().String()
 }

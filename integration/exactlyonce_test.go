@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"github.com/billingd/billingd/billing"
 	"net/http"
 	"sync"
 	"testing"
@@ -13,9 +14,7 @@ import (
 // exactly one change reaches the payment provider.
 func TestConcurrentSecondCalls(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
-	acct := h.createOrg("race", "Race", "pro")
-	tok := h.user("race", "rick")
-	p := h.propose(tok, "upgrade", "scale")
+	acct, tok, p := h.pendingUpgrade("race")
 
 	const callers = 50
 	statuses := make(chan int, callers)
@@ -39,9 +38,7 @@ func TestConcurrentSecondCalls(t *testing.T) {
 	if count[http.StatusOK] != 1 || count[http.StatusConflict] != callers-1 {
 		t.Fatalf("statuses %v, want one 200 and %d 409", count, callers-1)
 	}
-	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
-		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
-	}
+	h.wantStripeChanges(acct, 1)
 }
 
 // TestConcurrentConfirmationsOfOneOrg: two principals confirm different
@@ -71,9 +68,7 @@ func TestConcurrentConfirmationsOfOneOrg(t *testing.T) {
 	if ok != 1 || mismatch != 1 {
 		t.Fatalf("want one execution and one mismatch, got %d/%d", results[0].Status, results[1].Status)
 	}
-	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
-		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
-	}
+	h.wantStripeChanges(acct, 1)
 }
 
 // TestLostResponseRetry: Stripe executes the change but its answer is lost.
@@ -82,9 +77,7 @@ func TestConcurrentConfirmationsOfOneOrg(t *testing.T) {
 // changes exactly once.
 func TestLostResponseRetry(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
-	acct := h.createOrg("lost", "Lost", "pro")
-	tok := h.user("lost", "lou")
-	p := h.propose(tok, "upgrade", "scale")
+	acct, tok, p := h.pendingUpgrade("lost")
 
 	h.fake.FailNext(stripefake.LoseResponse)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
@@ -95,9 +88,7 @@ func TestLostResponseRetry(t *testing.T) {
 	if sub := h.subscription(tok); sub != "scale" {
 		t.Fatalf("plan after retry: %s", sub)
 	}
-	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
-		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
-	}
+	h.wantStripeChanges(acct, 1)
 	wantEvents(t, h.auditEvents("lost"),
 		"TOKEN_ISSUED", "OPERATION_FAILED:upstream_unavailable", "TOKEN_VALIDATED", "OPERATION_EXECUTED")
 }
@@ -106,9 +97,7 @@ func TestLostResponseRetry(t *testing.T) {
 // released, the token stays redeemable, and the retry executes once.
 func TestStripeTimeoutRetry(t *testing.T) {
 	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "1s"))
-	acct := h.createOrg("slow", "Slow", "pro")
-	tok := h.user("slow", "sly")
-	p := h.propose(tok, "upgrade", "scale")
+	acct, tok, p := h.pendingUpgrade("slow")
 
 	h.fake.FailNext(stripefake.Delay(3 * time.Second))
 	start := time.Now()
@@ -117,18 +106,14 @@ func TestStripeTimeoutRetry(t *testing.T) {
 		t.Fatalf("second call held for %s despite a 1s Stripe timeout", waited)
 	}
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
-	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
-		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
-	}
+	h.wantStripeChanges(acct, 1)
 }
 
 // TestDeclinedCard: a definite refusal ends the confirmation as failed and
 // leaves the subscription as it was.
 func TestDeclinedCard(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
-	acct := h.createOrg("poor", "Poor", "pro")
-	tok := h.user("poor", "pat")
-	p := h.propose(tok, "upgrade", "scale")
+	acct, tok, p := h.pendingUpgrade("poor")
 
 	h.fake.FailNext(stripefake.DeclineCard)
 	r := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
@@ -137,9 +122,7 @@ func TestDeclinedCard(t *testing.T) {
 	if sub := h.subscription(tok); sub != "pro" {
 		t.Fatalf("plan after a declined card: %s", sub)
 	}
-	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 0 {
-		t.Fatalf("Stripe changed the subscription %d times, want 0", n)
-	}
+	h.wantStripeChanges(acct, 0)
 	wantEvents(t, h.auditEvents("poor"),
 		"TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_FAILED:payment_failed", "TOKEN_REJECTED:used")
 }
@@ -149,20 +132,14 @@ func TestDeclinedCard(t *testing.T) {
 // subscription; a new first call starts over with a new key.
 func TestStripeServerError(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
-	acct := h.createOrg("flaky", "Flaky", "pro")
-	tok := h.user("flaky", "fay")
-	p := h.propose(tok, "upgrade", "scale")
+	acct, tok, p := h.pendingUpgrade("flaky")
 	h.fake.FailNext(stripefake.ServerError)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
-	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 0 {
-		t.Fatalf("Stripe changed the subscription %d times, want 0", n)
-	}
+	h.wantStripeChanges(acct, 0)
 	again := h.propose(tok, "upgrade", "scale")
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", again.ConfirmToken), http.StatusOK, "")
-	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
-		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
-	}
+	h.wantStripeChanges(acct, 1)
 }
 
 // TestStripeConnectionReset: Stripe makes the change and the connection dies
@@ -171,16 +148,30 @@ func TestStripeServerError(t *testing.T) {
 // retries, the subscription changes exactly once.
 func TestStripeConnectionReset(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
-	acct := h.createOrg("reset", "Reset", "pro")
-	tok := h.user("reset", "rex")
-	p := h.propose(tok, "upgrade", "scale")
+	acct, tok, p := h.pendingUpgrade("reset")
 	h.fake.FailNext(stripefake.DropConnection)
 	r := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
 	if r.Status == http.StatusServiceUnavailable {
 		r = h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
 	}
 	wantStatus(t, r, http.StatusOK, "")
-	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
-		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
+	h.wantStripeChanges(acct, 1)
+}
+
+// pendingUpgrade creates org on Pro at the Stripe fake and makes a first
+// call to Scale for one of its users: where every exactly-once test starts.
+func (h *harness) pendingUpgrade(org string) (acct billing.Account, token string, p proposal) {
+	h.t.Helper()
+	acct = h.createOrg(org, org, "pro")
+	token = h.user(org, "user-of-"+org)
+	return acct, token, h.propose(token, "upgrade", "scale")
+}
+
+// wantStripeChanges requires that the fake changed acct's subscription
+// exactly n times (replays of an idempotency key do not count).
+func (h *harness) wantStripeChanges(acct billing.Account, n int) {
+	h.t.Helper()
+	if got := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); got != n {
+		h.t.Fatalf("Stripe changed the subscription %d times, want %d", got, n)
 	}
 }

@@ -211,9 +211,7 @@ func confirmAt(t *testing.T, addr, token, confirmToken string) (int, error) {
 // subscription changes exactly once and the audit log tells one story.
 func TestKilledBetweenStripeAndCommit(t *testing.T) {
 	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "20s"))
-	acct := h.createOrg("crash", "Crash", "pro")
-	tok := h.user("crash", "cruz")
-	p := h.propose(tok, "upgrade", "scale")
+	acct, tok, p := h.pendingUpgrade("crash")
 	addr := freeAddr(t)
 	first := h.startServe(addr)
 
@@ -236,9 +234,7 @@ func TestKilledBetweenStripeAndCommit(t *testing.T) {
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("retry after restart: %d %v", status, err)
 	}
-	if n := h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID); n != 1 {
-		t.Fatalf("Stripe changed the subscription %d times, want 1", n)
-	}
+	h.wantStripeChanges(acct, 1)
 	if sub := h.subscription(tok); sub != "scale" {
 		t.Fatalf("plan %s", sub)
 	}
@@ -249,9 +245,7 @@ func TestKilledBetweenStripeAndCommit(t *testing.T) {
 // connections are refused, and billingd exits 0.
 func TestGracefulShutdown(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
-	acct := h.createOrg("term", "Term", "pro")
-	tok := h.user("term", "tia")
-	p := h.propose(tok, "upgrade", "scale")
+	acct, tok, p := h.pendingUpgrade("term")
 	addr := freeAddr(t)
 	s := h.startServe(addr)
 
