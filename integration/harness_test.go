@@ -98,6 +98,11 @@ func (h *harness) serve(ln net.Listener) *app.App {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(a.Close)
+	// Like serve, every replica settles unknown Stripe outcomes.
+	ctx, cancel := context.WithCancel(context.Background())
+	settled := make(chan struct{})
+	go func() { defer close(settled); a.RunSettle(ctx) }()
+	h.t.Cleanup(func() { cancel(); <-settled })
 	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: a.Handler}}
 	srv.Start()
 	h.t.Cleanup(srv.Close)
@@ -287,6 +292,7 @@ type executed struct {
 	OK              bool  `json:"ok"`
 	ConfirmRequired *bool `json:"confirm_required"`
 	Noop            bool  `json:"noop"`
+	Replayed        bool  `json:"replayed"`
 	Subscription    struct {
 		Plan             string `json:"plan"`
 		Status           string `json:"status"`
