@@ -114,10 +114,10 @@ type Record struct {
 	// SyncedSubscription only records SyncedAt: the provider confirmed the
 	// subscription as billingd has it.
 	SyncedSubscription *Subscription
-	// Attempt, when set, records the number of the provider request just
-	// made for the confirmation (and when it was made).
+	// Attempt, when set with Status, records the number of the provider
+	// request that led to the status (and when it was made).
 	Attempt *int
-	// Result is the answer to replay for an executed confirmation.
+	// Result, set with Status executed, is the answer to replay.
 	Result *ChangeResult
 	Events []AuditEvent
 }

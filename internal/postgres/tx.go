@@ -122,7 +122,11 @@ func (t *storeTx) LockByID(ctx context.Context, org, id string) (billing.Confirm
 func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	batch := &pgx.Batch{}
 	if r.Status != "" {
-		batch.Queue(`UPDATE confirmations SET status = $2, finished_at = now() WHERE id = $1`, r.ConfirmationID, string(r.Status))
+		// A new status comes with the attempt that led to it and, once
+		// executed, the answer to replay: one statement.
+		batch.Queue(`UPDATE confirmations SET status = $2, finished_at = now(), attempt = coalesce($3, attempt),
+			attempted_at = CASE WHEN $3::integer IS NULL THEN attempted_at ELSE now() END, result = coalesce($4, result)
+			WHERE id = $1`, r.ConfirmationID, string(r.Status), r.Attempt, r.Result)
 	}
 	if sub := r.Subscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET plan = $2, status = $3, current_period_end = $4, stripe_item_id = $5,
@@ -132,12 +136,6 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	if a := r.Approval; a != nil {
 		batch.Queue(`UPDATE confirmations SET approval = $2, approver = $3 WHERE id = $1`,
 			r.ConfirmationID, string(a.State), a.Approver)
-	}
-	if r.Attempt != nil {
-		batch.Queue(`UPDATE confirmations SET attempt = $2, attempted_at = now() WHERE id = $1`, r.ConfirmationID, *r.Attempt)
-	}
-	if r.Result != nil {
-		batch.Queue(`UPDATE confirmations SET result = $2 WHERE id = $1`, r.ConfirmationID, r.Result)
 	}
 	if sub := r.SyncedSubscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET synced_at = $2 WHERE org = $1`, sub.Org, nullTime(sub.SyncedAt))
