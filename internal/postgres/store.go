@@ -157,11 +157,18 @@ func (s *Store) InTx(ctx context.Context, fn func(billing.Tx) error) error {
 	if err := fn(&storeTx{tx: tx}); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	// fn decided; its outcome (a provider call's included) is committed
+	// whether or not the client is still there.
+	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if err := tx.Commit(commitCtx); err != nil {
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	return nil
 }
+
+// commitTimeout bounds a COMMIT that no longer depends on the client.
+const commitTimeout = 10 * time.Second
 
 const pendingLimit = 200
 
