@@ -44,6 +44,8 @@ type memStore struct {
 	// recordErr, when set, is called by every Tx.Record; a non-nil result
 	// fails the Record (after its writes were made to the transaction's copy).
 	recordErr func(Record) error
+	// countErr, when set, fails every ExecutedSince (a database blink).
+	countErr  error
 	nextAudit int64
 }
 
@@ -239,6 +241,9 @@ func (tx *memTx) LockUnsettled(_ context.Context, idle time.Duration) (Confirmat
 }
 
 func (tx *memTx) ExecutedSince(_ context.Context, org string, window time.Duration) (int, error) {
+	if tx.store.countErr != nil {
+		return 0, tx.store.countErr
+	}
 	return tx.state.executedSince(org, tx.store.now.Add(-window)), nil
 }
 
