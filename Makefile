@@ -23,7 +23,9 @@ export TEST_DATABASE_URL
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-run: build tools ## run billingd dev: PostgreSQL, stripe-mock, a dev token issuer, demo data; no configuration
+# BILLINGD_DEV_STRIPE=mock make run runs stripe-mock (installed first) instead
+# of the Stripe fake.
+run: build $(if $(filter mock,$(BILLINGD_DEV_STRIPE)),tools) ## run billingd dev: PostgreSQL, a Stripe fake, a dev token issuer, demo data; no configuration
 	./bin/billingd dev
 
 build: ## build ./bin/billingd
