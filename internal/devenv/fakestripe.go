@@ -77,7 +77,7 @@ func startFakeStripe(plans []billing.Plan, dir string, progress io.Writer) (*fak
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("Stripe fake: %w", err)
+		return nil, fmt.Errorf("serve the Stripe fake: %w", err)
 	}
 	f.srv = &http.Server{Handler: f.savingAfterChanges(f.fake.Handler()), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = f.srv.Serve(ln) }()
