@@ -29,8 +29,10 @@ type Config struct {
 	PublicBaseURL string
 	// Issuer is the authorization server listed in the metadata.
 	Issuer string
-	// StripeWebhookSecret verifies webhook signatures; "" refuses webhooks.
-	StripeWebhookSecret string
+	// ParseWebhook authenticates and reads Stripe webhook payloads (the
+	// Stripe adapter, bound to STRIPE_WEBHOOK_SECRET by internal/app); nil
+	// refuses webhooks.
+	ParseWebhook WebhookParser
 	// Ready reports whether the server can take traffic (database reachable,
 	// schema current).
 	Ready  func(context.Context) error

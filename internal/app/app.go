@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -86,7 +87,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	}
 	a.Handler = rest.New(rest.Config{
 		Service: a.Service, Verifier: a.verifier, PublicBaseURL: cfg.PublicBaseURL, Issuer: cfg.OAuthIssuer,
-		StripeWebhookSecret: cfg.StripeWebhookSecret, Ready: a.Store.Ready, Logger: a.Log,
+		ParseWebhook: webhookParser(cfg.StripeWebhookSecret), Ready: a.Store.Ready, Logger: a.Log,
 		Observer: a.Metrics, Metrics: a.Metrics.Handler(),
 		Mount: func(e *echo.Echo) { e.Any("/mcp", echo.WrapHandler(mcp.Handler(a.MCPConfig()))) },
 	})
@@ -167,4 +168,20 @@ func paymentsFor(cfg config.Config, payments billing.PaymentProvider) billing.Pa
 		return payments
 	}
 	return stripepay.New(stripepay.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout})
+}
+
+// webhookParser is the Stripe adapter's webhook parser bound to secret, in
+// the shape the REST transport asks for (nil when webhooks are not
+// configured), so that the transport never imports the adapter.
+func webhookParser(secret string) rest.WebhookParser {
+	if secret == "" {
+		return nil
+	}
+	return func(payload []byte, signature string) (billing.SubscriptionEvent, bool, error) {
+		ev, relevant, err := stripepay.ParseSubscriptionEvent(payload, signature, secret)
+		if errors.Is(err, stripepay.ErrBadSignature) {
+			err = fmt.Errorf("%w: %w", rest.ErrWebhookSignature, err)
+		}
+		return ev, relevant, err
+	}
 }
