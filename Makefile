@@ -47,7 +47,7 @@ $(STRIPE_MOCK):
 	GOBIN=$(STRIPE_MOCK_DIR) go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
 
 FUZZTIME ?= 15s
-FUZZ_TARGETS := ./rest:FuzzDecodeStrict ./rest:FuzzBearerToken ./internal/auth:FuzzVerify \
+FUZZ_TARGETS := ./rest:FuzzDecodeStrict ./internal/httpedge:FuzzBearerToken ./internal/auth:FuzzVerify \
 	./billing:FuzzWellFormedToken ./billing:FuzzRequestValidation ./billing:FuzzDisplayName
 
 fuzz: ## run every fuzz target for FUZZTIME (default 15s) each

@@ -97,11 +97,16 @@ func TestMetricsUnmatchedRoute(t *testing.T) {
 	}
 }
 
-// scrape reads /metrics into series → value: counters, gauges, and the
-// _count of histograms, keyed like the exposition format.
+// scrape reads /metrics, on the metrics listener, into series → value:
+// counters, gauges, and the _count of histograms, keyed like the
+// exposition format.
 func (h *harness) scrape() map[string]float64 {
 	h.t.Helper()
-	r := h.do("GET", "/metrics", "", nil)
+	req, err := http.NewRequest("GET", h.metricsURL+"/metrics", nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	r := h.roundTrip(req)
 	wantStatus(h.t, r, http.StatusOK, "")
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(r.Body))

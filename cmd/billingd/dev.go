@@ -54,5 +54,11 @@ func devCmd(ctx context.Context, e env, args []string) (err error) {
 		return err
 	}
 	go a.RunPurge(ctx)
-	return serveUntilDone(ctx, httpServer(a), ln)
+	// A busy metrics port must not keep a newcomer from the demo.
+	metricsLn, err := listenMetrics(a.Config.MetricsAddr)
+	if err != nil {
+		a.Log.Warn("metrics not served", "err", err)
+	}
+	logListening(a, ln, metricsLn)
+	return serveUntilDone(ctx, a, ln, metricsLn)
 }
