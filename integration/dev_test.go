@@ -170,6 +170,8 @@ func devEnv(stripeMock, listenAddr string) []string {
 	return []string{
 		"PATH=" + filepath.Dir(stripeMock) + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"), "LISTEN_ADDR=" + listenAddr,
+		// Tests run side by side: never the fixed default metrics port.
+		"METRICS_ADDR=127.0.0.1:0",
 	}
 }
 

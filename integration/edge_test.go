@@ -129,3 +129,133 @@ func rawRequest(t *testing.T, baseURL, raw string) response {
 	_, _ = bufio.NewReader(resp.Body).WriteTo(&body)
 	return response{Status: resp.StatusCode, Header: resp.Header, Body: []byte(body.String())}
 }
+
+// TestEdgeHostileMethodsAndHeaders: the hostile review's reproduction. A
+// 1 MB method name no longer reaches billingd (the header limit is 64 KiB:
+// 431 from net/http); 100 requests with made-up methods under that limit
+// are logged and measured as one method, OTHER, so memory and /metrics do
+// not grow with them; a header block over 64 KiB is refused the same way.
+func TestEdgeHostileMethodsAndHeaders(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	host := strings.TrimPrefix(h.url, "http://")
+
+	r := rawRequest(t, h.url, strings.Repeat("M", 1<<20)+" /healthz HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+	if r.Status != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("1 MB method: %d", r.Status)
+	}
+	made := func(i int) string { return fmt.Sprintf("X%d%s", i, strings.Repeat("M", 30<<10)) }
+	rawRequest(t, h.url, made(-1)+" /healthz HTTP/1.1\r\nHost: "+host+"\r\nConnection: close\r\n\r\n") // the OTHER series exist
+	before := h.scrape()
+	for i := range 100 {
+		method := made(i)
+		r := rawRequest(t, h.url, method+" /healthz HTTP/1.1\r\nHost: "+host+"\r\nConnection: close\r\n\r\n")
+		if r.Status >= 500 || r.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Fatalf("made-up method: %d %v", r.Status, r.Header)
+		}
+	}
+	after := h.scrape()
+	if got := after[`billingd_http_requests_total{method="OTHER",route="/healthz",status="400"}`] -
+		before[`billingd_http_requests_total{method="OTHER",route="/healthz",status="400"}`]; got != 100 {
+		t.Errorf("made-up methods counted %v times under OTHER, want 100", got)
+	}
+	for series := range after {
+		if strings.Contains(series, "MMMM") {
+			t.Fatalf("a series is labelled with a client's method: %.120s", series)
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("series grew from %d to %d", len(before), len(after))
+	}
+
+	req, _ := http.NewRequest("GET", h.url+"/healthz", nil)
+	req.Header.Set("X-Padding", strings.Repeat("p", 100<<10))
+	if r := h.roundTrip(req); r.Status != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("100 KiB header: %d", r.Status)
+	}
+}
+
+// TestMetricsOwnListener: /metrics is served on the metrics listener
+// (METRICS_ADDR) and not on the API's, where it is an unknown path.
+func TestMetricsOwnListener(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	wantEnvelope(t, h.offSpec().do("GET", "/metrics", "", nil), http.StatusNotFound, "not_found")
+	req, _ := http.NewRequest("GET", h.metricsURL+"/metrics", nil)
+	r := h.roundTrip(req)
+	if r.Status != http.StatusOK || !strings.Contains(string(r.Body), "billingd_http_requests_total") ||
+		r.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("metrics listener: %d %v", r.Status, r.Header)
+	}
+}
+
+// TestClientRequestIDKeptApart: a caller-chosen X-Request-Id is echoed in
+// X-Client-Request-Id but is never billingd's id: the response's
+// X-Request-Id, the error envelope and the audit events carry billingd's
+// own, so nobody can make unrelated events look related.
+func TestClientRequestIDKeptApart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.createOrg("rid", "Request ids", "pro")
+	tok := h.user("rid", "alice")
+	send := func(body string) response {
+		req, _ := http.NewRequest("POST", h.url+"/api/billing/upgrade", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Request-Id", "forged-id")
+		return h.send(req)
+	}
+	first := send(`{"to":"scale"}`)
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("first call %d %s", first.Status, first.Body)
+	}
+	if id := first.Header.Get("X-Request-Id"); id == "" || id == "forged-id" || first.Header.Get("X-Client-Request-Id") != "forged-id" {
+		t.Fatalf("X-Request-Id %q, X-Client-Request-Id %q", id, first.Header.Get("X-Client-Request-Id"))
+	}
+	wrong := send(`{"to":"scale","confirm_token":"pbc_` + strings.Repeat("A", 43) + `"}`)
+	if e := wantEnvelope(t, wrong, http.StatusConflict, "consent_token_invalid"); e.Error.RequestID == "forged-id" {
+		t.Fatal("the envelope carries the client's id")
+	}
+	events := h.auditEvents("rid")
+	if len(events) == 0 {
+		t.Fatal("no audit events")
+	}
+	for _, e := range events {
+		if e.RequestID == "forged-id" || e.RequestID == "" {
+			t.Fatalf("audit event %s has request_id %q", e.Event, e.RequestID)
+		}
+	}
+	if events[0].RequestID != first.Header.Get("X-Request-Id") {
+		t.Fatalf("TOKEN_ISSUED request_id %q, response %q", events[0].RequestID, first.Header.Get("X-Request-Id"))
+	}
+}
+
+// TestNoStoreAndNoSniff: every response is nosniff; every response that can
+// carry a token or account data (the REST API, MCP) is no-store, errors
+// included.
+func TestNoStoreAndNoSniff(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.createOrg("cache", "Cache", "pro")
+	tok := h.user("cache", "alice")
+	for _, c := range []struct {
+		name    string
+		r       response
+		noStore bool
+	}{
+		{"proposal", h.do("POST", "/api/billing/upgrade", tok, map[string]string{"to": "scale"}), true},
+		{"subscription", h.do("GET", "/api/billing/subscription", tok, nil), true},
+		{"api error", h.do("GET", "/api/billing/subscription", "", nil), true},
+		{"mcp", h.mcpPost("", h.mcpUser("cache", "alice"), initializeRequest), true},
+		{"mcp 401", h.mcpPost("", "", initializeRequest), true},
+		{"health", h.do("GET", "/healthz", "", nil), false},
+		{"not found", h.offSpec().do("GET", "/nope", "", nil), false},
+	} {
+		if c.r.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: no nosniff", c.name)
+		}
+		if got := c.r.Header.Get("Cache-Control"); c.noStore && got != "no-store" {
+			t.Errorf("%s: Cache-Control %q", c.name, got)
+		}
+	}
+}
