@@ -66,6 +66,9 @@ func newHarness(t *testing.T, opts ...option) *harness {
 		"DATABASE_URL": h.db.URL, "STRIPE_SECRET_KEY": "sk_test_billingd", "STRIPE_API_BASE": stripeURL,
 		"OAUTH_ISSUER": h.issuer.IssuerURL(), "PUBLIC_BASE_URL": h.url, "LISTEN_ADDR": ln.Addr().String(),
 		"MIGRATE_ON_START": "false", "STRIPE_TIMEOUT": "5s",
+		// A billingd serve started from this environment (startServe) takes
+		// any free metrics port: tests and worktrees run side by side.
+		"METRICS_ADDR": "127.0.0.1:0",
 		// Tests that exercise rate limits turn them on; the others make
 		// more calls per principal than a human would.
 		"RATE_LIMIT_PROPOSALS": "0", "RATE_LIMIT_FAILED_CONFIRMS": "0",
