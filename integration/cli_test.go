@@ -82,6 +82,7 @@ func (c cli) mustRun(args ...string) string {
 // TestCommandLine follows the README: migrate, create an org, serve, run the
 // handshake over HTTP, stop with SIGTERM.
 func TestCommandLine(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDatabase(t)
 	issuer := startIssuer(t)
 	addr, metricsAddr := freeAddr(t), freeAddr(t)

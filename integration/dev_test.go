@@ -27,6 +27,7 @@ import (
 // even SIGKILL leaves nothing behind. (Linux only: it finds processes in
 // /proc, and only Linux has the parent-death signal SIGKILL relies on.)
 func TestDev(t *testing.T) {
+	// Not parallel: runs a whole PostgreSQL cluster of its own (initdb) and times its start.
 	if _, err := devenv.PostgresBinDir(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true and %v", err)

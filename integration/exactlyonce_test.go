@@ -13,6 +13,7 @@ import (
 // TestConcurrentSecondCalls: fifty second calls with one token at once, and
 // exactly one change reaches the payment provider.
 func TestConcurrentSecondCalls(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("race")
 
@@ -45,6 +46,7 @@ func TestConcurrentSecondCalls(t *testing.T) {
 // changes of one subscription at once; one executes, the other's summary no
 // longer holds.
 func TestConcurrentConfirmationsOfOneOrg(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct := h.createOrg("pair", "Pair", "free")
 	alice, bob := h.user("pair", "alice"), h.user("pair", "bob")
@@ -76,6 +78,7 @@ func TestConcurrentConfirmationsOfOneOrg(t *testing.T) {
 // same idempotency key, gets Stripe's saved answer, and the subscription
 // changes exactly once.
 func TestLostResponseRetry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("lost")
 
@@ -96,6 +99,7 @@ func TestLostResponseRetry(t *testing.T) {
 // TestStripeTimeoutRetry: Stripe is slower than STRIPE_TIMEOUT. The lock is
 // released, the token stays redeemable, and the retry executes once.
 func TestStripeTimeoutRetry(t *testing.T) {
+	// Not parallel: measures how long the second call is held.
 	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "1s"))
 	acct, tok, p := h.pendingUpgrade("slow")
 
@@ -112,6 +116,7 @@ func TestStripeTimeoutRetry(t *testing.T) {
 // TestDeclinedCard: a definite refusal ends the confirmation as failed and
 // leaves the subscription as it was.
 func TestDeclinedCard(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("poor")
 
@@ -131,6 +136,7 @@ func TestDeclinedCard(t *testing.T) {
 // retry of the same confirmation is answered 503 again and never changes the
 // subscription; a new first call starts over with a new key.
 func TestStripeServerError(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("flaky")
 	h.fake.FailNext(stripefake.ServerError)
@@ -147,6 +153,7 @@ func TestStripeServerError(t *testing.T) {
 // request carries an idempotency key) or billingd answers 503 and the client
 // retries, the subscription changes exactly once.
 func TestStripeConnectionReset(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("reset")
 	h.fake.FailNext(stripefake.DropConnection)
