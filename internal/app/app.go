@@ -114,11 +114,12 @@ func (a *App) edge() http.Handler {
 }
 
 // MetricsHandler serves m at /metrics (and nothing else) for the metrics
-// listener.
+// listener, behind an edge of its own: its errors are envelopes too, and
+// scrapes are neither logged nor counted.
 func MetricsHandler(m *telemetry.Metrics) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
-	return httpedge.NoSniff(mux)
+	return httpedge.New(httpedge.Config{}, mux)
 }
 
 // HTTPServer is the http.Server of every billingd listener, for handler:

@@ -173,12 +173,3 @@ func MethodLabel(method string) string {
 	}
 	return "OTHER"
 }
-
-// NoSniff sets X-Content-Type-Options: nosniff on every response of h, for
-// listeners outside the edge (metrics).
-func NoSniff(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		h.ServeHTTP(w, r)
-	})
-}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/requestid"
 )
 
@@ -186,3 +187,27 @@ func TestMethodLabelIsBounded(t *testing.T) {
 }
 
 func errorsAs(err error, target any) bool { return err != nil && errors.As(err, target) }
+
+// TestChallenge: the one builder of bearer challenges gives the three forms
+// of contract §4: no token, a refused token, a missing scope.
+func TestChallenge(t *testing.T) {
+	const metadata = "https://b.example/.well-known/oauth-protected-resource"
+	bare := httptest.NewRequest("GET", "/", nil)
+	withToken := httptest.NewRequest("GET", "/", nil)
+	withToken.Header.Set("Authorization", "Bearer x")
+	unauthorized := billing.Errorf(billing.CodeUnauthorized, "no")
+	for _, c := range []struct {
+		r    *http.Request
+		err  error
+		want string
+	}{
+		{bare, unauthorized, `Bearer resource_metadata="` + metadata + `", scope="billing:read billing:write"`},
+		{withToken, unauthorized, `Bearer error="invalid_token", resource_metadata="` + metadata + `", scope="billing:read billing:write"`},
+		{withToken, billing.Errorf(billing.CodeInsufficientScope, "no"),
+			`Bearer error="insufficient_scope", scope="billing:read billing:write", resource_metadata="` + metadata + `"`},
+	} {
+		if got := Challenge(c.r, metadata, c.err, "billing:read", "billing:write"); got != c.want {
+			t.Errorf("got  %s\nwant %s", got, c.want)
+		}
+	}
+}
