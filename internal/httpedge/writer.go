@@ -23,6 +23,10 @@ type writer struct {
 }
 
 func (w *writer) WriteHeader(status int) {
+	if status < http.StatusOK { // informational (103 Early Hints): the real answer follows
+		w.ResponseWriter.WriteHeader(status)
+		return
+	}
 	if w.wroteHeader {
 		return
 	}
