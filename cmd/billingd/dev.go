@@ -54,6 +54,7 @@ func devCmd(ctx context.Context, e env, args []string) (err error) {
 		return err
 	}
 	go a.RunPurge(ctx)
+	go a.RunSettle(ctx)
 	// A busy metrics port must not keep a newcomer from the demo.
 	metricsLn, err := listenMetrics(a.Config.MetricsAddr)
 	if err != nil {
