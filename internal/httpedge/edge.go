@@ -111,7 +111,9 @@ func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(ew, r, billing.Errorf(billing.CodeRequestTooLarge, "request body larger than 64 KiB"))
 		return
 	}
-	r.Body = http.MaxBytesReader(ew, r.Body, MaxBodyBytes)
+	// The server's own writer, not ew: MaxBytesReader tells it to close the
+	// connection after an oversized body, through a method wrappers hide.
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 	e.route(ew, r)
 }
 
