@@ -20,6 +20,7 @@ const npmClientDir = "npmclient"
 // against the real server: connect with a bearer token, list the tools, the
 // two-call upgrade, a replay of the spent token, and a read.
 func TestMCPNpmClient(t *testing.T) {
+	t.Parallel()
 	node := nodeWithSDK(t)
 	h := newHarness(t)
 	h.createOrg("npm", "Npm Works", "pro")
