@@ -10,6 +10,13 @@
 // results with the contract's {"error":{"code","message"}}, built by the one
 // mapping in results.go.
 //
+// For chat hosts that render MCP Apps (extension io.modelcontextprotocol/ui),
+// the plan tools link billingd's own view of the proposal (mcp/appview, the
+// resource ui://billingd/plan-change.html), whose Confirm button makes the
+// second call through the app-only tool confirm_plan_change; such a client's
+// first call carries the token only in the result's _meta, out of the
+// model's reach (apps.go).
+//
 // Identity reaches a tool only through the SDK's token info
 // (req.Extra.TokenInfo), never through an argument. Over Streamable HTTP
 // (Handler) the SDK's RequireBearerToken verifies the bearer token with
