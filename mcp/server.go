@@ -38,6 +38,11 @@ type Config struct {
 	// Observer, when set, is told about every handshake call the plan tools
 	// make, so that MCP calls are counted with the REST API's.
 	Observer HandshakeObserver
+	// ReplicaID (MCP_REPLICA_ID), when set, starts every session id this
+	// process issues ("<id>.<random>"), so that a reverse proxy in front of
+	// several replicas sends each 2025-11-25 session to the process that
+	// holds it (docs/deployment-replicas.md, replicas.go).
+	ReplicaID string
 }
 
 // HandshakeObserver receives the outcome of each handshake call
@@ -70,6 +75,7 @@ func newServer(cfg Config, states stateSealer) *sdk.Server {
 			// Tools and the one MCP Apps view (apps.go), a fixed list of
 			// each: no logging capability (the SDK's default) and no
 			// list-changed notifications to subscribe to.
+			GetSessionID: sessionIDs(cfg.ReplicaID),
 			Capabilities: appsCapable(&sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}, Resources: &sdk.ResourceCapabilities{}}),
 		})
 	t := tools{svc: cfg.Service, log: cfg.logger(), states: states, observer: cfg.Observer}
