@@ -29,8 +29,9 @@ import (
 // buttons like a person.
 
 // TestMCPAppViewInBrowser: Confirm executes the change once; Cancel cancels;
-// a proposal superseded by a newer one says so; the model's part of the
-// first call never holds the token. The screenshot of the proposal is
+// a proposal superseded by a newer one says so; one that waits for approval
+// links the approval page and executes once approved; the model's part of
+// the first call never holds the token. The screenshot of the proposal is
 // docs/images/mcp-app-view.png (kept up to date with MCP_APP_SCREENSHOT=1).
 func TestMCPAppViewInBrowser(t *testing.T) {
 	t.Parallel()
@@ -86,6 +87,33 @@ func TestMCPAppViewInBrowser(t *testing.T) {
 		t.Fatalf("plan %s after a superseded Confirm, want scale", plan)
 	}
 	h.wantStripeChanges(acct, 1)
+
+	// Approval pending: the view links the approval page, which the host
+	// opens; Confirm waits until another admin approved, then executes.
+	h.setPolicy("appweb", `{"rules":[{"name":"agents need a human","caller":"agent","action":"approve"}]}`)
+	view = b.openView(host, token, "downgrade_plan", "free")
+	view.waitState("approval-pending")
+	view.click("approval-link")
+	waitCtx, cancelWait := context.WithTimeout(b.ctx, 10*time.Second)
+	_, err := chromedp.Run(waitCtx, chromedp.Poll[bool](`window.openedLinks.length > 0`))
+	cancelWait()
+	if err != nil {
+		t.Fatalf("the view did not ask the host to open the approval page: %v", err)
+	}
+	if opened := b.eval(`window.openedLinks.join(" ")`); !strings.HasPrefix(opened, h.url+"/approvals/cfm_") {
+		t.Fatalf("the host was asked to open %q, want the approval page", opened)
+	}
+	view.click("confirm")
+	view.waitTrue(`document.getElementById("outcome").innerText.includes("not approved this change yet")`)
+	for id := range h.pendingIDs(rest) {
+		wantStatus(t, h.do("POST", "/api/billing/confirmations/"+id+"/approve", h.admin("appweb", "bob"), nil), http.StatusOK, "")
+	}
+	view.click("confirm")
+	view.waitState("done")
+	if plan := h.subscription(rest); plan != "free" {
+		t.Fatalf("plan %s after an approved Confirm, want free", plan)
+	}
+	h.wantStripeChanges(acct, 2)
 	b.wantNoScriptErrors()
 }
 
