@@ -26,9 +26,21 @@ const (
 // extension with HTML views, as a chat host that renders them does.
 func appsConnect(t *testing.T, baseURL, token, version string) *sdk.ClientSession {
 	t.Helper()
+	return appsConnectWith(t, baseURL, token, version, nil)
+}
+
+// appsConnectWith also advertises form elicitation, answered by o, when o is
+// not nil.
+func appsConnectWith(t *testing.T, baseURL, token, version string, o *host) *sdk.ClientSession {
+	t.Helper()
 	caps := &sdk.ClientCapabilities{}
 	caps.AddExtension(appsExtension, map[string]any{"mimeTypes": []string{viewMIMEType}})
-	client := sdk.NewClient(&sdk.Implementation{Name: "billingd-apps-host", Version: "1"}, &sdk.ClientOptions{Capabilities: caps})
+	opts := &sdk.ClientOptions{Capabilities: caps}
+	if o != nil {
+		caps.Elicitation = formOnly
+		opts.ElicitationHandler = o.elicit
+	}
+	client := sdk.NewClient(&sdk.Implementation{Name: "billingd-apps-host", Version: "1"}, opts)
 	transport := &sdk.StreamableClientTransport{
 		Endpoint:   baseURL + "/mcp",
 		HTTPClient: &http.Client{Transport: bearer{token}, Timeout: 30 * time.Second},
@@ -233,4 +245,21 @@ func TestMCPAppsRefusals(t *testing.T) {
 		t.Fatalf("_meta %v, want %s cancelled", res.Meta, statusMetaKey)
 	}
 	h.wantStripeChanges(acct, 0)
+}
+
+// TestMCPAppsBeforeElicitation: a client that renders MCP Apps and could
+// also show a form gets the view, not a dialog: billingd's own rendering of
+// the terms, and one way to agree.
+func TestMCPAppsBeforeElicitation(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("apps-form", "Form", "pro")
+	o := &host{h: h, token: h.user("apps-form", "alice"), answer: answerWith("accept", map[string]any{"confirm": true})}
+	cs := appsConnectWith(t, h.url, h.mcpUser("apps-form", "alice"), protocol20251125, o)
+	wantViewProposal(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}))
+	if n := o.dialogs(); n != 0 {
+		t.Fatalf("the client was shown %d dialogs as well as the view", n)
+	}
+	if plan := mcpPlan(t, cs); plan != "pro" {
+		t.Fatalf("plan %s after a first call", plan)
+	}
 }
