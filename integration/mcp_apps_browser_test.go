@@ -67,6 +67,7 @@ func TestMCPAppViewInBrowser(t *testing.T) {
 		t.Fatalf("plan %s after Confirm, want scale", plan)
 	}
 	h.wantStripeChanges(acct, 1)
+	b.waitModelContext(`"view_state":"done"`)
 
 	// Cancel.
 	view = b.openView(host, token, "downgrade_plan", "pro")
@@ -230,6 +231,20 @@ func (v *viewFrame) click(id string) {
 	v.t.Helper()
 	if _, err := chromedp.Run(v.ctx, chromedp.Click(chromedp.ID(id))); err != nil {
 		v.t.Fatal(err)
+	}
+}
+
+// waitModelContext waits until the view has told the model (through the
+// host) something containing want, and checks it never told it a token.
+func (b *browser) waitModelContext(want string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`window.modelContext.some((u) => u.includes(`+jsString(want)+`))`)); err != nil {
+		b.t.Fatalf("the view never told the model %s (it told it %s): %v", want, b.eval(`window.modelContext.join("\n")`), err)
+	}
+	if told := b.eval(`window.modelContext.join("\n")`); strings.Contains(told, "pbc_") {
+		b.t.Fatalf("the view told the model a token: %s", told)
 	}
 }
 

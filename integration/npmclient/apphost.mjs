@@ -6,7 +6,8 @@
 // Query parameters: token (bearer token), tool (upgrade_plan or
 // downgrade_plan) and to (the plan). What the model would read of the first
 // call is kept in window.modelSaw; links the view asks the host to open, in
-// window.openedLinks.
+// window.openedLinks; context updates the view sends the model, in
+// window.modelContext.
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { AppBridge, PostMessageTransport, getToolUiResourceUri } from "@modelcontextprotocol/ext-apps/app-bridge";
 
@@ -16,6 +17,7 @@ const MIME = "text/html;profile=mcp-app";
 const params = new URLSearchParams(location.search);
 const status = (s) => { document.getElementById("host-status").textContent = s; };
 window.openedLinks = [];
+window.modelContext = [];
 
 // cspFor turns the view's declared allow-lists into the policy the host
 // imposes (empty lists: nothing but the page's own inline code).
@@ -51,8 +53,9 @@ async function main() {
   window.modelSaw = JSON.stringify({ content: result.content, structuredContent: result.structuredContent });
 
   const iframe = document.getElementById("app-frame");
-  const bridge = new AppBridge(client, { name: "billingd-test-host", version: "1" }, { openLinks: {}, serverTools: {} });
+  const bridge = new AppBridge(client, { name: "billingd-test-host", version: "1" }, { openLinks: {}, serverTools: {}, updateModelContext: { text: {} } });
   bridge.onopenlink = async ({ url }) => { window.openedLinks.push(url); return {}; };
+  bridge.onupdatemodelcontext = async (update) => { window.modelContext.push(JSON.stringify(update)); return {}; };
   bridge.onsizechange = ({ height }) => { if (height) iframe.style.height = Math.ceil(height) + "px"; };
   bridge.oninitialized = async () => {
     await bridge.sendToolInput({ arguments: args });
