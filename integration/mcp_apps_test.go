@@ -129,7 +129,7 @@ func TestMCPAppsTools(t *testing.T) {
 // TestMCPAppsHandshake: for a client that advertised the extension, on
 // either protocol, the first call holds the summary, the confirmation id and
 // the expiry but no token anywhere the model reads; the token is in _meta,
-// and confirm_plan_change with it executes the change once.
+// and confirm_plan_change with it executes the change once (again: a replay).
 func TestMCPAppsHandshake(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
 	for i, version := range bothProtocols {
@@ -156,8 +156,16 @@ func TestMCPAppsHandshake(t *testing.T) {
 				t.Fatalf("confirm_plan_change %+v", done)
 			}
 			h.wantStripeChanges(acct, 1)
-			wantToolError(t, callTool(t, cs, "confirm_plan_change", map[string]any{"confirmation_id": p.ConfirmationID, "confirm_token": token}),
-				"consent_token_invalid")
+			// Pressed again (a lost answer, a double click): the replay of
+			// contract §6, nothing runs twice.
+			var replay struct {
+				OK       bool `json:"ok"`
+				Replayed bool `json:"replayed"`
+			}
+			wantSuccess(t, callTool(t, cs, "confirm_plan_change", map[string]any{"confirmation_id": p.ConfirmationID, "confirm_token": token}), &replay)
+			if !replay.OK || !replay.Replayed {
+				t.Fatalf("confirm_plan_change again: %+v, want a replay", replay)
+			}
 			h.wantStripeChanges(acct, 1)
 		})
 	}
