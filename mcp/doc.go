@@ -2,8 +2,9 @@
 // handshake as tools an AI agent can call (contract §7), on the official Go
 // SDK (github.com/modelcontextprotocol/go-sdk, imported here as sdk).
 //
-// The five tools (upgrade_plan, downgrade_plan, get_subscription, list_plans,
-// cancel_confirmation) decode their typed arguments, call billing.Service and
+// The five tools of the agent (upgrade_plan, downgrade_plan, get_subscription,
+// list_plans, cancel_confirmation), and confirm_plan_change for the MCP Apps
+// view, decode their typed arguments, call billing.Service and
 // encode its result; every handshake rule lives in billing, so a token issued
 // over MCP is redeemable over REST and the other way round. Successful
 // results carry the REST body as structuredContent; failures are isError
