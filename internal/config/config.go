@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,11 @@ type Config struct {
 	// MCP elicitations on protocol 2026-07-28; every replica needs the same
 	// one. Empty: each process makes its own (fine with one replica).
 	MCPRequestStateKey string
+	// MCPReplicaID (MCP_REPLICA_ID) names this replica at the front of every
+	// MCP session id it issues (protocol 2025-11-25), so that a reverse proxy
+	// routes each session to the one process that holds it
+	// (docs/deployment-replicas.md). Empty: plain random session ids.
+	MCPReplicaID string
 }
 
 // Load reads and checks every variable. Variables a command needs but that
@@ -66,6 +72,7 @@ func Load(getenv func(string) string) (Config, error) {
 		LogFormat:           or(getenv("LOG_FORMAT"), "json"),
 		Plans:               billing.DefaultPlans(),
 		MCPRequestStateKey:  getenv("MCP_REQUEST_STATE_KEY"),
+		MCPReplicaID:        getenv("MCP_REPLICA_ID"),
 	}
 	var errs []string
 	fail := func(name, format string, args ...any) {
@@ -107,6 +114,9 @@ func Load(getenv func(string) string) (Config, error) {
 	c.SettleInterval = duration(getenv, "SETTLE_INTERVAL", 15*time.Second, 100*time.Millisecond, time.Hour, fail)
 	if n := len(c.MCPRequestStateKey); n > 0 && n < minStateKeyBytes {
 		fail("MCP_REQUEST_STATE_KEY", "want a random secret of at least %d bytes (e.g. openssl rand -base64 32), got %d", minStateKeyBytes, n)
+	}
+	if c.MCPReplicaID != "" && !replicaIDPattern.MatchString(c.MCPReplicaID) {
+		fail("MCP_REPLICA_ID", "want 1 to 32 lower-case letters, digits and -, starting with a letter or digit")
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		fail("LOG_FORMAT", "want json or text")
@@ -159,6 +169,10 @@ func (c Config) Require(names ...string) error {
 	}
 	return nil
 }
+
+// replicaIDPattern: what a reverse proxy can match in a session id, and
+// nothing that could be mistaken for its separator.
+var replicaIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
 // minStateKeyBytes is mcp.MinRequestStateKeyBytes; config does not import
 // the transports.
