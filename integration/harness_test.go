@@ -17,7 +17,7 @@ import (
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/devissuer"
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 	"github.com/billingd/billingd/internal/testenv"
 )
 
@@ -32,7 +32,7 @@ type harness struct {
 	// metricsURL is the base URL of the metrics listener (METRICS_ADDR).
 	metricsURL string
 	env        map[string]string
-	fake       *stripefake.Server // nil when running against stripe-mock
+	fake       *stripepaytest.Server // nil when running against stripe-mock
 	// offSpecRequests: the requests are deliberately outside the OpenAPI
 	// description; only the answers are validated (see offSpec).
 	offSpecRequests bool
@@ -46,7 +46,7 @@ type harnessOptions struct {
 
 type option func(*harnessOptions)
 
-// withFakeStripe runs against internal/stripefake, which keeps state, honours
+// withFakeStripe runs against internal/stripepay/stripepaytest, which keeps state, honours
 // idempotency keys and injects faults, instead of stripe-mock.
 func withFakeStripe() option { return func(o *harnessOptions) { o.fakeStripe = true } }
 
@@ -154,7 +154,7 @@ func (h *harness) stripeBase(fake bool) string {
 	if !fake {
 		return testenv.StripeMock(h.t)
 	}
-	h.fake = stripefake.New()
+	h.fake = stripepaytest.New()
 	for _, p := range billing.DefaultPlans() {
 		h.fake.SetPrice(p.StripePriceID, p.AmountCents, p.Currency)
 	}

@@ -201,7 +201,7 @@ func (e *Env) startStripe(ctx context.Context) error {
 	return nil
 }
 
-// startFakeStripe serves internal/stripefake in this process, its state
+// startFakeStripe serves internal/stripepay/stripepaytest in this process, its state
 // kept next to the database.
 func (e *Env) startFakeStripe() error {
 	f, err := startFakeStripe(e.Config.Plans, e.stateDir, e.progress)
@@ -211,7 +211,7 @@ func (e *Env) startFakeStripe() error {
 	e.stops = append(e.stops, f.stop)
 	e.fake = f
 	e.Config.StripeSecretKey, e.Config.StripeAPIBase = stripeMockKey, f.base
-	e.Stripe = "the Stripe fake (internal/stripefake) at " + f.base + ", state in " + f.statePath +
+	e.Stripe = "the Stripe fake (internal/stripepay/stripepaytest) at " + f.base + ", state in " + f.statePath +
 		" (keeps subscriptions, honours idempotency keys, prorates from the period; --stripe=mock for stripe-mock)"
 	e.step("Stripe fake on %s", f.base)
 	return nil
