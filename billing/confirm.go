@@ -55,6 +55,17 @@ func (s *Service) redeem(ctx context.Context, tx Tx, caller Caller, req ChangeRe
 		rejected := s.event(caller, c.Operation, EventTokenRejected, c.ID, r.reason)
 		return redemption{outcome: r.err}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: r.status, Events: []AuditEvent{rejected}})
 	}
+	// The verify level (verify.go). TODO(issue 10 merge): move into the
+	// execution-time policy decision once it is one function.
+	verification, refusal := s.checkVerified(c, caller, now)
+	if refusal != nil {
+		return redemption{outcome: refusal}, nil
+	}
+	if verification != nil {
+		if err := s.recordStepUp(ctx, tx, caller, c, verification); err != nil {
+			return redemption{}, err
+		}
+	}
 	if denied := s.recheckPolicy(ctx, caller, c, acct.Policy); denied != nil {
 		return redemption{outcome: denied}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusInvalidated})
 	}

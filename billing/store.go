@@ -87,6 +87,8 @@ type Record struct {
 	Subscription   *Subscription // nil leaves the subscription alone; Version is bumped
 	// Approval records an approver's decision.
 	Approval *ApprovalDecision
+	// Verification records the requester's fresh authentication.
+	Verification *Verification
 	// SyncedSubscription only records SyncedAt: the provider confirmed the
 	// subscription as billingd has it.
 	SyncedSubscription *Subscription
@@ -97,4 +99,6 @@ type Record struct {
 type ApprovalDecision struct {
 	State    Approval
 	Approver string
+	// Auth is the approver's authentication when deciding.
+	Auth Authentication
 }

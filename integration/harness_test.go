@@ -159,11 +159,18 @@ func (h *harness) createOrg(id, name, plan string) billing.Account {
 	return acct
 }
 
-// token mints an access token for principal in org with the given scopes.
+// token mints an access token for principal in org with the given scopes,
+// as the agent client test-agent.
 func (h *harness) token(org, principal string, scopes ...string) string {
 	h.t.Helper()
+	return h.tokenOf("test-agent", org, principal, scopes...)
+}
+
+// tokenOf mints an access token of client for principal in org.
+func (h *harness) tokenOf(client, org, principal string, scopes ...string) string {
+	h.t.Helper()
 	tok, err := h.issuer.Mint(devissuer.Claims{
-		Subject: principal, Org: org, Client: "test-agent", Scopes: scopes, Audience: []string{h.env["PUBLIC_BASE_URL"]},
+		Subject: principal, Org: org, Client: client, Scopes: scopes, Audience: []string{h.env["PUBLIC_BASE_URL"]},
 	})
 	if err != nil {
 		h.t.Fatal(err)
@@ -176,8 +183,10 @@ func (h *harness) user(org, principal string) string {
 	return h.token(org, principal, auth.ScopeRead, auth.ScopeWrite)
 }
 
+// admin is a person with every scope, through the client test-console:
+// not an agent, so it may approve other people's changes.
 func (h *harness) admin(org, principal string) string {
-	return h.token(org, principal, auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
+	return h.tokenOf("test-console", org, principal, auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
 }
 
 // response is an HTTP answer with its body read.

@@ -36,6 +36,7 @@ func (s *server) require(scope string) echo.MiddlewareFunc {
 			c.Set(callerKey, billing.Caller{
 				Org: id.Org, Principal: id.Subject, Client: id.Client,
 				Admin: id.HasScope(auth.ScopeAdmin), RequestID: requestID(c),
+				AuthTime: id.AuthTime, ACR: id.ACR,
 			})
 			return next(c)
 		}
@@ -62,6 +63,18 @@ func (s *server) challenge(c echo.Context, scope string, err *billing.Error) err
 	}
 	c.Response().Header().Set("WWW-Authenticate", value)
 	return err
+}
+
+// stepUpChallenge is RFC 9470's challenge for the verify level: the person
+// must authenticate again (max_age=0), with one of the acr values when the
+// operator requires some.
+func (s *server) stepUpChallenge(st *billing.StepUp) string {
+	value := `Bearer error="insufficient_user_authentication", ` +
+		`error_description="the person who asked must sign in again; or confirm at the verify_url", max_age=0`
+	if len(st.ACRValues) > 0 {
+		value += fmt.Sprintf(`, acr_values="%s"`, strings.Join(st.ACRValues, " "))
+	}
+	return value + fmt.Sprintf(`, resource_metadata="%s/.well-known/oauth-protected-resource"`, s.PublicBaseURL)
 }
 
 func callerOf(c echo.Context) billing.Caller {

@@ -13,23 +13,24 @@ import (
 
 // statusOf is the one table from billing error codes to HTTP statuses.
 var statusOf = map[billing.Code]int{
-	billing.CodeInvalidRequest:      http.StatusBadRequest,
-	billing.CodeUnauthorized:        http.StatusUnauthorized,
-	billing.CodePaymentFailed:       http.StatusPaymentRequired,
-	billing.CodeInsufficientScope:   http.StatusForbidden,
-	billing.CodeOperationDenied:     http.StatusForbidden,
-	billing.CodeNotFound:            http.StatusNotFound,
-	billing.CodeTokenInvalid:        http.StatusConflict,
-	billing.CodeTokenMismatch:       http.StatusConflict,
-	billing.CodeApprovalPending:     http.StatusConflict,
-	billing.CodeApprovalRejected:    http.StatusConflict,
-	billing.CodeTokenExpired:        http.StatusGone,
-	billing.CodeRequestTooLarge:     http.StatusRequestEntityTooLarge,
-	billing.CodeUnknownPlan:         http.StatusUnprocessableEntity,
-	billing.CodeInvalidPlanChange:   http.StatusUnprocessableEntity,
-	billing.CodeRateLimited:         http.StatusTooManyRequests,
-	billing.CodeInternal:            http.StatusInternalServerError,
-	billing.CodeUpstreamUnavailable: http.StatusServiceUnavailable,
+	billing.CodeInvalidRequest:                 http.StatusBadRequest,
+	billing.CodeUnauthorized:                   http.StatusUnauthorized,
+	billing.CodeInsufficientUserAuthentication: http.StatusUnauthorized,
+	billing.CodePaymentFailed:                  http.StatusPaymentRequired,
+	billing.CodeInsufficientScope:              http.StatusForbidden,
+	billing.CodeOperationDenied:                http.StatusForbidden,
+	billing.CodeNotFound:                       http.StatusNotFound,
+	billing.CodeTokenInvalid:                   http.StatusConflict,
+	billing.CodeTokenMismatch:                  http.StatusConflict,
+	billing.CodeApprovalPending:                http.StatusConflict,
+	billing.CodeApprovalRejected:               http.StatusConflict,
+	billing.CodeTokenExpired:                   http.StatusGone,
+	billing.CodeRequestTooLarge:                http.StatusRequestEntityTooLarge,
+	billing.CodeUnknownPlan:                    http.StatusUnprocessableEntity,
+	billing.CodeInvalidPlanChange:              http.StatusUnprocessableEntity,
+	billing.CodeRateLimited:                    http.StatusTooManyRequests,
+	billing.CodeInternal:                       http.StatusInternalServerError,
+	billing.CodeUpstreamUnavailable:            http.StatusServiceUnavailable,
 }
 
 // errorBody is the contract's error envelope.
@@ -57,6 +58,9 @@ func (s *server) errorHandler(err error, c echo.Context) {
 	}
 	if status >= 500 {
 		s.log.ErrorContext(c.Request().Context(), "request failed", "request_id", requestID(c), "code", code, "err", err)
+	}
+	if stepUp := billing.StepUpOf(err); stepUp != nil {
+		c.Response().Header().Set("WWW-Authenticate", s.stepUpChallenge(stepUp))
 	}
 	if wait := billing.RetryAfter(err); wait > 0 {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second)/time.Second)))

@@ -156,7 +156,8 @@ func NewService(cfg config.Config, store billing.Store, payments billing.Payment
 	return billing.NewService(billing.Config{
 		Store: store, Payments: paymentsFor(cfg, payments), Catalog: catalog,
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
-		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL, Logger: log,
+		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL,
+		VerifyACRValues: cfg.VerifyACRValues, Logger: log,
 	})
 }
 
