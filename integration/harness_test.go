@@ -33,12 +33,20 @@ type harness struct {
 	// offSpecRequests: the requests are deliberately outside the OpenAPI
 	// description; only the answers are validated (see offSpec).
 	offSpecRequests bool
+	// tokenPaste: the pages offer the pasted-token sign-in (billingd dev's);
+	// most browser tests sign in that way.
+	tokenPaste bool
 }
 
 type harnessOptions struct {
 	fakeStripe bool
 	env        map[string]string
+	noPaste    bool
 }
+
+// withoutTokenPaste serves the pages as billingd serve does: sign-in at
+// the identity provider only, no pasted tokens.
+func withoutTokenPaste() option { return func(o *harnessOptions) { o.noPaste = true } }
 
 type option func(*harnessOptions)
 
@@ -55,7 +63,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	h := &harness{t: t, db: testenv.NewDatabase(t)}
+	h := &harness{t: t, db: testenv.NewDatabase(t), tokenPaste: !o.noPaste}
 	h.issuer = startIssuer(t)
 	stripeURL := h.stripeBase(o.fakeStripe)
 	ln := listen(t)
@@ -63,6 +71,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	h.env = map[string]string{
 		"DATABASE_URL": h.db.URL, "STRIPE_SECRET_KEY": "sk_test_billingd", "STRIPE_API_BASE": stripeURL,
 		"OAUTH_ISSUER": h.issuer.IssuerURL(), "PUBLIC_BASE_URL": h.url, "LISTEN_ADDR": ln.Addr().String(),
+		"OIDC_CLIENT_ID": testClientID,
 		"MIGRATE_ON_START": "false", "STRIPE_TIMEOUT": "5s",
 		// Tests that exercise rate limits turn them on; the others make
 		// more calls per principal than a human would.
@@ -93,6 +102,7 @@ func (h *harness) serve(ln net.Listener) *app.App {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	cfg.DevTokenPaste = h.tokenPaste
 	a, err := app.New(context.Background(), cfg, app.Options{LogOutput: testLogWriter{h.t}})
 	if err != nil {
 		h.t.Fatal(err)
@@ -112,6 +122,9 @@ func listen(t *testing.T) net.Listener {
 	}
 	return ln
 }
+
+// testClientID is the harness's OIDC client for the pages' sign-in.
+const testClientID = "billingd-test-pages"
 
 func startIssuer(t *testing.T) *devissuer.Issuer {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/websession"
 )
 
 const callerKey = "caller"
@@ -22,6 +23,11 @@ func (s *server) require(scope string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			raw, ok := bearerToken(c.Request())
+			if !ok && c.Request().Header.Get("Authorization") == "" {
+				if ws := s.session(c); ws != nil {
+					return s.withSession(c, next, ws, scope)
+				}
+			}
 			if !ok {
 				return s.challenge(c, scope, billing.Errorf(billing.CodeUnauthorized, "missing bearer access token"))
 			}
@@ -41,6 +47,21 @@ func (s *server) require(scope string) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// withSession serves an API request made by a signed-in page: the same
+// scopes as the access token the sign-in produced, and the CSRF checks of
+// a cookie-authenticated request.
+func (s *server) withSession(c echo.Context, next echo.HandlerFunc, ws *websession.Session, scope string) error {
+	caller, id := sessionCaller(ws, requestID(c))
+	if !id.HasScope(scope) {
+		return billing.Errorf(billing.CodeInsufficientScope, "your sign-in does not grant the %s scope", scope)
+	}
+	if err := s.checkCSRF(c, ws); err != nil {
+		return err
+	}
+	c.Set(callerKey, caller)
+	return next(c)
 }
 
 func bearerToken(r *http.Request) (string, bool) {

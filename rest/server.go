@@ -13,6 +13,7 @@ import (
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/requestid"
+	"github.com/billingd/billingd/internal/websession"
 )
 
 // Verifier checks bearer access tokens.
@@ -41,6 +42,13 @@ type Config struct {
 	Observer Observer
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
+	// SignIn signs people in on the pages (OIDC); nil: no sign-in.
+	SignIn SignIn
+	// Sessions keeps sign-ins and page sessions.
+	Sessions websession.Store
+	// TokenPaste lets the pages sign in with a pasted bearer token: billingd
+	// dev only.
+	TokenPaste bool
 }
 
 // Observer receives measurements for metrics. The route is Echo's template
@@ -57,6 +65,9 @@ type server struct {
 	// that matched none is measured as "unmatched" rather than by a path
 	// the client chose.
 	routes map[string]bool
+	// crossOrigin refuses cross-origin state changes made with the session
+	// cookie.
+	crossOrigin *http.CrossOriginProtection
 }
 
 // MaxBodyBytes is the largest request body accepted.
@@ -64,7 +75,7 @@ const MaxBodyBytes = 64 << 10
 
 // New returns the HTTP handler with every route of the REST API.
 func New(cfg Config) *echo.Echo {
-	s := &server{Config: cfg, log: cfg.Logger}
+	s := &server{Config: cfg, log: cfg.Logger, crossOrigin: http.NewCrossOriginProtection()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -96,7 +107,8 @@ func New(cfg Config) *echo.Echo {
 	if cfg.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
 	}
-	mountDashboard(e)
+	mountDashboard(e, s)
+	mountSignIn(e, s)
 	if cfg.Mount != nil {
 		cfg.Mount(e)
 	}

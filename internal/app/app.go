@@ -20,6 +20,7 @@ import (
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/postgres"
+	"github.com/billingd/billingd/internal/signin"
 	"github.com/billingd/billingd/internal/stripepay"
 	"github.com/billingd/billingd/internal/telemetry"
 	"github.com/billingd/billingd/mcp"
@@ -84,7 +85,19 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 		a.Close()
 		return nil, fmt.Errorf("access-token verifier: %w", err)
 	}
+	var pages rest.SignIn
+	if cfg.OIDCClientID != "" {
+		client, err := signin.New(ctx, signin.Config{Issuer: cfg.OAuthIssuer, ClientID: cfg.OIDCClientID,
+			ClientSecret: cfg.OIDCClientSecret, RedirectURL: cfg.PublicBaseURL + "/auth/callback",
+			Resource: cfg.PublicBaseURL, ClockSkew: cfg.ConfirmClockSkew})
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("OIDC sign-in (OIDC_CLIENT_ID): %w", err)
+		}
+		pages = client
+	}
 	a.Handler = rest.New(rest.Config{
+		SignIn: pages, Sessions: a.Store, TokenPaste: cfg.DevTokenPaste,
 		Service: a.Service, Verifier: a.verifier, PublicBaseURL: cfg.PublicBaseURL, Issuer: cfg.OAuthIssuer,
 		StripeWebhookSecret: cfg.StripeWebhookSecret, Ready: a.Store.Ready, Logger: a.Log,
 		Observer: a.Metrics, Metrics: a.Metrics.Handler(),

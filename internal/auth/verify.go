@@ -191,14 +191,14 @@ func optionalString(claims jwt.MapClaims, name string) (s string, present, ok bo
 		return "", false, false
 	}
 	s, ok = v.(string)
-	return s, true, ok && safeIdentifier(s)
+	return s, true, ok && SafeIdentifier(s)
 }
 
 // maxIdentifierBytes bounds sub, org and client ids: they are stored with
 // every confirmation and audit event.
 const maxIdentifierBytes = 256
 
-// safeIdentifier reports whether an identity claim can be stored and shown
+// SafeIdentifier reports whether an identity claim can be stored and shown
 // as is (contract §4): bounded, valid UTF-8, and made only of characters a
 // person sees. A person approving a change must see exactly who asked for it,
 // so control characters (PostgreSQL refuses NUL, a newline forges log lines),
@@ -206,7 +206,7 @@ const maxIdentifierBytes = 256
 // "\u202enimda-omed" display as "demo-admin"), private-use, surrogate and
 // unassigned code points, default-ignorable ones (Hangul fillers, variation
 // selectors) and every space but U+0020 are refused.
-func safeIdentifier(s string) bool {
+func SafeIdentifier(s string) bool {
 	if len(s) > maxIdentifierBytes || !utf8.ValidString(s) {
 		return false
 	}
