@@ -71,7 +71,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	h.env = map[string]string{
 		"DATABASE_URL": h.db.URL, "STRIPE_SECRET_KEY": "sk_test_billingd", "STRIPE_API_BASE": stripeURL,
 		"OAUTH_ISSUER": h.issuer.IssuerURL(), "PUBLIC_BASE_URL": h.url, "LISTEN_ADDR": ln.Addr().String(),
-		"OIDC_CLIENT_ID": testClientID,
+		"OIDC_CLIENT_ID":   testClientID,
 		"MIGRATE_ON_START": "false", "STRIPE_TIMEOUT": "5s",
 		// Tests that exercise rate limits turn them on; the others make
 		// more calls per principal than a human would.

@@ -175,4 +175,3 @@ func (c *Client) checkIDToken(ctx context.Context, raw, nonce string, authentica
 	}
 	return res, nil
 }
-
