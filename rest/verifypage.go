@@ -39,6 +39,7 @@ type verifyView struct {
 	AssetVersion   string
 	Title, Message string
 	Failed, Form   bool
+	Again          bool // offer a new sign-in (as someone else)
 	Confirmation   *billing.ConfirmationView
 	ID, CSRF       string
 	Subject        string
@@ -53,12 +54,12 @@ func (s *server) verifyPage(c echo.Context) error {
 			Message: "This address does not name a plan change."})
 	}
 	ws := s.session(c)
-	if ws == nil || ws.VerifyID != id {
+	if ws == nil || ws.VerifyID != id || c.QueryParam("sign_in") == "again" {
 		return s.startSignIn(c, "/verify/"+id, id)
 	}
 	view, err := s.Service.VerificationView(c.Request().Context(), personOf(ws, c), id)
 	if err != nil {
-		return s.verifyRefused(c, err)
+		return s.verifyRefused(c, id, err)
 	}
 	return s.renderVerify(c, http.StatusOK, verifyView{Title: "Confirm a plan change", Confirmation: &view,
 		Form: view.VerifiedAt == nil, ID: id, CSRF: ws.CSRF, Subject: ws.Subject,
@@ -87,7 +88,7 @@ func (s *server) verifyDecision(c echo.Context) error {
 	agree := c.FormValue("decision") == "confirm"
 	view, err := s.Service.Verify(c.Request().Context(), personOf(ws, c), id, agree)
 	if err != nil {
-		return s.verifyRefused(c, err)
+		return s.verifyRefused(c, id, err)
 	}
 	message := "Confirmed. Your agent's next call makes this change; nothing has changed yet."
 	if !agree {
@@ -98,7 +99,7 @@ func (s *server) verifyDecision(c echo.Context) error {
 
 // verifyRefused explains a refusal without showing anything of the
 // confirmation.
-func (s *server) verifyRefused(c echo.Context, err error) error {
+func (s *server) verifyRefused(c echo.Context, id string, err error) error {
 	code := billing.ErrorCode(err)
 	status := statusOf[code]
 	if status == 0 {
@@ -107,7 +108,7 @@ func (s *server) verifyRefused(c echo.Context, err error) error {
 	if status >= 500 {
 		s.log.ErrorContext(c.Request().Context(), "verification page", "request_id", requestID(c), "err", err)
 	}
-	return s.renderVerify(c, status, verifyView{Title: "Cannot confirm this change", Failed: true,
+	return s.renderVerify(c, status, verifyView{Title: "Cannot confirm this change", Failed: true, ID: id, Again: true,
 		Message: billing.PublicMessage(err) + " (" + string(code) + ")"})
 }
 
