@@ -23,7 +23,9 @@ export TEST_DATABASE_URL
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-run: build tools ## run billingd dev: PostgreSQL, stripe-mock, a dev token issuer, demo data; no configuration
+# BILLINGD_DEV_STRIPE=mock make run runs stripe-mock (installed first) instead
+# of the Stripe fake.
+run: build $(if $(filter mock,$(BILLINGD_DEV_STRIPE)),tools) ## run billingd dev: PostgreSQL, a Stripe fake, a dev token issuer, demo data; no configuration
 	./bin/billingd dev
 
 build: ## build ./bin/billingd
@@ -59,7 +61,7 @@ fuzz: ## run every fuzz target for FUZZTIME (default 15s) each
 # BENCH_DATABASE_URL picks the PostgreSQL server (default 127.0.0.1:5432,
 # user postgres); BENCH_FLAGS adds flags (go run ./cmd/billingd-bench -h).
 bench: ## measure billingd against a pgbench mirror of its SQL (~8 min; PostgreSQL, pgbench)
-	go run ./cmd/billingd-bench -out cmd/billingd-bench/RESULTS.md -readme README.md $(BENCH_FLAGS)
+	go run ./cmd/billingd-bench -out cmd/billingd-bench/RESULTS.md -doc docs/performance.md $(BENCH_FLAGS)
 
 lint: $(STATICCHECK) ## go vet, gofmt check and staticcheck (installed pinned into .tools/)
 	go vet ./...

@@ -71,7 +71,8 @@ func (s *Service) errVerificationRequired(c Confirmation) *Error {
 
 // checkVerified holds the verify level for a second call: nil when the
 // confirmation needs no verification or has one; otherwise a Verification
-// made by the caller's step-up token (to be recorded), or the refusal.
+// made by the caller's step-up token (to be recorded; a zero now records
+// the database's), or the refusal.
 func (s *Service) checkVerified(c Confirmation, caller Caller, now time.Time) (*Verification, *Error) {
 	if !c.VerifyRequired || c.Verification != nil {
 		return nil, nil
@@ -85,11 +86,26 @@ func (s *Service) checkVerified(c Confirmation, caller Caller, now time.Time) (*
 	return &Verification{VerifiedAt: now, Method: VerifiedByStepUp, Authentication: auth}, nil
 }
 
-// recordStepUp records a step-up verification in the second call's
-// transaction, before the change executes.
-func (s *Service) recordStepUp(ctx context.Context, tx Tx, caller Caller, c Confirmation, v *Verification) error {
-	ev := s.event(caller, c.Operation, EventUserVerified, c.ID, VerifiedByStepUp)
-	return tx.Record(ctx, Record{ConfirmationID: c.ID, Verification: v, Events: []AuditEvent{ev}})
+// requireVerification is the verify level in the execution-time policy
+// decision: the second call goes on only with a recorded verification or a
+// step-up token, which is then recorded in the same transaction. A
+// confirmation the policy came to put under verify after it was issued is
+// marked so, for the verification page.
+func (s *Service) requireVerification(ctx context.Context, tx Tx, caller Caller, c Confirmation) (refused error, err error) {
+	marked := c.VerifyRequired
+	c.VerifyRequired = true
+	v, refusal := s.checkVerified(c, caller, time.Time{})
+	switch {
+	case refusal != nil && !marked:
+		return refusal, tx.Record(ctx, Record{ConfirmationID: c.ID, RequireVerification: true})
+	case refusal != nil:
+		return refusal, nil
+	case v != nil:
+		ev := s.event(caller, c.Operation, EventUserVerified, c.ID, VerifiedByStepUp)
+		return nil, tx.Record(ctx, Record{ConfirmationID: c.ID, RequireVerification: !marked, Verification: v,
+			Events: []AuditEvent{ev}})
+	}
+	return nil, nil
 }
 
 // VerificationView is what the verification page shows the person who

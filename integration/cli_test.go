@@ -78,8 +78,8 @@ func (c cli) mustRun(args ...string) string {
 	return out
 }
 
-// TestCommandLine follows the README: migrate, create an org, serve, run the
-// handshake over HTTP, stop with SIGTERM.
+// TestCommandLine follows docs/operations.md, "Running it by hand": migrate,
+// create an org, serve, run the handshake over HTTP, stop with SIGTERM.
 func TestCommandLine(t *testing.T) {
 	db := testenv.NewDatabase(t)
 	issuer := startIssuer(t)

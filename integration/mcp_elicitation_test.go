@@ -426,8 +426,13 @@ func TestMCPElicitationRequestState(t *testing.T) {
 		var got changeOutcome
 		wantSuccess(t, nextRound(t, onOther, args, state, accept), &got)
 		wantOutcome(t, h, "rsok", got, true)
-		// The state is spent with its token.
-		wantToolError(t, nextRound(t, onOther, args, state, accept), "consent_token_invalid")
+		// The state is spent with its token: sent again, it gets the
+		// original answer, replayed, and nothing executes again.
+		var again executed
+		wantSuccess(t, nextRound(t, onOther, args, state, accept), &again)
+		if !again.Replayed {
+			t.Fatalf("the spent state executed again or answered %+v", again)
+		}
 		if n := countEvents(h, "rsok", billing.EventOperationExecuted); n != 1 {
 			t.Fatalf("%d executions", n)
 		}

@@ -25,7 +25,7 @@ func TestMetricsMoveAfterHandshake(t *testing.T) {
 
 	p := h.propose(tok, "upgrade", "scale")
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
-	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_invalid")
+	wantStatus(t, h.confirm(tok, "upgrade", "pro", p.ConfirmToken), http.StatusConflict, "consent_token_invalid")
 	down := h.propose(tok, "downgrade", "pro")
 	wantStatus(t, h.do("POST", "/api/billing/confirmations/"+down.ConfirmationID+"/cancel", tok, nil), http.StatusOK, "")
 
@@ -73,10 +73,12 @@ func TestMetricsMCPHandshake(t *testing.T) {
 	wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), &p)
 	second := map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}
 	wantSuccess(t, callTool(t, cs, "upgrade_plan", second), &executed{})
+	wantSuccess(t, callTool(t, cs, "upgrade_plan", second), &executed{}) // replayed
+	second["to"] = "pro"
 	wantToolError(t, callTool(t, cs, "upgrade_plan", second), "consent_token_invalid")
 
 	after := h.scrape()
-	for outcome, delta := range map[string]float64{"proposed": 1, "executed": 1, "consent_token_invalid": 1} {
+	for outcome, delta := range map[string]float64{"proposed": 1, "executed": 1, "replayed": 1, "consent_token_invalid": 1} {
 		series := `billingd_handshake_calls_total{operation="upgrade_plan",outcome="` + outcome + `"}`
 		if got := after[series] - before[series]; got != delta {
 			t.Errorf("%s moved by %v, want %v", series, got, delta)
