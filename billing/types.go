@@ -130,8 +130,8 @@ type Confirmation struct {
 	VerifyRequired bool
 	// Verification is set once the requester proved a fresh sign-in.
 	Verification *Verification
-	CreatedAt time.Time
-	ExpiresAt time.Time
+	CreatedAt    time.Time
+	ExpiresAt    time.Time
 	// Agent: issued to an agent (policy.isAgent at the first call). The
 	// confirmation stays an agent's whichever channel redeems it.
 	Agent bool
