@@ -116,3 +116,51 @@ func TestVerifyStepUpACR(t *testing.T) {
 	r := h.confirm(h.stepUpToken("acr", "ann", time.Now(), "urn:test:hwk"), "upgrade", "scale", p.ConfirmToken)
 	wantStatus(t, r, http.StatusOK, "")
 }
+
+// TestVerifyOverMCP: over MCP with the Go SDK client, the first call's
+// proposal carries verification_required and verify_url; the agent's
+// second call is a tool error insufficient_user_authentication whose
+// message gives the verify_url; a step-up token with a fresh auth_time
+// executes. The tool descriptions tell the agent so.
+func TestVerifyOverMCP(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	h.createOrg("mver", "MCP Verify", "pro")
+	h.setPolicy("mver", verifyEverything)
+	stale := h.stepUpToken("mver", "vera", time.Now().Add(-time.Hour), "")
+	cs := mcpConnect(t, h.url, stale, "")
+
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		if (tool.Name == "upgrade_plan" || tool.Name == "downgrade_plan") &&
+			(!strings.Contains(tool.Description, "verification_required") || !strings.Contains(tool.Description, "insufficient_user_authentication")) {
+			t.Errorf("%s does not explain the verify level: %s", tool.Name, tool.Description)
+		}
+		if strings.Contains(tool.Name, "approve") {
+			t.Errorf("an approval tool over MCP: %s", tool.Name)
+		}
+	}
+
+	var p verifyProposal
+	wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), &p)
+	if !p.VerificationRequired || p.VerifyURL != h.url+"/verify/"+p.ConfirmationID {
+		t.Fatalf("proposal %+v", p)
+	}
+	refused := callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken})
+	wantToolError(t, refused, "insufficient_user_authentication")
+	if tx := texts(refused); !strings.Contains(tx[0], p.VerifyURL) {
+		t.Fatalf("the tool error does not give the verify_url: %q", tx)
+	}
+	if plan := h.subscription(h.user("mver", "vera")); plan != "pro" {
+		t.Fatalf("plan %s before verification", plan)
+	}
+
+	fresh := mcpConnect(t, h.url, h.stepUpToken("mver", "vera", time.Now(), ""), "")
+	var done executed
+	wantSuccess(t, callTool(t, fresh, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}), &done)
+	if !done.OK || done.Subscription.Plan != "scale" {
+		t.Fatalf("step-up over MCP: %+v", done)
+	}
+}
