@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/devissuer"
 )
@@ -162,5 +163,39 @@ func TestVerifyOverMCP(t *testing.T) {
 	wantSuccess(t, callTool(t, fresh, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}), &done)
 	if !done.OK || done.Subscription.Plan != "scale" {
 		t.Fatalf("step-up over MCP: %+v", done)
+	}
+}
+
+// TestMCPElicitationVerify: under verify, a client that can open URLs is
+// sent to the verification page (URL-mode elicitation, never a form: a
+// click in the agent's client proves nothing); the agent's second call is
+// refused until the person confirmed there, then executes.
+func TestMCPElicitationVerify(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	h.createOrg("mev", "Mev", "pro")
+	h.setPolicy("mev", verifyEverything)
+	o := &host{h: h, token: h.user("mev", "vera"), answer: answerWith("accept", nil)}
+	cs := elicitConnect(t, h.url, h.mcpUser("mev", "vera"), bothProtocols[0], formAndURL, o, false)
+
+	var p changeOutcome
+	raw := wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), &p)
+	dialog, _ := o.dialog(t)
+	wantURL := h.url + "/verify/" + p.ConfirmationID
+	if dialog.Mode != "url" || dialog.URL != wantURL || !p.VerificationRequired || p.VerifyURL != wantURL || p.ConfirmToken == "" {
+		t.Fatalf("dialog %+v, first call %s", dialog, raw)
+	}
+	second := map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}
+	wantToolError(t, callTool(t, cs, "upgrade_plan", second), "insufficient_user_authentication")
+
+	// What the page records once vera signed in afresh and pressed Confirm
+	// (the page itself: TestVerifyPageInBrowser).
+	vera := billing.Person{Subject: "vera", Org: "mev", Auth: billing.Authentication{AuthTime: time.Now()}}
+	if _, err := h.app.Service.Verify(t.Context(), vera, p.ConfirmationID, true); err != nil {
+		t.Fatal(err)
+	}
+	var done changeOutcome
+	wantSuccess(t, callTool(t, cs, "upgrade_plan", second), &done)
+	if !done.OK || done.Subscription == nil || done.Subscription.Plan != "scale" {
+		t.Fatalf("after verification: %+v", done)
 	}
 }
