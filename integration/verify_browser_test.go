@@ -198,3 +198,49 @@ func (h *harness) withCookie(cookie *http.Cookie, method, path string, form url.
 	}
 	return h.roundTrip(req)
 }
+
+// TestSignInCallbackRefused: a callback is accepted only for a state
+// billingd issued, to the same browser (its login cookie), once: a login
+// CSRF (an attacker's callback URL opened in the victim's browser) and a
+// replayed callback get no session.
+func TestSignInCallbackRefused(t *testing.T) {
+	h := newHarness(t, withoutTokenPaste())
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(h.url + "/auth/login?return_to=/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil || resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc.String(), h.issuer.IssuerURL()+"/authorize?") {
+		t.Fatalf("login: %d %s", resp.StatusCode, loc)
+	}
+	q := loc.Query()
+	if q.Get("code_challenge_method") != "S256" || q.Get("nonce") == "" || q.Get("redirect_uri") != h.url+"/auth/callback" {
+		t.Fatalf("authorization request %s", loc)
+	}
+	var login *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "billingd_login" {
+			login = c
+		}
+	}
+	if login == nil || !login.HttpOnly || login.SameSite != http.SameSiteLaxMode {
+		t.Fatalf("login cookie %+v", login)
+	}
+	callback := "/auth/callback?code=whatever&state=" + url.QueryEscape(q.Get("state"))
+	for _, try := range []struct {
+		name   string
+		cookie *http.Cookie
+	}{
+		{"another browser's cookie", &http.Cookie{Name: "billingd_login", Value: "not-the-browser"}},
+		{"replayed state", login}, // the attempt before consumed it
+	} {
+		name := try.name
+		r := h.withCookie(try.cookie, "GET", callback, nil)
+		if r.Status != http.StatusBadRequest || len(r.Header.Values("Set-Cookie")) > 1 ||
+			strings.Contains(strings.Join(r.Header.Values("Set-Cookie"), ";"), "billingd_session=") {
+			t.Fatalf("%s: %d %q", name, r.Status, r.Header.Values("Set-Cookie"))
+		}
+	}
+}
