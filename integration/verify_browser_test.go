@@ -244,3 +244,30 @@ func TestSignInCallbackRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyPageACRInBrowser: with VERIFY_ACR_VALUES, a fresh sign-in of
+// the wrong class (the dev issuer's password) does not verify; one with a
+// passkey does.
+func TestVerifyPageACRInBrowser(t *testing.T) {
+	h := newHarness(t, withFakeStripe(), withoutTokenPaste(), withEnv("VERIFY_ACR_VALUES", devissuer.StrongACR))
+	h.createOrg("vac", "Verify ACR", "pro")
+	h.setPolicy("vac", `{"rules":[{"name":"prove it is you","action":"verify"}],"approval_window_seconds":600}`)
+	h.signInPeople("vac", nil, "vera")
+	agent := h.user("vac", "vera")
+	p := h.proposeVerify(agent, "upgrade", "scale")
+	b := newBrowser(t)
+
+	b.do(chromedp.Navigate(p.VerifyURL))
+	b.loginAs("vera", true)
+	b.do(chromedp.WaitVisible(chromedp.ID("verify-message")))
+	if msg := b.text("verify-message"); !strings.Contains(msg, "insufficient_user_authentication") {
+		t.Fatalf("a password sign-in was told %q", msg)
+	}
+	b.do(chromedp.Click(chromedp.ID("verify-again")), chromedp.WaitVisible(chromedp.ID("passkey")),
+		chromedp.Click(chromedp.ID("passkey")))
+	b.loginAs("vera", true)
+	b.do(chromedp.WaitVisible(chromedp.ID("verify-confirm")), chromedp.Click(chromedp.ID("verify-confirm")),
+		chromedp.WaitVisible(chromedp.ID("verify-message")))
+	b.waitText("verify-message", "Confirmed. Your agent's next call makes this change; nothing has changed yet.")
+	wantStatus(t, h.confirm(agent, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
+}
