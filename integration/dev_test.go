@@ -30,6 +30,7 @@ import (
 // it runs stripe-mock instead. (Linux only: it finds processes in /proc,
 // and only Linux has the parent-death signal SIGKILL relies on.)
 func TestDev(t *testing.T) {
+	// Not parallel: runs a whole PostgreSQL cluster of its own (initdb) and times its start.
 	if _, err := devenv.PostgresBinDir(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true and %v", err)
@@ -281,7 +282,9 @@ func devEnv(stripeMock, listenAddr string) []string {
 	if stripeMock != "" {
 		path = filepath.Dir(stripeMock) + string(os.PathListSeparator) + path
 	}
-	return []string{"PATH=" + path, "HOME=" + os.Getenv("HOME"), "LISTEN_ADDR=" + listenAddr}
+	return []string{"PATH=" + path, "HOME=" + os.Getenv("HOME"), "LISTEN_ADDR=" + listenAddr,
+		// Tests run side by side: never the fixed default metrics port.
+		"METRICS_ADDR=127.0.0.1:0"}
 }
 
 // removeDataDir removes, at the end of the test, the data directory that

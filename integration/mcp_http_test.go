@@ -15,10 +15,11 @@ import (
 	"github.com/billingd/billingd/internal/devissuer"
 )
 
-// TestMCPListTools checks the tool list an agent sees: the contract's five
+// TestMCPListTools checks the tool list an agent sees: the contract's six
 // names, annotations, input schemas from the typed arguments, an output
 // schema, and descriptions that teach the two calls.
 func TestMCPListTools(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("list", "List", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("list", "alice"), "")
@@ -30,8 +31,8 @@ func TestMCPListTools(t *testing.T) {
 	for _, tool := range res.Tools {
 		tools[tool.Name] = tool
 	}
-	if len(tools) != 5 {
-		t.Fatalf("tools %v, want the five of contract §7", keysOfTools(tools))
+	if len(tools) != 6 {
+		t.Fatalf("tools %v, want the five of contract §7 and confirm_plan_change of §7.1", keysOfTools(tools))
 	}
 	type want struct {
 		readOnly, destructive, idempotent, openWorld bool
@@ -43,6 +44,7 @@ func TestMCPListTools(t *testing.T) {
 		"get_subscription":    {readOnly: true},
 		"list_plans":          {readOnly: true},
 		"cancel_confirmation": {idempotent: true, required: []string{"confirmation_id"}},
+		"confirm_plan_change": {destructive: true, openWorld: true, required: []string{"confirmation_id", "confirm_token"}},
 	}
 	for name, w := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -125,6 +127,7 @@ func wantInputSchema(t *testing.T, schema any, required, optional []string) {
 // checks that results have the REST bodies' shape, that the first call
 // changes nothing, and that the audit log names the agent.
 func TestMCPUpgradeHandshake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("vector", "Vector Build", "pro")
 	cs := mcpConnect(t, h.url, h.mcpToken("vector", "alice", "claude-desktop", auth.ScopeRead, auth.ScopeWrite), "")
@@ -196,6 +199,7 @@ func mcpPlan(t *testing.T, cs *sdk.ClientSession) string {
 // TestMCPDowngradeHandshake also declines once: cancel_confirmation voids the
 // token, and a new first call is needed.
 func TestMCPDowngradeHandshake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("acme", "Acme", "scale")
 	// client_id instead of azp: the audit log takes either.
@@ -248,6 +252,7 @@ func TestMCPDowngradeHandshake(t *testing.T) {
 // TestMCPToolErrors: every refusal is an isError result with the contract's
 // code in structuredContent, and nothing changes.
 func TestMCPToolErrors(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("errs", "Errs", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("errs", "erin"), "")
@@ -292,6 +297,7 @@ func TestMCPToolErrors(t *testing.T) {
 // TestMCPExpiredToken: a second call after CONFIRM_TTL is
 // consent_token_expired.
 func TestMCPExpiredToken(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("CONFIRM_TTL", "1s"))
 	h.createOrg("late", "Late", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("late", "lee"), "")
@@ -315,6 +321,7 @@ func TestMCPExpiredToken(t *testing.T) {
 // authorization spec): 401 with resource metadata for a missing, invalid,
 // expired or foreign token, 403 insufficient_scope per tool.
 func TestMCPAuthorization(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("authz", "Authz", "pro")
 	metadata := h.url + "/.well-known/oauth-protected-resource/mcp"
@@ -431,6 +438,7 @@ func wantChallenge(t *testing.T, r response, status int, challenge string) {
 // complete the handshake: /mcp serves the older protocol with sessions and
 // the newer one statelessly, without a session id.
 func TestMCPProtocolVersions(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for i, version := range []string{protocol20251125, protocol20260728} {
 		t.Run(version, func(t *testing.T) {
@@ -457,6 +465,7 @@ func TestMCPProtocolVersions(t *testing.T) {
 // TestMCPDNSRebinding: a loopback listener refuses a foreign Host, except the
 // host of PUBLIC_BASE_URL, which a same-host reverse proxy forwards.
 func TestMCPDNSRebinding(t *testing.T) {
+	t.Parallel()
 	t.Run("loopback deployment", func(t *testing.T) {
 		h := newHarness(t)
 		h.createOrg("dns", "DNS", "pro")
@@ -488,6 +497,7 @@ func TestMCPDNSRebinding(t *testing.T) {
 // TestMCPRateLimited: the service's rate limit reaches an agent as an isError
 // result whose text carries REST's Retry-After.
 func TestMCPRateLimited(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("RATE_LIMIT_PROPOSALS", "2"), withEnv("RATE_LIMIT_WINDOW", "1m"))
 	h.createOrg("busy", "Busy", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("busy", "bea"), "")

@@ -20,6 +20,7 @@ const npmClientDir = "npmclient"
 // against the real server: connect with a bearer token, list the tools, the
 // two-call upgrade, a replay of the spent token, and a read.
 func TestMCPNpmClient(t *testing.T) {
+	t.Parallel()
 	node := nodeWithSDK(t)
 	h := newHarness(t)
 	h.createOrg("npm", "Npm Works", "pro")
@@ -55,7 +56,7 @@ func TestMCPNpmClient(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("client output %q: %v", stdout.String(), err)
 	}
-	if out.ProtocolVersion != protocol20251125 || out.Server.Name != "billingd" || len(out.Tools) != 5 {
+	if out.ProtocolVersion != protocol20251125 || out.Server.Name != "billingd" || len(out.Tools) != 6 {
 		t.Fatalf("session: %s", stdout.String())
 	}
 	for _, tool := range out.Tools {

@@ -12,6 +12,7 @@ import (
 // Sessions exist on protocol 2025-11-25, so the session tests use it.
 
 func TestMCPConfirmationAfterReconnect(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("recon", "Recon", "pro")
 	tok := h.mcpUser("recon", "alice")
@@ -35,6 +36,7 @@ func TestMCPConfirmationAfterReconnect(t *testing.T) {
 }
 
 func TestMCPConfirmationOverREST(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("cross", "Cross", "free")
 	cs := mcpConnect(t, h.url, h.mcpUser("cross", "alice"), "")
@@ -60,6 +62,7 @@ func TestMCPConfirmationOverREST(t *testing.T) {
 }
 
 func TestMCPConfirmationOnAnotherReplica(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("multi", "Multi", "pro")
 	tok := h.mcpUser("multi", "alice")

@@ -18,6 +18,7 @@ import (
 // used token and a cancel move the request, handshake and Stripe series by
 // exactly what happened, labelled by route template, never by raw path.
 func TestMetricsMoveAfterHandshake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("met", "Metrics", "pro")
 	tok := h.user("met", "mia")
@@ -64,6 +65,7 @@ func TestMetricsMoveAfterHandshake(t *testing.T) {
 // TestMetricsMCPHandshake: the plan tools' handshake calls over MCP move
 // the same handshake series as the REST API's.
 func TestMetricsMCPHandshake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("mcpmet", "MCP Metrics", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("mcpmet", "mia"), "")
@@ -89,6 +91,7 @@ func TestMetricsMCPHandshake(t *testing.T) {
 // TestMetricsUnmatchedRoute: requests for paths no route serves share one
 // series, so a scanner cannot grow the number of series without bound.
 func TestMetricsUnmatchedRoute(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for _, path := range []string{"/nope", "/api/billing/nope", "/api/billing/confirmations/x/y/z"} {
 		wantStatus(t, h.offSpec().do("GET", path, "", nil), http.StatusNotFound, "not_found")
@@ -99,11 +102,16 @@ func TestMetricsUnmatchedRoute(t *testing.T) {
 	}
 }
 
-// scrape reads /metrics into series → value: counters, gauges, and the
-// _count of histograms, keyed like the exposition format.
+// scrape reads /metrics, on the metrics listener, into series → value:
+// counters, gauges, and the _count of histograms, keyed like the
+// exposition format.
 func (h *harness) scrape() map[string]float64 {
 	h.t.Helper()
-	r := h.do("GET", "/metrics", "", nil)
+	req, err := http.NewRequest("GET", h.metricsURL+"/metrics", nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	r := h.roundTrip(req)
 	wantStatus(h.t, r, http.StatusOK, "")
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(r.Body))

@@ -78,7 +78,7 @@ func (s *server) login(c echo.Context) error {
 // authentication (max_age=0, prompt=login).
 func (s *server) startSignIn(c echo.Context, returnTo, verifyID string) error {
 	if s.SignIn == nil || s.Sessions == nil {
-		return s.signInPage(c, http.StatusServiceUnavailable, "Sign-in is not configured on this billingd (OIDC_CLIENT_ID).")
+		return s.signInPage(c, "Sign-in is not configured on this billingd (OIDC_CLIENT_ID).")
 	}
 	req := signin.NewRequest()
 	browser := websession.NewSecret()
@@ -103,7 +103,7 @@ func (s *server) callback(c echo.Context) error {
 	ctx := c.Request().Context()
 	refused := func(reason string, err error) error {
 		s.log.InfoContext(ctx, "sign-in refused", "request_id", requestID(c), "reason", reason, "err", err)
-		return s.signInPage(c, http.StatusBadRequest, "The sign-in did not complete. Start again from the page you were on.")
+		return s.signInPage(c, "The sign-in did not complete. Start again from the page you were on.")
 	}
 	state := c.QueryParam("state")
 	browser, err := c.Cookie(s.loginCookie())

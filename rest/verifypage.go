@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/httpedge"
 	"github.com/billingd/billingd/internal/websession"
 )
 
@@ -50,7 +51,7 @@ type verifyView struct {
 func (s *server) verifyPage(c echo.Context) error {
 	id := c.Param("id")
 	if !wellFormedID(id) {
-		return s.renderVerify(c, http.StatusNotFound, verifyView{Title: "Not a verification link", Failed: true,
+		return s.renderVerify(c, verifyView{Title: "Not a verification link", Failed: true,
 			Message: "This address does not name a plan change."})
 	}
 	ws := s.session(c)
@@ -61,7 +62,7 @@ func (s *server) verifyPage(c echo.Context) error {
 	if err != nil {
 		return s.verifyRefused(c, id, err)
 	}
-	return s.renderVerify(c, http.StatusOK, verifyView{Title: "Confirm a plan change", Confirmation: &view,
+	return s.renderVerify(c, verifyView{Title: "Confirm a plan change", Confirmation: &view,
 		Form: view.VerifiedAt == nil, ID: id, CSRF: ws.CSRF, Subject: ws.Subject,
 		Message: confirmedMessage(view)})
 }
@@ -78,11 +79,11 @@ func (s *server) verifyDecision(c echo.Context) error {
 	id := c.Param("id")
 	ws := s.session(c)
 	if ws == nil || ws.VerifyID != id || !wellFormedID(id) {
-		return s.renderVerify(c, http.StatusForbidden, verifyView{Title: "Sign in again", Failed: true,
+		return s.renderVerify(c, verifyView{Title: "Sign in again", Failed: true,
 			Message: "Your sign-in for this change has ended. Open the verification link again."})
 	}
 	if err := s.checkCSRF(c, ws); err != nil {
-		return s.renderVerify(c, http.StatusForbidden, verifyView{Title: "Refused", Failed: true,
+		return s.renderVerify(c, verifyView{Title: "Refused", Failed: true,
 			Message: "This form did not come from billingd's verification page, so nothing was recorded."})
 	}
 	agree := c.FormValue("decision") == "confirm"
@@ -94,31 +95,30 @@ func (s *server) verifyDecision(c echo.Context) error {
 	if !agree {
 		message = "Declined. The change is cancelled and will not be made."
 	}
-	return s.renderVerify(c, http.StatusOK, verifyView{Title: "Thank you", Confirmation: &view, Message: message})
+	return s.renderVerify(c, verifyView{Title: "Thank you", Confirmation: &view, Message: message})
 }
 
 // verifyRefused explains a refusal without showing anything of the
 // confirmation.
 func (s *server) verifyRefused(c echo.Context, id string, err error) error {
 	code := billing.ErrorCode(err)
-	status := statusOf[code]
-	if status == 0 {
-		status = http.StatusInternalServerError
-	}
-	if status >= 500 {
+	if httpedge.StatusOf(err) >= 500 {
 		s.log.ErrorContext(c.Request().Context(), "verification page", "request_id", requestID(c), "err", err)
 	}
-	return s.renderVerify(c, status, verifyView{Title: "Cannot confirm this change", Failed: true, ID: id, Again: true,
+	return s.renderVerify(c, verifyView{Title: "Cannot confirm this change", Failed: true, ID: id, Again: true,
 		Message: billing.PublicMessage(err) + " (" + string(code) + ")"})
 }
 
-func (s *server) renderVerify(c echo.Context, status int, v verifyView) error {
+// renderVerify answers with the page, always 200: these are pages for
+// people, and the edge turns every non-JSON 4xx/5xx into the API's error
+// envelope (contract §6). A refusal is stated on the page.
+func (s *server) renderVerify(c echo.Context, v verifyView) error {
 	v.AssetVersion = assetVersion()
 	var page bytes.Buffer
 	if err := verifyTemplate.Execute(&page, v); err != nil {
 		return err
 	}
-	return c.HTMLBlob(status, page.Bytes())
+	return c.HTMLBlob(http.StatusOK, page.Bytes())
 }
 
 // personOf is the person of a verification sign-in.
@@ -128,8 +128,8 @@ func personOf(ws *websession.Session, c echo.Context) billing.Person {
 }
 
 // signInPage is a short HTML answer of the sign-in routes.
-func (s *server) signInPage(c echo.Context, status int, message string) error {
-	return s.renderVerify(c, status, verifyView{Title: "Sign-in", Failed: true, Message: message})
+func (s *server) signInPage(c echo.Context, message string) error {
+	return s.renderVerify(c, verifyView{Title: "Sign-in", Failed: true, Message: message})
 }
 
 // wellFormedID: the shape of billingd's confirmation ids.

@@ -65,5 +65,11 @@ func devCmd(ctx context.Context, e env, args []string) (err error) {
 	}
 	go a.RunPurge(ctx)
 	go a.RunSettle(ctx)
-	return serveUntilDone(ctx, httpServer(a), ln)
+	// A busy metrics port must not keep a newcomer from the demo.
+	metricsLn, err := listenMetrics(a.Config.MetricsAddr)
+	if err != nil {
+		a.Log.Warn("metrics not served", "err", err)
+	}
+	logListening(a, ln, metricsLn)
+	return serveUntilDone(ctx, a, ln, metricsLn)
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,8 +19,12 @@ import (
 
 // Config is billingd's configuration.
 type Config struct {
-	DatabaseURL         string
-	ListenAddr          string
+	DatabaseURL string
+	ListenAddr  string
+	// MetricsAddr (METRICS_ADDR) is where /metrics is served, on a listener
+	// of its own so that the API's listener never exposes it; "" when
+	// disabled (METRICS_ADDR=off).
+	MetricsAddr         string
 	PublicBaseURL       string
 	StripeSecretKey     string
 	StripeAPIBase       string
@@ -57,6 +62,11 @@ type Config struct {
 	// DevTokenPaste lets the pages sign in with a pasted bearer token; only
 	// billingd dev sets it.
 	DevTokenPaste bool
+	// MCPReplicaID (MCP_REPLICA_ID) names this replica at the front of every
+	// MCP session id it issues (protocol 2025-11-25), so that a reverse proxy
+	// routes each session to the one process that holds it
+	// (docs/deployment-replicas.md). Empty: plain random session ids.
+	MCPReplicaID string
 }
 
 // Load reads and checks every variable. Variables a command needs but that
@@ -77,6 +87,7 @@ func Load(getenv func(string) string) (Config, error) {
 		OIDCClientID:        getenv("OIDC_CLIENT_ID"),
 		OIDCClientSecret:    getenv("OIDC_CLIENT_SECRET"),
 		VerifyACRValues:     splitList(getenv("VERIFY_ACR_VALUES")),
+		MCPReplicaID:        getenv("MCP_REPLICA_ID"),
 	}
 	var errs []string
 	fail := func(name, format string, args ...any) {
@@ -85,6 +96,7 @@ func Load(getenv func(string) string) (Config, error) {
 	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
 		fail("LISTEN_ADDR", "want host:port, got %q", c.ListenAddr)
 	}
+	c.MetricsAddr = metricsAddr(getenv("METRICS_ADDR"), fail)
 	c.PublicBaseURL = strings.TrimSuffix(or(getenv("PUBLIC_BASE_URL"), "http://"+c.ListenAddr), "/")
 	if !isHTTPURL(c.PublicBaseURL) {
 		fail("PUBLIC_BASE_URL", "want an http(s) URL")
@@ -126,6 +138,9 @@ func Load(getenv func(string) string) (Config, error) {
 			fail("VERIFY_ACR_VALUES", "an acr value may not contain quotes, backslashes or spaces")
 		}
 	}
+	if c.MCPReplicaID != "" && !replicaIDPattern.MatchString(c.MCPReplicaID) {
+		fail("MCP_REPLICA_ID", "want 1 to 32 lower-case letters, digits and -, starting with a letter or digit")
+	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		fail("LOG_FORMAT", "want json or text")
 	}
@@ -144,6 +159,27 @@ func Load(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
+// DefaultMetricsAddr is METRICS_ADDR's default: loopback only, so that
+// metrics (route and outcome counts, pool and runtime statistics) reach a
+// local scraper or a sidecar, never the internet. 9464 (the OpenTelemetry
+// Prometheus exporter's port), not 9090, where Prometheus itself listens.
+const DefaultMetricsAddr = "127.0.0.1:9464"
+
+// metricsAddr reads METRICS_ADDR: host:port, "off" to serve no metrics, or
+// unset for DefaultMetricsAddr.
+func metricsAddr(v string, fail func(name, format string, args ...any)) string {
+	switch v {
+	case "":
+		return DefaultMetricsAddr
+	case "off":
+		return ""
+	}
+	if _, _, err := net.SplitHostPort(v); err != nil {
+		fail("METRICS_ADDR", "want host:port or off, got %q", v)
+	}
+	return v
+}
+
 // Require reports the first of the named variables that is unset.
 func (c Config) Require(names ...string) error {
 	values := map[string]string{
@@ -156,6 +192,10 @@ func (c Config) Require(names ...string) error {
 	}
 	return nil
 }
+
+// replicaIDPattern: what a reverse proxy can match in a session id, and
+// nothing that could be mistaken for its separator.
+var replicaIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
 // minStateKeyBytes is mcp.MinRequestStateKeyBytes; config does not import
 // the transports.
