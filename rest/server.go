@@ -11,8 +11,8 @@ import (
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/httpedge"
-	"github.com/billingd/billingd/internal/websession"
 	"github.com/billingd/billingd/internal/requestid"
+	"github.com/billingd/billingd/internal/websession"
 )
 
 // Verifier checks bearer access tokens.
