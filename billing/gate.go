@@ -101,6 +101,9 @@ func (s *Service) decideApproval(ctx context.Context, approver Caller, id string
 	if !wellFormedConfirmationID(id) {
 		return ConfirmationView{}, Errorf(CodeNotFound, "confirmation not found")
 	}
+	if err := s.checkApproverIsPerson(ctx, approver); err != nil {
+		return ConfirmationView{}, err
+	}
 	var view ConfirmationView
 	var outcome error
 	err := s.store.InTx(ctx, func(tx Tx) error {
@@ -123,6 +126,20 @@ func (s *Service) decideApproval(ctx context.Context, approver Caller, id string
 		return ConfirmationView{}, storeError("decide approval", err)
 	}
 	return view, outcome
+}
+
+// checkApproverIsPerson refuses an approval made by an agent: over MCP, or
+// by a client the org's policy lists in agent_clients. Approving is what
+// an agent holding the token must not be able to do for itself.
+func (s *Service) checkApproverIsPerson(ctx context.Context, approver Caller) error {
+	acct, _, err := s.account(ctx, approver.Org)
+	if err != nil {
+		return err
+	}
+	if acct.Policy.isAgent(approver) {
+		return Errorf(CodeOperationDenied, "approvals come from people: sign in on the approval page, not through an agent")
+	}
+	return nil
 }
 
 // checkApprovable holds the rules of approving: only a pending confirmation
@@ -150,9 +167,10 @@ func (s *Service) recordApproval(ctx context.Context, tx Tx, approver Caller, c 
 		event, status = EventApprovalRejected, StatusRejected
 	}
 	ev := s.event(approver, c.Operation, event, c.ID, "requested by "+c.Principal)
+	auth := Authentication{AuthTime: approver.AuthTime, ACR: approver.ACR}
 	err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: status,
-		Approval: &ApprovalDecision{State: decision, Approver: approver.Principal}, Events: []AuditEvent{ev}})
-	c.Approval, c.Approver = decision, approver.Principal
+		Approval: &ApprovalDecision{State: decision, Approver: approver.Principal, Auth: auth}, Events: []AuditEvent{ev}})
+	c.Approval, c.Approver, c.ApproverAuth = decision, approver.Principal, auth
 	if status != "" {
 		c.Status = status
 	}

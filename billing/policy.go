@@ -16,6 +16,12 @@ const (
 	ActionAllow Action = "allow"
 	// ActionConfirm is the two-call handshake: the default.
 	ActionConfirm Action = "confirm"
+	// ActionVerify needs, besides the second call, proof from the identity
+	// provider that the person who asked authenticated after the
+	// confirmation was issued: a step-up access token (RFC 9470) or a fresh
+	// sign-in on the verification page. The agent holding the token cannot
+	// produce either (see verify.go).
+	ActionVerify Action = "verify"
 	// ActionApprove needs, besides the second call, an approval by another
 	// person with billing:admin in the org, out of band: the agent holding
 	// the token cannot produce it.
@@ -25,7 +31,7 @@ const (
 )
 
 // strength orders the actions: the most restrictive matching rule wins.
-var strength = map[Action]int{ActionAllow: 0, ActionConfirm: 1, ActionApprove: 2, ActionDeny: 3}
+var strength = map[Action]int{ActionAllow: 0, ActionConfirm: 1, ActionVerify: 2, ActionApprove: 3, ActionDeny: 4}
 
 // Policy is an org's rules for plan changes (the Gatekeeper model).
 type Policy struct {
@@ -33,8 +39,9 @@ type Policy struct {
 	// DailyLimit is the most plan changes executed per org in 24 hours;
 	// 0: no limit.
 	DailyLimit int `json:"daily_limit"`
-	// ApprovalWindowSeconds lets a change that needs approval stay
-	// redeemable longer than CONFIRM_TTL, up to 15 minutes; 0: CONFIRM_TTL.
+	// ApprovalWindowSeconds lets a change that needs approval or
+	// verification (a person has to act on a page) stay redeemable longer
+	// than CONFIRM_TTL, up to 15 minutes; 0: CONFIRM_TTL.
 	ApprovalWindowSeconds int `json:"approval_window_seconds"`
 	// AgentClients are client ids (azp/client_id) that count as agents on
 	// REST too; calls over MCP always count as an agent's.
@@ -93,7 +100,7 @@ func (p Policy) validate(c Catalog) error {
 
 func (r PolicyRule) validate(c Catalog) error {
 	if _, ok := strength[r.Action]; !ok {
-		return fmt.Errorf("action must be allow, confirm, approve or deny")
+		return fmt.Errorf("action must be allow, confirm, verify, approve or deny")
 	}
 	if r.Operation != "" && r.Operation != OpUpgrade && r.Operation != OpDowngrade {
 		return fmt.Errorf("operation must be upgrade_plan, downgrade_plan or empty for both")

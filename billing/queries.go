@@ -52,12 +52,21 @@ type ConfirmationView struct {
 	// granted or rejected, and by whom.
 	Approval Approval `json:"approval,omitempty"`
 	Approver string   `json:"approver,omitempty"`
+	// VerificationRequired is set when the org's policy asked for the
+	// verify level; VerifiedAt once the requester proved a fresh sign-in.
+	VerificationRequired bool       `json:"verification_required,omitempty"`
+	VerifiedAt           *time.Time `json:"verified_at,omitempty"`
 }
 
 func viewOfConfirmation(c Confirmation) ConfirmationView {
-	return ConfirmationView{ID: c.ID, Operation: c.Operation, Summary: c.Summary, Principal: c.Principal,
+	v := ConfirmationView{ID: c.ID, Operation: c.Operation, Summary: c.Summary, Principal: c.Principal,
 		CreatedAt: c.CreatedAt.UTC(), ExpiresAt: c.ExpiresAt.UTC(), Status: c.Status,
-		Client: c.Client, Approval: c.Approval, Approver: c.Approver}
+		Client: c.Client, Approval: c.Approval, Approver: c.Approver, VerificationRequired: c.VerifyRequired}
+	if c.Verification != nil {
+		at := c.Verification.VerifiedAt.UTC()
+		v.VerifiedAt = &at
+	}
+	return v
 }
 
 // PendingConfirmations lists the caller's pending confirmations, or all of

@@ -306,7 +306,19 @@ func (tx *memTx) Record(_ context.Context, r Record) error {
 	}
 	if r.Approval != nil {
 		c := tx.state.confirmations[r.ConfirmationID]
-		c.Approval, c.Approver = r.Approval.State, r.Approval.Approver
+		c.Approval, c.Approver, c.ApproverAuth = r.Approval.State, r.Approval.Approver, r.Approval.Auth
+		tx.state.confirmations[r.ConfirmationID] = c
+	}
+	if r.RequireVerification || r.Verification != nil {
+		c := tx.state.confirmations[r.ConfirmationID]
+		c.VerifyRequired = c.VerifyRequired || r.RequireVerification
+		if v := r.Verification; v != nil {
+			recorded := *v
+			if recorded.VerifiedAt.IsZero() {
+				recorded.VerifiedAt = tx.store.now
+			}
+			c.Verification = &recorded
+		}
 		tx.state.confirmations[r.ConfirmationID] = c
 	}
 	if r.Attempt != nil {
