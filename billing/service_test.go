@@ -233,7 +233,10 @@ func (tx *memTx) LockByToken(_ context.Context, org, principal string, tokenHash
 
 func (tx *memTx) LockUnsettled(_ context.Context, idle time.Duration) (Confirmation, Account, time.Time, error) {
 	for _, c := range tx.state.confirmations {
-		if c.Status == StatusExecuting && tx.state.attemptedAt[c.ID].Before(tx.store.now.Add(-idle)) {
+		// Not after (rather than before): the fake's clock stands still, and
+		// a transaction later than the attempt must see it as idle, as the
+		// database's does (the store contract checks this).
+		if c.Status == StatusExecuting && !tx.state.attemptedAt[c.ID].After(tx.store.now.Add(-idle)) {
 			return c, tx.state.accounts[c.Org], tx.store.now, nil
 		}
 	}
