@@ -9,7 +9,7 @@ import (
 // and provider are never called by the rules.
 func newRulesService(t *testing.T, plans []Plan, skew time.Duration) *Service {
 	t.Helper()
-	svc, err := NewService(Config{Store: newMemStore(dbNow), Payments: &memProvider{},
+	svc, err := NewService(Config{Store: unusedStore{}, Payments: unusedProvider{},
 		Catalog: testCatalog(t, plans), TokenTTL: time.Minute, ClockSkew: skew})
 	if err != nil {
 		t.Fatalf("NewService: %v", err)

@@ -1,4 +1,4 @@
-package billing
+package billing_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/billing/billingtest"
 )
 
 // TestTransientErrorDuringPolicyRecheck: the database fails while the
@@ -14,19 +17,19 @@ import (
 // invalidated, with no audit event, while the client was told to retry).
 func TestTransientErrorDuringPolicyRecheck(t *testing.T) {
 	f := newHandshakeFixture(t)
-	p := f.propose(t, alice, OpUpgrade, "scale")
-	setPolicy(f, Policy{DailyLimit: 5})
-	f.store.countErr = fmt.Errorf("read: %w", ErrUnavailable)
-	_, err := f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken)
-	wantCode(t, err, CodeUpstreamUnavailable)
-	if c := f.confirmation(t, p.ConfirmationID); c.Status != StatusPending {
+	p := f.propose(t, alice, billing.OpUpgrade, "scale")
+	setPolicy(f, billing.Policy{DailyLimit: 5})
+	f.store.CountErr = fmt.Errorf("read: %w", billing.ErrUnavailable)
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusPending {
 		t.Fatalf("status = %s after a transient error, want pending", c.Status)
 	}
-	if n := len(f.provider.applyCalls()); n != 0 {
+	if n := len(f.provider.ApplyCalls()); n != 0 {
 		t.Fatalf("%d provider calls", n)
 	}
-	f.store.countErr = nil
-	_, err = f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken)
+	f.store.CountErr = nil
+	_, err = f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, "")
 }
 
@@ -34,15 +37,15 @@ func TestTransientErrorDuringPolicyRecheck(t *testing.T) {
 // transaction, as a TOKEN_REVOKED / OPERATION_DENIED pair.
 func TestPolicyDeniesAtExecution(t *testing.T) {
 	f := newHandshakeFixture(t)
-	p := f.propose(t, alice, OpUpgrade, "scale")
-	setPolicy(f, Policy{Rules: []PolicyRule{{Name: "no scale", ToPlans: []string{"scale"}, Action: ActionDeny}}})
-	_, err := f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken)
-	wantCode(t, err, CodeOperationDenied)
-	st := f.store.snapshot()
-	if got := eventsOf(st); !slices.Equal(got[len(got)-2:], []string{EventTokenRevoked, EventOperationDenied}) {
+	p := f.propose(t, alice, billing.OpUpgrade, "scale")
+	setPolicy(f, billing.Policy{Rules: []billing.PolicyRule{{Name: "no scale", ToPlans: []string{"scale"}, Action: billing.ActionDeny}}})
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeOperationDenied)
+	st := f.store.Snapshot()
+	if got := eventsOf(st); !slices.Equal(got[len(got)-2:], []string{billing.EventTokenRevoked, billing.EventOperationDenied}) {
 		t.Fatalf("audit %v", got)
 	}
-	if c := st.confirmations[p.ConfirmationID]; c.Status != StatusInvalidated {
+	if c := st.Confirmations[p.ConfirmationID]; c.Status != billing.StatusInvalidated {
 		t.Fatalf("status %s", c.Status)
 	}
 }
@@ -51,31 +54,31 @@ func TestPolicyDeniesAtExecution(t *testing.T) {
 // it. Read back, not applied: the change is sent once under the next key.
 func TestSettleReplayed5xx(t *testing.T) {
 	f := newHandshakeFixture(t)
-	p := f.propose(t, alice, OpUpgrade, "scale")
-	fivexx := fmt.Errorf("stripe 500: %w: %w", ErrUnavailable, ErrProviderFailed)
-	f.provider.applyErrs = []error{fivexx, fivexx}
-	f.provider.readState = ProviderSubscription{PriceID: "price_billingd_pro", ConfirmationID: "cfm_earlier"}
+	p := f.propose(t, alice, billing.OpUpgrade, "scale")
+	fivexx := fmt.Errorf("stripe 500: %w: %w", billing.ErrUnavailable, billing.ErrProviderFailed)
+	f.provider.ApplyErrs = []error{fivexx, fivexx}
+	f.provider.ReadState = billing.ProviderSubscription{PriceID: "price_billingd_pro", ConfirmationID: "cfm_earlier"}
 
-	_, err := f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken)
-	wantCode(t, err, CodeUpstreamUnavailable)
-	res, err := f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken)
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	res, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, "")
 	if !res.OK || res.Subscription.Plan != "scale" {
 		t.Fatalf("result %+v", res)
 	}
-	calls := f.provider.applyCalls()
+	calls := f.provider.ApplyCalls()
 	keys := []string{}
 	for _, c := range calls {
-		keys = append(keys, c.key)
+		keys = append(keys, c.Key)
 	}
 	want := []string{"billingd-" + p.ConfirmationID, "billingd-" + p.ConfirmationID, "billingd-" + p.ConfirmationID + "-1"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("idempotency keys %v, want %v", keys, want)
 	}
-	if f.provider.changes != 1 {
-		t.Fatalf("%d changes", f.provider.changes)
+	if f.provider.Changes() != 1 {
+		t.Fatalf("%d changes", f.provider.Changes())
 	}
-	if c := f.confirmation(t, p.ConfirmationID); c.Status != StatusExecuted || c.Attempt != 1 {
+	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuted || c.Attempt != 1 {
 		t.Fatalf("confirmation %s attempt %d", c.Status, c.Attempt)
 	}
 }
@@ -84,24 +87,24 @@ func TestSettleReplayed5xx(t *testing.T) {
 // new price with this confirmation in its metadata: executed, no new request.
 func TestSettleReadBackShowsApplied(t *testing.T) {
 	f := newHandshakeFixture(t)
-	p := f.propose(t, alice, OpUpgrade, "scale")
-	fivexx := fmt.Errorf("stripe 500: %w: %w", ErrUnavailable, ErrProviderFailed)
-	f.provider.applyErrs = []error{fivexx, fivexx}
-	f.provider.readState = ProviderSubscription{PriceID: "price_billingd_scale", ConfirmationID: p.ConfirmationID, Status: "active", ItemID: "si_1"}
-	_, err := f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken)
-	wantCode(t, err, CodeUpstreamUnavailable)
-	f.store.advance(time.Second)
+	p := f.propose(t, alice, billing.OpUpgrade, "scale")
+	fivexx := fmt.Errorf("stripe 500: %w: %w", billing.ErrUnavailable, billing.ErrProviderFailed)
+	f.provider.ApplyErrs = []error{fivexx, fivexx}
+	f.provider.ReadState = billing.ProviderSubscription{PriceID: "price_billingd_scale", ConfirmationID: p.ConfirmationID, Status: "active", ItemID: "si_1"}
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	f.store.Advance(time.Second)
 	n, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10)
 	if err != nil || n != 1 {
 		t.Fatalf("settled %d: %v", n, err)
 	}
-	if c := f.confirmation(t, p.ConfirmationID); c.Status != StatusExecuted || c.Attempt != 0 {
+	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuted || c.Attempt != 0 {
 		t.Fatalf("confirmation %s attempt %d", c.Status, c.Attempt)
 	}
-	if got := len(f.provider.applyCalls()); got != 2 {
+	if got := len(f.provider.ApplyCalls()); got != 2 {
 		t.Fatalf("%d provider requests, want the first and its replay", got)
 	}
-	res, err := f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken)
+	res, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, "")
 	if !res.Replayed {
 		t.Fatalf("retry after settling: %+v", res)
@@ -114,28 +117,28 @@ func TestUnsettledBlocksOtherChanges(t *testing.T) {
 	f := newHandshakeFixture(t)
 	bob := alice
 	bob.Principal = "bob"
-	pb := f.propose(t, bob, OpDowngrade, "free")
-	p := f.propose(t, alice, OpUpgrade, "scale")
-	f.provider.applyErrs = []error{fmt.Errorf("timeout: %w", ErrUnavailable)}
-	_, err := f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken)
-	wantCode(t, err, CodeUpstreamUnavailable)
+	pb := f.propose(t, bob, billing.OpDowngrade, "free")
+	p := f.propose(t, alice, billing.OpUpgrade, "scale")
+	f.provider.ApplyErrs = []error{fmt.Errorf("timeout: %w", billing.ErrUnavailable)}
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
 
-	_, err = f.svc.ChangePlan(context.Background(), bob, ChangeRequest{Operation: OpDowngrade, To: "free"})
-	wantCode(t, err, CodeUpstreamUnavailable)
-	_, err = f.confirm(bob, OpDowngrade, "free", pb.ConfirmToken)
-	wantCode(t, err, CodeUpstreamUnavailable)
-	if c := f.confirmation(t, pb.ConfirmationID); c.Status != StatusPending {
+	_, err = f.svc.ChangePlan(context.Background(), bob, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "free"})
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	_, err = f.confirm(bob, billing.OpDowngrade, "free", pb.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	if c := f.confirmation(t, pb.ConfirmationID); c.Status != billing.StatusPending {
 		t.Fatalf("bob's token %s while another change was unsettled", c.Status)
 	}
-	if n := len(f.provider.applyCalls()); n != 1 {
+	if n := len(f.provider.ApplyCalls()); n != 1 {
 		t.Fatalf("%d provider requests", n)
 	}
 }
 
-func setPolicy(f handshakeFixture, p Policy) {
-	f.store.mu.Lock()
-	defer f.store.mu.Unlock()
-	a := f.store.state.accounts["org_vb"]
-	a.Policy = p
-	f.store.state.accounts["org_vb"] = a
+func setPolicy(f handshakeFixture, p billing.Policy) {
+	f.store.Update(func(st *billingtest.State) {
+		a := st.Accounts["org_vb"]
+		a.Policy = p
+		st.Accounts["org_vb"] = a
+	})
 }

@@ -13,6 +13,6 @@ import (
 // PostgreSQL, so the fake cannot drift from the real store.
 func TestMemStoreContract(t *testing.T) {
 	billingtest.RunStoreContract(t, func(*testing.T) billing.Store {
-		return billing.NewMemStore(time.Date(2026, 5, 12, 10, 0, 0, 0, time.UTC))
+		return billingtest.NewStore(time.Date(2026, 5, 12, 10, 0, 0, 0, time.UTC))
 	})
 }

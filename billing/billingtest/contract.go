@@ -1,7 +1,10 @@
-// Package billingtest holds what tests of billing.Store implementations
-// share: a contract suite that the in-memory fake (billing's own tests) and
-// the PostgreSQL store (internal/postgres) both run, so the fake the
-// handshake's unit tests rely on cannot drift from the real store.
+// Package billingtest holds test doubles for the billing package and what
+// tests of billing.Store implementations share, as net/http/httptest does for
+// net/http: Store, an in-memory billing.Store with a clock that stands still;
+// Provider, a payment provider that honours idempotency keys; and
+// RunStoreContract, a suite that Store and the PostgreSQL store
+// (internal/postgres) both run, so the fake the handshake's unit tests rely on
+// cannot drift from the real store.
 package billingtest
 
 import (
@@ -15,13 +18,13 @@ import (
 	"github.com/billingd/billingd/billing"
 )
 
-// NewStore returns an empty store for one test.
-type NewStore func(t *testing.T) billing.Store
+// MakeStore returns an empty store for one test.
+type MakeStore func(t *testing.T) billing.Store
 
 // RunStoreContract runs the behaviour every billing.Store must have against
 // stores made by newStore. It reads time only from what the store returns
 // (its clock may be the database's or a frozen one).
-func RunStoreContract(t *testing.T, newStore NewStore) {
+func RunStoreContract(t *testing.T, newStore MakeStore) {
 	cases := []struct {
 		name string
 		run  func(t *testing.T, s billing.Store)
