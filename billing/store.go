@@ -90,7 +90,9 @@ type Record struct {
 	// SyncedSubscription only records SyncedAt: the provider confirmed the
 	// subscription as billingd has it.
 	SyncedSubscription *Subscription
-	Events             []AuditEvent
+	// Receipt is the signed receipt of the change this step executed.
+	Receipt *StoredReceipt
+	Events  []AuditEvent
 }
 
 // ApprovalDecision is an approver's answer.

@@ -87,6 +87,9 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	if sub := r.SyncedSubscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET synced_at = $2 WHERE org = $1`, sub.Org, nullTime(sub.SyncedAt))
 	}
+	if r.Receipt != nil {
+		queueReceipt(batch, r.Receipt)
+	}
 	queueAudit(batch, r.Events)
 	if batch.Len() == 0 {
 		return nil
