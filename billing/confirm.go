@@ -192,7 +192,7 @@ func (s *Service) termsHold(t Terms, sub Subscription) bool {
 		sub.Plan == t.FromPlan && sub.Version == t.SubscriptionVer &&
 		from.StripePriceID == t.FromPriceID && from.AmountCents == t.FromAmountCents &&
 		to.StripePriceID == t.ToPriceID && to.AmountCents == t.ToAmountCents &&
-		to.Currency == t.Currency
+		to.Currency == t.Currency && t.Livemode == s.livemode
 }
 
 const msgSubscriptionChanged = "the subscription or prices changed since the summary was made; the token is now void"

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -72,4 +74,72 @@ type EvidenceStore interface {
 	ExportAudit(ctx context.Context, org string, fn func(ChainedEvent) error) error
 	// Receipt reads the org's receipt of a confirmation; ErrNotFound if none.
 	Receipt(ctx context.Context, org, confirmationID string) (StoredReceipt, error)
+}
+
+// ReceiptView is a receipt as clients get it.
+type ReceiptView struct {
+	ConfirmationID string `json:"confirmation_id"`
+	Receipt        string `json:"receipt"`
+}
+
+// ExportAudit calls fn with each event of the caller's org, oldest first,
+// with its chain hashes and, for executed changes, the receipt. The caller
+// must hold billing:admin (checked by the transport, like AuditLog). An
+// error from fn stops the export and is returned as is.
+func (s *Service) ExportAudit(ctx context.Context, caller Caller, fn func(ChainedEvent) error) error {
+	if s.evidence == nil {
+		return Errorf(CodeNotFound, "audit export is not available")
+	}
+	var fnErr error
+	err := s.evidence.ExportAudit(ctx, caller.Org, func(e ChainedEvent) error {
+		fnErr = fn(e)
+		return fnErr
+	})
+	if err != nil && fnErr == nil {
+		return storeError("export audit log", err)
+	}
+	return err
+}
+
+// Receipt returns the receipt of one of the org's executed confirmations, to
+// the person who asked for the change or to an admin of the org; anyone else
+// is told it does not exist.
+func (s *Service) Receipt(ctx context.Context, caller Caller, confirmationID string) (ReceiptView, error) {
+	notFound := Errorf(CodeNotFound, "no receipt for this confirmation")
+	if s.evidence == nil || confirmationID == "" {
+		return ReceiptView{}, notFound
+	}
+	r, err := s.evidence.Receipt(ctx, caller.Org, confirmationID)
+	if errors.Is(err, ErrNotFound) {
+		return ReceiptView{}, notFound
+	}
+	if err != nil {
+		return ReceiptView{}, storeError("read receipt", err)
+	}
+	if r.Principal != caller.Principal && !caller.Admin {
+		return ReceiptView{}, notFound
+	}
+	return ReceiptView{ConfirmationID: r.ConfirmationID, Receipt: r.Receipt}, nil
+}
+
+// receiptFor signs the receipt of confirmation c, executed at executedAt on
+// acct's subscription, for the transaction that records the execution. No
+// signer configured (unit tests): no receipt.
+func (s *Service) receiptFor(c Confirmation, acct Account, executedAt time.Time) (*StoredReceipt, error) {
+	if s.receipts == nil {
+		return nil, nil
+	}
+	claims := ReceiptClaims{
+		Issuer: s.publicBaseURL, Subject: c.Principal, IssuedAt: executedAt.Unix(), Org: c.Org, Client: c.Client,
+		ConfirmationID: c.ID, Operation: c.Operation, From: c.Terms.FromPlan, To: c.Terms.ToPlan,
+		AmountDueNowCents: c.Terms.AmountDueCents, Currency: c.Terms.Currency,
+		ProrationDate: c.Terms.ProrationDate.UTC(), SummarySHA256: SummaryHash(c.Summary), Approver: c.Approver,
+		StripeSubscriptionID: acct.Subscription.StripeSubscriptionID, IdempotencyKey: idempotencyKey(c),
+		Livemode: c.Terms.Livemode, ExecutedAt: executedAt.UTC(),
+	}
+	jws, err := s.receipts.SignReceipt(claims)
+	if err != nil {
+		return nil, fmt.Errorf("sign receipt: %w", err)
+	}
+	return &StoredReceipt{ConfirmationID: c.ID, Org: c.Org, Principal: c.Principal, Receipt: jws}, nil
 }

@@ -41,6 +41,9 @@ type Config struct {
 	Observer Observer
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
+	// ReceiptKeys is the JWKS of the receipt verification keys, served at
+	// /.well-known/jwks.json.
+	ReceiptKeys any
 }
 
 // Observer receives measurements for metrics. The route is Echo's template
@@ -77,6 +80,7 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/readyz", s.readyz)
 	e.GET("/.well-known/oauth-protected-resource", s.resourceMetadata(""))
 	e.GET("/.well-known/oauth-protected-resource/mcp", s.resourceMetadata("/mcp"))
+	e.GET("/.well-known/jwks.json", s.receiptKeys)
 
 	api := e.Group("/api/billing")
 	read, write, admin := s.require(auth.ScopeRead), s.require(auth.ScopeWrite), s.require(auth.ScopeAdmin)
@@ -87,6 +91,8 @@ func New(cfg Config) *echo.Echo {
 	api.GET("/confirmations", s.confirmations, read)
 	api.POST("/confirmations/:id/cancel", s.cancel, write)
 	api.GET("/audit", s.audit, admin)
+	api.GET("/audit/export", s.auditExport, admin)
+	api.GET("/confirmations/:id/receipt", s.receipt, read)
 	api.GET("/policy", s.getPolicy, admin)
 	api.PUT("/policy", s.putPolicy, admin)
 	api.POST("/confirmations/:id/approve", s.decideApproval(true), admin)

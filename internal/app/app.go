@@ -20,6 +20,7 @@ import (
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/postgres"
+	"github.com/billingd/billingd/internal/receipt"
 	"github.com/billingd/billingd/internal/stripepay"
 	"github.com/billingd/billingd/internal/telemetry"
 	"github.com/billingd/billingd/mcp"
@@ -35,6 +36,9 @@ type App struct {
 	Pool     *pgxpool.Pool
 	Log      *slog.Logger
 	Metrics  *telemetry.Metrics // served at /metrics
+	// Receipts signs receipts; its public keys are served at
+	// /.well-known/jwks.json.
+	Receipts *receipt.Keys
 	verifier *auth.Verifier
 }
 
@@ -73,7 +77,11 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	a.Metrics = telemetry.New()
 	a.Metrics.ObservePool(pool)
 	payments := a.Metrics.ObservePayments(paymentsFor(cfg, opts.Payments), a.Log)
-	if a.Service, err = NewService(cfg, a.Store, payments, a.Log); err != nil {
+	if a.Receipts, err = receipt.Load(ctx, cfg.ReceiptSigningKeys, a.Store); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if a.Service, err = newService(cfg, a.Store, payments, a.Log, a.Receipts); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -87,7 +95,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	a.Handler = rest.New(rest.Config{
 		Service: a.Service, Verifier: a.verifier, PublicBaseURL: cfg.PublicBaseURL, Issuer: cfg.OAuthIssuer,
 		StripeWebhookSecret: cfg.StripeWebhookSecret, Ready: a.Store.Ready, Logger: a.Log,
-		Observer: a.Metrics, Metrics: a.Metrics.Handler(),
+		Observer: a.Metrics, Metrics: a.Metrics.Handler(), ReceiptKeys: a.Receipts.JWKS(),
 		Mount: func(e *echo.Echo) { e.Any("/mcp", echo.WrapHandler(mcp.Handler(a.MCPConfig()))) },
 	})
 	return a, nil
@@ -147,8 +155,15 @@ func MigrateUp(databaseURL string) error {
 }
 
 // NewService builds the handshake service on store and payments (nil: the
-// Stripe provider from the configuration).
+// Stripe provider from the configuration), for commands that execute no
+// change (it signs no receipts).
 func NewService(cfg config.Config, store billing.Store, payments billing.PaymentProvider, log *slog.Logger) (*billing.Service, error) {
+	return newService(cfg, store, payments, log, nil)
+}
+
+// newService is NewService signing receipts with receipts.
+func newService(cfg config.Config, store billing.Store, payments billing.PaymentProvider, log *slog.Logger,
+	receipts billing.ReceiptSigner) (*billing.Service, error) {
 	catalog, err := billing.NewCatalog(cfg.Plans)
 	if err != nil {
 		return nil, fmt.Errorf("plan catalog: %w", err)
@@ -157,6 +172,7 @@ func NewService(cfg config.Config, store billing.Store, payments billing.Payment
 		Store: store, Payments: paymentsFor(cfg, payments), Catalog: catalog,
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
 		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL, Logger: log,
+		Receipts: receipts, Livemode: cfg.StripeLivemode,
 	})
 }
 

@@ -20,14 +20,14 @@ type storeTx struct {
 const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
-	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, '')`
+	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''), c.livemode`
 
 func scanConfirmation(c *billing.Confirmation) []any {
 	t := &c.Terms
 	return []any{&c.ID, &c.TokenHash, &c.Org, &c.Principal, &c.Client, &c.Operation, &c.Status,
 		&t.FromPlan, &t.ToPlan, &t.FromPriceID, &t.ToPriceID, &t.FromAmountCents, &t.ToAmountCents, &t.Currency,
 		&t.ProrationDate, &t.SubscriptionVer, &t.AmountDueCents, &t.CreditCents, &t.NextChargeAt,
-		&c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.Approval, &c.Approver}
+		&c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.Approval, &c.Approver, &t.Livemode}
 }
 
 // LockByToken implements billing.Tx. The subscription row is locked with the
