@@ -29,13 +29,13 @@ import (
 
 // App is a running billingd, minus the listener.
 type App struct {
-	Config   config.Config
-	Handler  http.Handler
-	Service  *billing.Service
-	Store    *postgres.Store
-	Pool     *pgxpool.Pool
-	Log      *slog.Logger
-	Metrics  *telemetry.Metrics // served at /metrics
+	Config  config.Config
+	Handler http.Handler
+	Service *billing.Service
+	Store   *postgres.Store
+	Pool    *pgxpool.Pool
+	Log     *slog.Logger
+	Metrics *telemetry.Metrics // served at /metrics
 	// Receipts signs receipts; its public keys are served at
 	// /.well-known/jwks.json.
 	Receipts *receipt.Keys
