@@ -64,6 +64,7 @@ type StoredReceipt struct {
 	ConfirmationID string
 	Org            string
 	Principal      string
+	Summary        string // the summary the person agreed to
 	Receipt        string
 }
 
@@ -76,9 +77,11 @@ type EvidenceStore interface {
 	Receipt(ctx context.Context, org, confirmationID string) (StoredReceipt, error)
 }
 
-// ReceiptView is a receipt as clients get it.
+// ReceiptView is a receipt as clients get it, with the summary the person
+// agreed to: its SHA-256 is the receipt's summary_sha256.
 type ReceiptView struct {
 	ConfirmationID string `json:"confirmation_id"`
+	Summary        string `json:"summary"`
 	Receipt        string `json:"receipt"`
 }
 
@@ -119,7 +122,7 @@ func (s *Service) Receipt(ctx context.Context, caller Caller, confirmationID str
 	if r.Principal != caller.Principal && !caller.Admin {
 		return ReceiptView{}, notFound
 	}
-	return ReceiptView{ConfirmationID: r.ConfirmationID, Receipt: r.Receipt}, nil
+	return ReceiptView{ConfirmationID: r.ConfirmationID, Summary: r.Summary, Receipt: r.Receipt}, nil
 }
 
 // receiptFor signs the receipt of confirmation c, executed at executedAt on
@@ -141,5 +144,5 @@ func (s *Service) receiptFor(c Confirmation, acct Account, executedAt time.Time)
 	if err != nil {
 		return nil, fmt.Errorf("sign receipt: %w", err)
 	}
-	return &StoredReceipt{ConfirmationID: c.ID, Org: c.Org, Principal: c.Principal, Receipt: jws}, nil
+	return &StoredReceipt{ConfirmationID: c.ID, Org: c.Org, Principal: c.Principal, Summary: c.Summary, Receipt: jws}, nil
 }

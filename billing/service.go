@@ -119,6 +119,8 @@ type ChangeResult struct {
 	TTLSeconds       int               `json:"ttl_seconds,omitempty"`
 	ExpiresAt        *time.Time        `json:"expires_at,omitempty"`
 	Subscription     *SubscriptionView `json:"subscription,omitempty"`
+	// Receipt is the signed receipt of the executed change (second call).
+	Receipt string `json:"receipt,omitempty"`
 }
 
 // Proposed reports whether the result is a first-call proposal.

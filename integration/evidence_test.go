@@ -118,7 +118,7 @@ func TestReceipts(t *testing.T) {
 			}
 			var body billing.ReceiptView
 			r.decode(t, &body)
-			if body.Receipt != jws || body.ConfirmationID != p.ConfirmationID {
+			if body.Receipt != jws || body.ConfirmationID != p.ConfirmationID || body.Summary != p.Summary {
 				t.Fatalf("receipt endpoint: %s", r.Body)
 			}
 		})

@@ -104,6 +104,7 @@ CREATE TABLE receipts (
     confirmation_id text PRIMARY KEY,
     org             text NOT NULL,
     principal       text NOT NULL,
+    summary         text NOT NULL, -- the text the person saw; the receipt holds its hash
     receipt         text NOT NULL,
     created_at      timestamptz NOT NULL DEFAULT now()
 );

@@ -47,8 +47,8 @@ func (s *Store) ExportAudit(ctx context.Context, org string, fn func(billing.Cha
 // Receipt implements billing.EvidenceStore.
 func (s *Store) Receipt(ctx context.Context, org, confirmationID string) (billing.StoredReceipt, error) {
 	r := billing.StoredReceipt{ConfirmationID: confirmationID, Org: org}
-	err := s.pool.QueryRow(ctx, `SELECT principal, receipt FROM receipts WHERE confirmation_id = $1 AND org = $2`,
-		confirmationID, org).Scan(&r.Principal, &r.Receipt)
+	err := s.pool.QueryRow(ctx, `SELECT principal, summary, receipt FROM receipts WHERE confirmation_id = $1 AND org = $2`,
+		confirmationID, org).Scan(&r.Principal, &r.Summary, &r.Receipt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.StoredReceipt{}, billing.ErrNotFound
 	}
@@ -61,8 +61,8 @@ func (s *Store) Receipt(ctx context.Context, org, confirmationID string) (billin
 // queueReceipt stores a receipt in the batch of the step that executed its
 // change.
 func queueReceipt(batch *pgx.Batch, r *billing.StoredReceipt) {
-	batch.Queue(`INSERT INTO receipts (confirmation_id, org, principal, receipt) VALUES ($1, $2, $3, $4)`,
-		r.ConfirmationID, r.Org, r.Principal, r.Receipt)
+	batch.Queue(`INSERT INTO receipts (confirmation_id, org, principal, summary, receipt) VALUES ($1, $2, $3, $4, $5)`,
+		r.ConfirmationID, r.Org, r.Principal, r.Summary, r.Receipt)
 }
 
 // sharedKeyName is the receipt_keys row of the generated key.
