@@ -326,3 +326,22 @@ func TestTestModeStated(t *testing.T) {
 		t.Fatalf("MCP live key: %q, livemode %t", lmp.Summary, lmp.Details.Livemode)
 	}
 }
+
+// TestReceiptOverMCP: an MCP second call carries the same kind of receipt
+// in structuredContent, and it verifies with the published keys.
+func TestReceiptOverMCP(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("vector", "Vector Build", "pro")
+	cs := mcpConnect(t, h.url, h.mcpToken("vector", "alice", "claude-desktop", auth.ScopeRead, auth.ScopeWrite), "")
+	var p proposal
+	wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), &p)
+	var done executedWithReceipt
+	wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}), &done)
+	c, err := receipt.Verify(done.Receipt, h.receiptKeys())
+	if err != nil {
+		t.Fatalf("MCP receipt: %v", err)
+	}
+	if c.ConfirmationID != p.ConfirmationID || c.Client != "claude-desktop" || c.SummarySHA256 != billing.SummaryHash(p.Summary) {
+		t.Fatalf("MCP receipt claims %+v", c)
+	}
+}
