@@ -172,7 +172,7 @@ func newService(cfg config.Config, store billing.Store, payments billing.Payment
 		Store: store, Payments: paymentsFor(cfg, payments), Catalog: catalog,
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
 		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL, Logger: log,
-		Receipts: receipts, Livemode: cfg.StripeLivemode,
+		Receipts: receipts, Livemode: cfg.StripeLivemode(),
 	})
 }
 
