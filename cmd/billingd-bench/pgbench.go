@@ -88,7 +88,7 @@ func (e *env) pgbenchVars(clients int) []string {
 		{"ev_issued", billing.EventTokenIssued}, {"ok", "ok"},
 		{"executed", billing.StatusExecuted}, {"sub_status", "active"}, {"period_end", periodEnd.Format(time.RFC3339)},
 		{"item_id", "si_bench"}, {"ev_validated", billing.EventTokenValidated}, {"ev_executed", billing.EventOperationExecuted},
-		{"reason", "-"}, {"approval", billing.ApprovalGranted},
+		{"reason", "-"}, {"approval", billing.ApprovalGranted}, {"livemode", false},
 	}
 	out := make([]string, len(vars))
 	for i, v := range vars {
