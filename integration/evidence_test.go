@@ -165,7 +165,7 @@ func TestReceiptKeyRotation(t *testing.T) {
 	wantStatus(t, res, http.StatusOK, "")
 	var done executedWithReceipt
 	res.decode(t, &done)
-	after, err := jose.ParseSigned(done.Receipt, receipt.Algorithms)
+	after, err := jose.ParseSignedCompact(done.Receipt, receipt.Algorithms)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func (k *Keys) JWKS() jose.JSONWebKeySet { return k.public }
 
 // Verify checks a receipt's signature against set and returns its claims.
 func Verify(receipt string, set jose.JSONWebKeySet) (billing.ReceiptClaims, error) {
-	jws, err := jose.ParseSigned(receipt, Algorithms)
+	jws, err := jose.ParseSignedCompact(receipt, Algorithms)
 	if err != nil {
 		return billing.ReceiptClaims{}, fmt.Errorf("receipt is not a compact JWS: %w", err)
 	}

@@ -113,7 +113,7 @@ func TestRotation(t *testing.T) {
 
 func headerKID(t *testing.T, token string) string {
 	t.Helper()
-	jws, err := jose.ParseSigned(token, Algorithms)
+	jws, err := jose.ParseSignedCompact(token, Algorithms)
 	if err != nil {
 		t.Fatal(err)
 	}
