@@ -9,8 +9,10 @@ import (
 
 // confirm is the second call: one transaction locks the confirmation and the
 // subscription, checks every rule, executes the change at the provider and
-// records the outcome. Rejections are recorded and committed too, so that a
-// mismatching call really voids its token and leaves an audit trail.
+// records the outcome. Refusals are recorded and committed too, so that a
+// mismatching call really voids its token and leaves an audit trail. An
+// unknown outcome is committed as well (the confirmation is then executing)
+// and settled later; only a failure of the database itself rolls back.
 func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
 	if err := s.checkRate(ctx, caller, limitFailedConfirms); err != nil {
 		return ChangeResult{}, err
@@ -38,7 +40,8 @@ type redemption struct {
 }
 
 // redeem is the second call inside its transaction. A returned error rolls
-// the transaction back; a refusal is an outcome, recorded and committed.
+// the transaction back and leaves the token as it was; a refusal is an
+// outcome, recorded and committed.
 func (s *Service) redeem(ctx context.Context, tx Tx, caller Caller, req ChangeRequest) (redemption, error) {
 	c, acct, now, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken))
 	if errors.Is(err, ErrNotFound) {
@@ -48,6 +51,14 @@ func (s *Service) redeem(ctx context.Context, tx Tx, caller Caller, req ChangeRe
 	if err != nil {
 		return redemption{}, fmt.Errorf("lock confirmation: %w", err)
 	}
+	if sameRequest(c, req) {
+		switch c.Status {
+		case StatusExecuted:
+			return redemption{result: replayOf(c, acct)}, nil
+		case StatusExecuting:
+			return s.settle(ctx, tx, caller, c, acct, now)
+		}
+	}
 	if r := s.checkRedeemable(c, acct, req, now); r != nil {
 		if r.reason == "" { // waiting for approval: nothing to record
 			return redemption{outcome: r.err}, nil
@@ -55,56 +66,170 @@ func (s *Service) redeem(ctx context.Context, tx Tx, caller Caller, req ChangeRe
 		rejected := s.event(caller, c.Operation, EventTokenRejected, c.ID, r.reason)
 		return redemption{outcome: r.err}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: r.status, Events: []AuditEvent{rejected}})
 	}
-	if denied := s.recheckPolicy(ctx, caller, c, acct.Policy); denied != nil {
-		return redemption{outcome: denied}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusInvalidated})
+	if acct.Unsettled {
+		return redemption{outcome: errUnsettled()}, nil
 	}
-	result, outcome, err := s.execute(ctx, tx, caller, c, acct)
-	return redemption{result: result, outcome: outcome, attempted: &c}, err
+	if refused, err := s.policyAtExecution(ctx, tx, caller, c, acct.Policy); refused != nil || err != nil {
+		return redemption{outcome: refused}, err
+	}
+	return s.execute(ctx, tx, caller, c, acct, now)
+}
+
+// sameRequest reports whether a second call repeats the one c was issued
+// for: only then may it see c's outcome.
+func sameRequest(c Confirmation, req ChangeRequest) bool {
+	return c.Operation == req.Operation && c.Terms.ToPlan == req.To
+}
+
+// replayOf is the answer to the owner repeating an executed second call.
+func replayOf(c Confirmation, acct Account) ChangeResult {
+	r := ChangeResult{OK: true, Subscription: viewOf(acct.Subscription)}
+	if c.Result != nil {
+		r = *c.Result
+	}
+	r.Replayed = true
+	return r
+}
+
+// policyAtExecution decides the org's policy again, as it is now, for the
+// change c describes: a change that now needs approval waits for it, one
+// that is now denied (by a rule or the daily limit) is revoked. The caller
+// counts as an agent if it is one now or was one when the token was issued.
+// Everything is read and recorded through tx; a failure to read rolls back
+// and leaves the token as it was.
+func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c Confirmation, p Policy) (refused error, err error) {
+	facts := changeFacts{op: c.Operation, to: c.Terms.ToPlan, amountDueCents: c.Terms.AmountDueCents,
+		agent: c.Agent || p.isAgent(caller)}
+	action, reason := ruling(p, facts)
+	if action != ActionDeny {
+		over, err := overDailyLimit(ctx, tx, p, c.Org)
+		if err != nil {
+			return nil, err
+		}
+		if over {
+			action, reason = ActionDeny, reasonDailyLimit
+		}
+	}
+	switch {
+	case action == ActionDeny:
+		revoked := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "policy")
+		denied := s.event(caller, c.Operation, EventOperationDenied, c.ID, reason)
+		return errDenied(reason), tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusInvalidated,
+			Events: []AuditEvent{revoked, denied}})
+	case action == ActionApprove && c.Approval == "":
+		// The policy came to ask for approval after the token was issued.
+		return errApprovalPending(), tx.Record(ctx, Record{ConfirmationID: c.ID,
+			Approval: &ApprovalDecision{State: ApprovalPending}})
+	}
+	return nil, nil
 }
 
 // execute calls the provider for a valid confirmation and records what
-// happened. A definite refusal ends the confirmation as failed and is
-// returned as outcome; an unknown outcome is returned as err, so that the
-// transaction rolls back and the same token can be retried with the same
-// idempotency key.
-func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account) (result ChangeResult, outcome, err error) {
+// happened: executed, failed (a definite refusal), or executing (the outcome
+// is unknown and will be settled).
+func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time) (redemption, error) {
+	ctx, cancel := s.afterSideEffect(ctx)
+	defer cancel()
+	applied, err := s.apply(ctx, c, acct)
+	validated := s.event(caller, c.Operation, EventTokenValidated, c.ID, "")
+	r, err := s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, validated)
+	r.attempted = &c
+	return r, err
+}
+
+// afterSideEffect is the context for a provider call that may change the
+// subscription and for recording its outcome: detached from the client, so
+// a client that hangs up changes nothing about what is recorded, and
+// bounded, so a row lock is never held forever. It allows for two requests
+// and a read-back (settling) plus the writes.
+func (s *Service) afterSideEffect(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 3*s.execTimeout+recordTimeout)
+}
+
+// recordTimeout bounds the writes that record a provider outcome.
+const recordTimeout = 10 * time.Second
+
+// apply sends c's change to the provider under the idempotency key of c's
+// current attempt.
+func (s *Service) apply(ctx context.Context, c Confirmation, acct Account) (AppliedChange, error) {
 	to, _ := s.catalog.Plan(c.Terms.ToPlan) // checkRedeemable made sure it exists
 	change := planChangeFor(acct, to, c.Operation, c.Terms.ProrationDate)
 	change.ConfirmationID = c.ID
-	// The provider call must finish even if the client goes away (a half-sent
-	// change would be left for a retry to discover), but never hold the row
-	// lock longer than execTimeout.
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.execTimeout)
+	callCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
 	defer cancel()
-	applied, err := s.payments.ApplyPlanChange(callCtx, change, idempotencyKey(c))
-	validated := s.event(caller, c.Operation, EventTokenValidated, c.ID, "")
-	if err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+	return s.payments.ApplyPlanChange(callCtx, change, idempotencyKey(c))
+}
+
+// recordAttempt records the outcome of a provider request for c, with the
+// events given (TOKEN_VALIDATED on the first attempt); now is the
+// transaction's database time.
+func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
+	applied AppliedChange, err error, events ...AuditEvent) (redemption, error) {
+	switch {
+	case err == nil:
+		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied, events...)
+	case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		failure := providerError("apply plan change", err)
 		failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, string(ErrorCode(failure)))
-		return ChangeResult{}, failure, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed,
-			Events: []AuditEvent{validated, failed}})
+		return redemption{outcome: failure}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed,
+			Attempt: &c.Attempt, Events: append(events, failed)})
+	default:
+		s.log.Warn("plan change outcome unknown; settling", "confirmation_id", c.ID, "attempt", c.Attempt, "err", err)
+		if c.Status != StatusExecuting { // audited once, when the outcome becomes unknown
+			unknown := s.event(caller, c.Operation, EventOperationFailed, c.ID, reasonOutcomeUnknown)
+			unknown.Outcome = "unknown"
+			events = append(events, unknown)
+		}
+		return redemption{outcome: errOutcomeUnknown(err)}, tx.Record(ctx, Record{ConfirmationID: c.ID,
+			Status: StatusExecuting, Attempt: &c.Attempt, Events: events})
 	}
-	if err != nil {
-		return ChangeResult{}, nil, fmt.Errorf("apply plan change: %w: %w", ErrUnavailable, err)
+}
+
+// recordExecuted records c as executed: the new subscription, the answer to
+// replay, OPERATION_EXECUTED and the signed receipt, which the answer (and so
+// every replay) carries. now, the transaction's database time, is the
+// receipt's executed_at (and the confirmation's finished_at).
+func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Confirmation, sub Subscription,
+	now time.Time, applied AppliedChange, events ...AuditEvent) (redemption, error) {
+	sub.Plan, sub.Status = c.Terms.ToPlan, applied.Status
+	if !applied.CurrentPeriodEnd.IsZero() {
+		sub.CurrentPeriodEnd = applied.CurrentPeriodEnd
 	}
-	sub := acct.Subscription
-	sub.Plan, sub.Status, sub.CurrentPeriodEnd = to.ID, applied.Status, applied.CurrentPeriodEnd
 	if applied.ItemID != "" {
 		sub.StripeItemID = applied.ItemID
 	}
+	result := ChangeResult{OK: true, Subscription: viewOf(sub)}
+	// The change was made: a receipt that cannot be signed must not stop it
+	// being recorded.
+	rcpt, err := s.receiptFor(c, sub, now)
+	if err != nil {
+		s.log.Error("executed change recorded without a receipt", "confirmation_id", c.ID, "err", err)
+	}
+	if rcpt != nil {
+		result.Receipt = rcpt.Receipt
+	}
 	executed := s.event(caller, c.Operation, EventOperationExecuted, c.ID, "")
 	err = tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusExecuted, Subscription: &sub,
-		Events: []AuditEvent{validated, executed}})
-	return ChangeResult{OK: true, Subscription: viewOf(sub)}, nil, err
+		Attempt: &c.Attempt, Result: &result, Receipt: rcpt, Events: append(events, executed)})
+	return redemption{result: result}, err
 }
 
-// idempotencyKey is derived from the confirmation, so every attempt to
-// execute it, including a retry after a crash, is the same request to Stripe.
-func idempotencyKey(c Confirmation) string { return "billingd-" + c.ID }
+// idempotencyKey is derived from the confirmation and its attempt, so every
+// retry of one attempt, including one after a crash, is the same request to
+// Stripe, and a new attempt (made only once the provider showed that the
+// previous one changed nothing) is a new request.
+func idempotencyKey(c Confirmation) string {
+	if c.Attempt == 0 {
+		return "billingd-" + c.ID
+	}
+	return fmt.Sprintf("billingd-%s-%d", c.ID, c.Attempt)
+}
 
-// rolledBack answers a second call whose transaction did not commit. The
-// token is still pending and may be retried; the attempt is audited outside
-// the rolled-back transaction so that it is not lost.
+// rolledBack answers a second call whose transaction did not commit: the
+// database failed. The token is as it was and may be retried (with the same
+// idempotency key, so a change the provider made is not made twice); the
+// attempt is audited outside the rolled-back transaction so that it is not
+// lost.
 func (s *Service) rolledBack(ctx context.Context, caller Caller, c *Confirmation, err error) error {
 	answer := storeError("confirm", err)
 	if c == nil {
@@ -133,6 +258,24 @@ func errTokenInvalid() *Error {
 	return Errorf(CodeTokenInvalid, "the confirmation token is not valid: start again with a first call")
 }
 
+func errApprovalPending() *Error {
+	return &Error{Code: CodeApprovalPending, RetryAfter: 5 * time.Second,
+		Message: "waiting for an approver; retry the same call after the change is approved"}
+}
+
+// errOutcomeUnknown: the provider did not say whether it made the change.
+func errOutcomeUnknown(cause error) *Error {
+	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 2 * time.Second, Err: cause,
+		Message: "the payment provider did not confirm the change yet; billingd is finding out whether it was made. " +
+			"Retry the same call with the same token shortly; do not start a new change"}
+}
+
+// errUnsettled: another change of the subscription is being settled.
+func errUnsettled() *Error {
+	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 5 * time.Second,
+		Message: "a previous change of this subscription is still being settled with the payment provider; retry shortly"}
+}
+
 // rejection is why a confirmation cannot be redeemed, and what that does to it.
 type rejection struct {
 	err    *Error
@@ -143,11 +286,12 @@ type rejection struct {
 // checkRedeemable holds the rules of a second call, in order: a finished
 // confirmation is invalid, an expired one expired (by the database clock plus
 // the allowed skew), and one whose operation, parameters or terms no longer
-// match is a mismatch that voids it.
+// match is a mismatch that voids it. (The owner repeating the exact call of
+// an executed or executing confirmation is answered before: replay, settle.)
 func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeRequest, now time.Time) *rejection {
 	switch c.Status {
 	case StatusPending:
-	case StatusExecuted, StatusFailed:
+	case StatusExecuted, StatusExecuting, StatusFailed:
 		return &rejection{err: errTokenInvalid(), reason: "used"}
 	case StatusExpired:
 		return &rejection{err: errTokenExpired(), reason: "expired"}
@@ -161,27 +305,16 @@ func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeReques
 	if now.After(c.ExpiresAt.Add(s.skew)) {
 		return &rejection{err: errTokenExpired(), reason: "expired", status: StatusExpired}
 	}
-	if c.Operation != req.Operation || c.Terms.ToPlan != req.To {
+	if !sameRequest(c, req) {
 		return mismatch("the request differs from the one the token was issued for; the token is now void")
 	}
 	if !s.termsHold(c.Terms, acct.Subscription) {
 		return mismatch(msgSubscriptionChanged)
 	}
 	if c.Approval == ApprovalPending {
-		return &rejection{err: &Error{Code: CodeApprovalPending, RetryAfter: 5 * time.Second,
-			Message: "waiting for an approver; retry the same call after the change is approved"}}
+		return &rejection{err: errApprovalPending()}
 	}
 	return nil
-}
-
-// recheckPolicy applies the org's policy as it is now: a change the policy
-// came to deny, or one over the daily limit, does not execute.
-func (s *Service) recheckPolicy(ctx context.Context, caller Caller, c Confirmation, p Policy) error {
-	facts := changeFacts{op: c.Operation, to: c.Terms.ToPlan, amountDueCents: c.Terms.AmountDueCents, agent: p.isAgent(caller)}
-	if action, rule := p.decide(facts); action == ActionDeny {
-		return s.deny(ctx, caller, c.Operation, c.ID, "policy rule "+rule)
-	}
-	return s.checkDailyLimit(ctx, caller, p, c.Operation, c.ID)
 }
 
 // termsHold reports whether everything the summary stated is still true.

@@ -109,4 +109,9 @@ var (
 	// ErrProviderRejected: the provider definitely refused the request for a
 	// reason other than payment; nothing changed.
 	ErrProviderRejected = errors.New("provider rejected request")
+	// ErrProviderFailed: the provider answered with a server error (always
+	// together with ErrUnavailable). The request is over, but whether it
+	// changed anything is unknown; Stripe replays such an answer for the same
+	// idempotency key for 24 hours, so only a read-back can settle it.
+	ErrProviderFailed = errors.New("provider failed the request")
 )

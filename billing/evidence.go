@@ -126,9 +126,9 @@ func (s *Service) Receipt(ctx context.Context, caller Caller, confirmationID str
 }
 
 // receiptFor signs the receipt of confirmation c, executed at executedAt on
-// acct's subscription, for the transaction that records the execution. No
+// subscription sub, for the transaction that records the execution. No
 // signer configured (unit tests): no receipt.
-func (s *Service) receiptFor(c Confirmation, acct Account, executedAt time.Time) (*StoredReceipt, error) {
+func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.Time) (*StoredReceipt, error) {
 	if s.receipts == nil {
 		return nil, nil
 	}
@@ -137,7 +137,7 @@ func (s *Service) receiptFor(c Confirmation, acct Account, executedAt time.Time)
 		ConfirmationID: c.ID, Operation: c.Operation, From: c.Terms.FromPlan, To: c.Terms.ToPlan,
 		AmountDueNowCents: c.Terms.AmountDueCents, Currency: c.Terms.Currency,
 		ProrationDate: c.Terms.ProrationDate.UTC(), SummarySHA256: SummaryHash(c.Summary), Approver: c.Approver,
-		StripeSubscriptionID: acct.Subscription.StripeSubscriptionID, IdempotencyKey: idempotencyKey(c),
+		StripeSubscriptionID: sub.StripeSubscriptionID, IdempotencyKey: idempotencyKey(c),
 		Livemode: c.Terms.Livemode, ExecutedAt: executedAt.UTC(),
 	}
 	jws, err := s.receipts.SignReceipt(claims)

@@ -10,41 +10,75 @@ import (
 // dailyWindow is the period of a policy's daily limit.
 const dailyWindow = 24 * time.Hour
 
-// gate applies the org's policy to a quoted change: it returns the action
-// the policy asks for, or operation_denied (audited as OPERATION_DENIED)
-// when a rule denies the change or the daily limit is used up.
-func (s *Service) gate(ctx context.Context, caller Caller, p Policy, op Operation, t Terms) (Action, error) {
-	action, rule := p.decide(changeFacts{op: op, to: t.ToPlan, amountDueCents: t.AmountDueCents, agent: p.isAgent(caller)})
+// ruling is the policy's action for a change and, for a denial, the reason
+// the audit log and the client are given.
+func ruling(p Policy, facts changeFacts) (Action, string) {
+	action, rule := p.decide(facts)
 	if action == ActionDeny {
-		return "", s.deny(ctx, caller, op, "", "policy rule "+rule)
+		return ActionDeny, "policy rule " + rule
 	}
-	if err := s.checkDailyLimit(ctx, caller, p, op, ""); err != nil {
-		return "", err
+	return action, ""
+}
+
+// overDailyLimit reports whether the org already made the policy's daily
+// number of changes. The count is read through counter: the store for a
+// first call, the transaction for a second call that holds locks.
+func overDailyLimit(ctx context.Context, counter changeCounter, p Policy, org string) (bool, error) {
+	if p.DailyLimit <= 0 {
+		return false, nil
+	}
+	n, err := counter.ExecutedSince(ctx, org, dailyWindow)
+	if err != nil {
+		return false, fmt.Errorf("count executed changes: %w", err)
+	}
+	return n >= p.DailyLimit, nil
+}
+
+// refuseEarly applies what of the policy needs no price, before the provider
+// is asked for one: a rule that denies the change whatever it costs, and the
+// daily limit. A refused first call costs no provider request, so a denied
+// principal cannot spend the account's API rate limit; it counts against the
+// caller's issuance rate limit like an issued token.
+//
+// The price can only make a change more restricted (a rule on the amount
+// matches more as the amount grows, and allow turns into confirm), so a
+// change denied at an amount of zero is denied at any amount.
+func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op Operation, to string) error {
+	action, reason := ruling(p, changeFacts{op: op, to: to, agent: p.isAgent(caller)})
+	if action != ActionDeny {
+		over, err := overDailyLimit(ctx, s.store, p, caller.Org)
+		if err != nil {
+			return storeError("check daily limit", err)
+		}
+		if !over {
+			return nil
+		}
+		reason = reasonDailyLimit
+	}
+	return s.denyFirstCall(ctx, caller, op, reason)
+}
+
+// gate applies the org's policy to a quoted change: it returns the action
+// the policy asks for, or operation_denied when a rule on the amount denies
+// it (refuseEarly took the other denials before the quote).
+func (s *Service) gate(ctx context.Context, caller Caller, p Policy, op Operation, t Terms) (Action, error) {
+	action, reason := ruling(p, changeFacts{op: op, to: t.ToPlan, amountDueCents: t.AmountDueCents, agent: p.isAgent(caller)})
+	if action == ActionDeny {
+		return "", s.denyFirstCall(ctx, caller, op, reason)
 	}
 	return action, nil
 }
 
-// checkDailyLimit refuses a change once the org made DailyLimit changes in
-// the last day.
-func (s *Service) checkDailyLimit(ctx context.Context, caller Caller, p Policy, op Operation, confirmationID string) error {
-	if p.DailyLimit <= 0 {
-		return nil
-	}
-	n, err := s.store.ExecutedSince(ctx, caller.Org, dailyWindow)
-	if err != nil {
-		return storeError("count executed changes", err)
-	}
-	if n < p.DailyLimit {
-		return nil
-	}
-	return s.deny(ctx, caller, op, confirmationID, "daily limit")
-}
-
-// deny audits a refusal by policy and returns operation_denied.
-func (s *Service) deny(ctx context.Context, caller Caller, op Operation, confirmationID, reason string) error {
-	if err := s.store.AppendAudit(ctx, s.event(caller, op, EventOperationDenied, confirmationID, reason)); err != nil {
+// denyFirstCall audits a first call refused by policy and returns
+// operation_denied. It holds no lock, so the event is written on its own.
+func (s *Service) denyFirstCall(ctx context.Context, caller Caller, op Operation, reason string) error {
+	if err := s.store.AppendAudit(ctx, s.event(caller, op, EventOperationDenied, "", reason)); err != nil {
 		return storeError("audit denial", err)
 	}
+	return errDenied(reason)
+}
+
+func errDenied(reason string) *Error {
 	return Errorf(CodeOperationDenied, "the organisation's policy does not allow this change (%s)", reason)
 }
 

@@ -63,8 +63,9 @@ const (
 
 var ruleNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$`)
 
-// validate checks the policy against the catalog; the error names the bad
-// rule.
+// validate checks the policy against the catalog. The error names the bad
+// field by its place (rules[2].to_plans), never by what the client wrote in
+// it: messages are shown back and must not echo input.
 func (p Policy) validate(c Catalog) error {
 	switch {
 	case len(p.Rules) > MaxPolicyRules:
@@ -77,14 +78,14 @@ func (p Policy) validate(c Catalog) error {
 	names := map[string]bool{}
 	for i, r := range p.Rules {
 		if !ruleNamePattern.MatchString(r.Name) {
-			return fmt.Errorf("rule %d: name must be 1–%d letters, digits, spaces or _.-", i+1, maxPolicyNameRunes)
+			return fmt.Errorf("rules[%d].name must be 1–%d letters, digits, spaces or _.-", i, maxPolicyNameRunes)
 		}
 		if names[r.Name] {
-			return fmt.Errorf("rule %q: the name is used twice", r.Name)
+			return fmt.Errorf("rules[%d].name is used by an earlier rule", i)
 		}
 		names[r.Name] = true
 		if err := r.validate(c); err != nil {
-			return fmt.Errorf("rule %q: %w", r.Name, err)
+			return fmt.Errorf("rules[%d].%w", i, err)
 		}
 	}
 	return nil
@@ -103,9 +104,9 @@ func (r PolicyRule) validate(c Catalog) error {
 	if r.Caller != "" && r.Caller != "agent" && r.Caller != "user" {
 		return fmt.Errorf(`caller must be "agent", "user" or empty`)
 	}
-	for _, id := range r.ToPlans {
+	for i, id := range r.ToPlans {
 		if _, ok := c.Plan(id); !ok {
-			return fmt.Errorf("to_plans names unknown plan %q", id)
+			return fmt.Errorf("to_plans[%d] is not a plan of the catalog", i)
 		}
 	}
 	return nil

@@ -59,13 +59,27 @@ type CreatedCustomer struct {
 	CurrentPeriodEnd time.Time
 }
 
+// ProviderSubscription is a subscription as the provider has it now: what
+// settling an unknown outcome reads back.
+type ProviderSubscription struct {
+	PriceID          string // the first item's price
+	ItemID           string
+	Status           string
+	CurrentPeriodEnd time.Time
+	// ConfirmationID is the confirmation that last changed the plan, from
+	// the subscription's metadata (PlanChange.ConfirmationID).
+	ConfirmationID string
+}
+
 // PaymentProvider is the payment system (Stripe). Errors wrap
 // ErrPaymentDeclined or ErrProviderRejected when the provider definitely
 // refused (nothing changed), and ErrUnavailable when the outcome is unknown
-// (timeout, 5xx, connection reset): the caller may retry with the same
-// idempotency key.
+// (timeout, 5xx, connection reset, the key still in flight). A 5xx answer
+// wraps ErrProviderFailed too: the provider finished the request, so reading
+// the subscription back tells whether it was applied.
 type PaymentProvider interface {
 	PreviewPlanChange(ctx context.Context, change PlanChange) (Preview, error)
 	ApplyPlanChange(ctx context.Context, change PlanChange, idempotencyKey string) (AppliedChange, error)
+	ReadSubscription(ctx context.Context, subscriptionID string) (ProviderSubscription, error)
 	CreateCustomer(ctx context.Context, c NewCustomer, idempotencyKey string) (CreatedCustomer, error)
 }

@@ -18,6 +18,9 @@ type SubscriptionEvent struct {
 	ItemID           string
 	Status           string
 	CurrentPeriodEnd time.Time
+	// ConfirmationID names the confirmation that last changed the plan (the
+	// subscription's metadata), if billingd made the change.
+	ConfirmationID string
 }
 
 // ReconcileOutcome says what a provider event did.
@@ -67,6 +70,9 @@ func (s *Service) applyEvent(ctx context.Context, tx Tx, acct Account, ev Subscr
 	if !old.SyncedAt.IsZero() && ev.Created.Before(old.SyncedAt) {
 		return ReconcileStale, nil
 	}
+	if settled, err := s.settleFromEvent(ctx, tx, acct, ev); settled || err != nil {
+		return ReconcileApplied, err
+	}
 	sub := s.subscriptionAfter(old, ev)
 	if sub.Plan == old.Plan && sub.Status == old.Status && sub.StripeItemID == old.StripeItemID &&
 		sub.CurrentPeriodEnd.Equal(old.CurrentPeriodEnd) {
@@ -80,6 +86,38 @@ func (s *Service) applyEvent(ctx context.Context, tx Tx, acct Account, ev Subscr
 		return "", err
 	}
 	return ReconcileApplied, nil
+}
+
+// settleFromEvent records a change billingd asked for and has not recorded
+// yet (executing: the answer was lost; pending: the database failed before
+// the commit) when the event shows it applied: the event names the
+// confirmation and carries its new price. It then revokes the pending
+// confirmations the change made stale.
+func (s *Service) settleFromEvent(ctx context.Context, tx Tx, acct Account, ev SubscriptionEvent) (bool, error) {
+	if ev.ConfirmationID == "" || ev.Deleted {
+		return false, nil
+	}
+	c, now, err := tx.LockByID(ctx, acct.Org.ID, ev.ConfirmationID)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lock confirmation of event: %w", err)
+	}
+	plan, ok := s.catalog.planByPrice(ev.PriceID)
+	if c.Status != StatusExecuting && c.Status != StatusPending || !ok || plan.ID != c.Terms.ToPlan ||
+		acct.Subscription.Plan != c.Terms.FromPlan {
+		return false, nil
+	}
+	sub := acct.Subscription
+	sub.SyncedAt = ev.Created
+	caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "webhook"}
+	applied := AppliedChange{Status: ev.Status, CurrentPeriodEnd: ev.CurrentPeriodEnd, ItemID: ev.ItemID}
+	if _, err := s.recordExecuted(ctx, tx, caller, c, sub, now, applied); err != nil {
+		return false, err
+	}
+	sub.Plan, sub.Version = c.Terms.ToPlan, sub.Version+1 // what recordExecuted made it
+	return true, s.revokeDrifted(ctx, tx, acct.Org.ID, sub)
 }
 
 // subscriptionAfter is billingd's copy of the subscription after ev. A price

@@ -104,7 +104,10 @@ type ChangeRequest struct {
 // for all three outcomes: a proposal (first call), an executed change (second
 // call) and a no-op (already on the plan).
 type ChangeResult struct {
-	OK              bool      `json:"ok,omitempty"`
+	OK bool `json:"ok,omitempty"`
+	// Replayed: the owner repeated a second call that had already executed;
+	// this is the original answer and nothing executed again.
+	Replayed        bool      `json:"replayed,omitempty"`
 	ConfirmRequired *bool     `json:"confirm_required,omitempty"`
 	Noop            bool      `json:"noop,omitempty"`
 	ConfirmToken    string    `json:"confirm_token,omitempty"`
@@ -182,6 +185,12 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 		no := false
 		return ChangeResult{OK: true, ConfirmRequired: &no, Noop: true, Subscription: viewOf(acct.Subscription)}, nil
 	}
+	if acct.Unsettled {
+		return ChangeResult{}, errUnsettled()
+	}
+	if err := s.refuseEarly(ctx, caller, acct.Policy, req.Operation, to.ID); err != nil {
+		return ChangeResult{}, err
+	}
 	terms, err := s.quote(ctx, acct, from, to, req.Operation, now)
 	if err != nil {
 		return ChangeResult{}, err
@@ -226,7 +235,7 @@ func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Ope
 	token, hash := newToken()
 	c := Confirmation{
 		ID: newConfirmationID(), TokenHash: hash,
-		Org: caller.Org, Principal: caller.Principal, Client: caller.Client,
+		Org: caller.Org, Principal: caller.Principal, Client: caller.Client, Agent: acct.Policy.isAgent(caller),
 		Operation: op, Terms: terms, Status: StatusPending,
 		Summary: summarize(displayNameOr(acct.Org), op, from, to, terms),
 	}

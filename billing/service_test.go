@@ -21,7 +21,8 @@ type memState struct {
 	accounts      map[string]Account
 	confirmations map[string]Confirmation // by id
 	audit         []AuditEvent
-	events        map[string]bool // provider event ids processed
+	events        map[string]bool      // provider event ids processed
+	attemptedAt   map[string]time.Time // by confirmation id
 }
 
 func (s memState) clone() memState {
@@ -30,6 +31,7 @@ func (s memState) clone() memState {
 		confirmations: maps.Clone(s.confirmations),
 		audit:         slices.Clone(s.audit),
 		events:        maps.Clone(s.events),
+		attemptedAt:   maps.Clone(s.attemptedAt),
 	}
 }
 
@@ -42,11 +44,14 @@ type memStore struct {
 	// recordErr, when set, is called by every Tx.Record; a non-nil result
 	// fails the Record (after its writes were made to the transaction's copy).
 	recordErr func(Record) error
+	// countErr, when set, fails every ExecutedSince (a database blink).
+	countErr  error
 	nextAudit int64
 }
 
 func newMemStore(now time.Time, accounts ...Account) *memStore {
-	s := &memStore{now: now, state: memState{accounts: map[string]Account{}, confirmations: map[string]Confirmation{}}}
+	s := &memStore{now: now, state: memState{accounts: map[string]Account{}, confirmations: map[string]Confirmation{},
+		attemptedAt: map[string]time.Time{}}}
 	for _, a := range accounts {
 		s.state.accounts[a.Org.ID] = a
 	}
@@ -80,7 +85,19 @@ func (s *memStore) Account(_ context.Context, org string) (Account, time.Time, e
 	if !ok {
 		return Account{}, time.Time{}, ErrNotFound
 	}
+	a.Unsettled = s.state.executing(org, "")
 	return a, s.now, nil
+}
+
+// executing reports whether a confirmation of org other than except is
+// executing.
+func (s memState) executing(org, except string) bool {
+	for _, c := range s.confirmations {
+		if c.Org == org && c.ID != except && c.Status == StatusExecuting {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *memStore) IssueConfirmation(_ context.Context, c Confirmation, ttl time.Duration, template AuditEvent) (Confirmation, error) {
@@ -155,7 +172,10 @@ func (s *memStore) RecentActivity(_ context.Context, org, principal string, wind
 			continue
 		}
 		switch e.Event {
-		case EventTokenIssued:
+		case EventTokenIssued, EventOperationDenied:
+			if e.Event == EventOperationDenied && e.ConfirmationID != "" {
+				continue
+			}
 			if a.Issued++; a.OldestIssued.IsZero() {
 				a.OldestIssued = e.At
 			}
@@ -171,13 +191,17 @@ func (s *memStore) RecentActivity(_ context.Context, org, principal string, wind
 func (s *memStore) ExecutedSince(_ context.Context, org string, window time.Duration) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.state.executedSince(org, s.now.Add(-window)), nil
+}
+
+func (s memState) executedSince(org string, since time.Time) int {
 	n := 0
-	for _, e := range s.state.audit {
-		if e.Org == org && e.Event == EventOperationExecuted && e.At.After(s.now.Add(-window)) {
+	for _, e := range s.audit {
+		if e.Org == org && e.Event == EventOperationExecuted && e.At.After(since) {
 			n++
 		}
 	}
-	return n, nil
+	return n
 }
 
 func (s *memStore) CreateAccount(_ context.Context, a Account) error {
@@ -199,10 +223,28 @@ type memTx struct {
 func (tx *memTx) LockByToken(_ context.Context, org, principal string, tokenHash []byte) (Confirmation, Account, time.Time, error) {
 	for _, c := range tx.state.confirmations {
 		if bytes.Equal(c.TokenHash, tokenHash) && c.Org == org && c.Principal == principal {
-			return c, tx.state.accounts[org], tx.store.now, nil
+			a := tx.state.accounts[org]
+			a.Unsettled = tx.state.executing(org, c.ID)
+			return c, a, tx.store.now, nil
 		}
 	}
 	return Confirmation{}, Account{}, time.Time{}, ErrNotFound
+}
+
+func (tx *memTx) LockUnsettled(_ context.Context, idle time.Duration) (Confirmation, Account, time.Time, error) {
+	for _, c := range tx.state.confirmations {
+		if c.Status == StatusExecuting && tx.state.attemptedAt[c.ID].Before(tx.store.now.Add(-idle)) {
+			return c, tx.state.accounts[c.Org], tx.store.now, nil
+		}
+	}
+	return Confirmation{}, Account{}, time.Time{}, ErrNotFound
+}
+
+func (tx *memTx) ExecutedSince(_ context.Context, org string, window time.Duration) (int, error) {
+	if tx.store.countErr != nil {
+		return 0, tx.store.countErr
+	}
+	return tx.state.executedSince(org, tx.store.now.Add(-window)), nil
 }
 
 func (tx *memTx) LockByID(_ context.Context, org, id string) (Confirmation, time.Time, error) {
@@ -267,6 +309,17 @@ func (tx *memTx) Record(_ context.Context, r Record) error {
 		c.Approval, c.Approver = r.Approval.State, r.Approval.Approver
 		tx.state.confirmations[r.ConfirmationID] = c
 	}
+	if r.Attempt != nil {
+		c := tx.state.confirmations[r.ConfirmationID]
+		c.Attempt = *r.Attempt
+		tx.state.confirmations[r.ConfirmationID] = c
+		tx.state.attemptedAt[r.ConfirmationID] = tx.store.now
+	}
+	if r.Result != nil {
+		c := tx.state.confirmations[r.ConfirmationID]
+		c.Result = r.Result
+		tx.state.confirmations[r.ConfirmationID] = c
+	}
 	if r.Subscription != nil {
 		a := tx.state.accounts[r.Subscription.Org]
 		sub := *r.Subscription
@@ -305,6 +358,8 @@ type memProvider struct {
 	done       map[string]AppliedChange // idempotency key → result
 	changes    int                      // subscription changes actually made
 	periodEnd  time.Time
+	readState  ProviderSubscription
+	readErr    error
 }
 
 func (p *memProvider) PreviewPlanChange(_ context.Context, change PlanChange) (Preview, error) {
@@ -335,6 +390,13 @@ func (p *memProvider) ApplyPlanChange(_ context.Context, change PlanChange, key 
 	r := AppliedChange{Status: "active", CurrentPeriodEnd: p.periodEnd, ItemID: "si_new"}
 	p.done[key] = r
 	return r, nil
+}
+
+// ReadSubscription answers readState, or readErr.
+func (p *memProvider) ReadSubscription(context.Context, string) (ProviderSubscription, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.readState, p.readErr
 }
 
 func (p *memProvider) CreateCustomer(context.Context, NewCustomer, string) (CreatedCustomer, error) {
@@ -649,14 +711,20 @@ func TestChangePlanConfirmExecutesOnce(t *testing.T) {
 		t.Errorf("audit = %v, want %v", got, want)
 	}
 
-	// The same token again: used.
-	_, err = f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken)
-	wantCode(t, err, CodeTokenInvalid)
+	// The owner repeats the call: the original answer, replayed.
+	replay, err := f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, "")
+	if !replay.Replayed || !replay.OK || replay.Subscription.Plan != "scale" {
+		t.Errorf("replay = %+v, want the original result with replayed", replay)
+	}
 	if n := len(f.provider.applyCalls()); n != 1 {
 		t.Errorf("provider calls after a replay = %d, want 1", n)
 	}
+	// Other parameters with the spent token: used.
+	_, err = f.confirm(alice, OpUpgrade, "pro", p.ConfirmToken)
+	wantCode(t, err, CodeTokenInvalid)
 	if e := lastEvent(t, f.store.snapshot()); e.Event != EventTokenRejected || e.Reason != "used" || e.ConfirmationID != p.ConfirmationID {
-		t.Errorf("replay audited as %+v, want TOKEN_REJECTED used", e)
+		t.Errorf("reuse audited as %+v, want TOKEN_REJECTED used", e)
 	}
 }
 
@@ -721,19 +789,19 @@ func TestChangePlanConfirmUnknownOutcomeIsRetryable(t *testing.T) {
 			wantCode(t, err, CodeUpstreamUnavailable)
 			wantPublicMessageClean(t, err, "secret-detail-42", "503", "stripe")
 
-			// Nothing the transaction did survived; only the out-of-band audit.
+			// The unknown outcome is recorded: executing, to be settled.
 			after := f.store.snapshot()
-			if c := after.confirmations[p.ConfirmationID]; c.Status != StatusPending {
-				t.Errorf("status = %s, want still pending", c.Status)
+			if c := after.confirmations[p.ConfirmationID]; c.Status != StatusExecuting {
+				t.Errorf("status = %s, want executing", c.Status)
 			}
 			if sub := after.accounts["org_vb"].Subscription; sub != before.accounts["org_vb"].Subscription {
 				t.Errorf("subscription changed: %+v", sub)
 			}
-			if got, want := eventsOf(after), []string{EventTokenIssued, EventOperationFailed}; !slices.Equal(got, want) {
-				t.Errorf("audit = %v, want %v (no TOKEN_VALIDATED from the rolled-back transaction)", got, want)
+			if got, want := eventsOf(after), []string{EventTokenIssued, EventTokenValidated, EventOperationFailed}; !slices.Equal(got, want) {
+				t.Errorf("audit = %v, want %v", got, want)
 			}
-			if e := lastEvent(t, after); e.Outcome != "retryable" || e.ConfirmationID != p.ConfirmationID {
-				t.Errorf("retryable failure audited as %+v", e)
+			if e := lastEvent(t, after); e.Outcome != "unknown" || e.ConfirmationID != p.ConfirmationID {
+				t.Errorf("unknown outcome audited as %+v", e)
 			}
 
 			// The token is still good, and the retry is the same provider request.
@@ -1004,22 +1072,25 @@ func TestChangePlanConcurrentConfirm(t *testing.T) {
 	p := f.propose(t, alice, OpUpgrade, "scale")
 	const n = 16
 	errs := make([]error, n)
+	results := make([]ChangeResult, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { _, errs[i] = f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken) })
+		wg.Go(func() { results[i], errs[i] = f.confirm(alice, OpUpgrade, "scale", p.ConfirmToken) })
 	}
 	wg.Wait()
-	ok := 0
-	for _, err := range errs {
+	executed, replayed := 0, 0
+	for i, err := range errs {
 		switch {
-		case err == nil:
-			ok++
-		case ErrorCode(err) != CodeTokenInvalid:
-			t.Errorf("loser got %v, want consent_token_invalid", err)
+		case err != nil:
+			t.Errorf("call %d got %v, want the result or its replay", i, err)
+		case results[i].Replayed:
+			replayed++
+		default:
+			executed++
 		}
 	}
-	if ok != 1 || len(f.provider.applyCalls()) != 1 {
-		t.Errorf("%d confirms succeeded and %d reached the provider, want 1 and 1", ok, len(f.provider.applyCalls()))
+	if executed != 1 || replayed != n-1 || len(f.provider.applyCalls()) != 1 {
+		t.Errorf("%d executed, %d replayed, %d reached the provider; want 1, %d, 1", executed, replayed, len(f.provider.applyCalls()), n-1)
 	}
 }
 

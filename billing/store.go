@@ -23,7 +23,9 @@ type Store interface {
 	IssueConfirmation(ctx context.Context, c Confirmation, ttl time.Duration, template AuditEvent) (Confirmation, error)
 
 	// InTx runs fn in one transaction: committed if fn returns nil, rolled
-	// back otherwise.
+	// back otherwise. Once fn returned nil the commit no longer depends on
+	// ctx: a step that called the provider must be recorded even when the
+	// client has gone.
 	InTx(ctx context.Context, fn func(Tx) error) error
 
 	// PendingConfirmations lists the org's pending, unexpired confirmations,
@@ -34,29 +36,51 @@ type Store interface {
 	// (0: from the newest).
 	AuditEvents(ctx context.Context, org string, limit int, before int64) ([]AuditEvent, error)
 
-	// AppendAudit writes events outside any transaction: for outcomes whose
-	// transaction was rolled back.
+	// AppendAudit writes events outside any transaction: for refusals that
+	// need no lock and outcomes whose transaction was rolled back.
 	AppendAudit(ctx context.Context, events ...AuditEvent) error
 
-	// RecentActivity counts the principal's issued tokens and rejected second
-	// calls within the last window, by the audit log.
+	// RecentActivity counts the principal's issued tokens and refused first
+	// calls (OPERATION_DENIED without a confirmation), and its rejected second
+	// calls, within the last window, by the audit log.
 	RecentActivity(ctx context.Context, org, principal string, window time.Duration) (Activity, error)
 
-	// ExecutedSince counts the org's executed plan changes in the last
-	// window, by the audit log.
-	ExecutedSince(ctx context.Context, org string, window time.Duration) (int, error)
+	changeCounter
 
 	// CreateAccount stores a new org with its subscription.
 	CreateAccount(ctx context.Context, a Account) error
 }
 
-// Tx is the part of the store used inside one transaction.
+// changeCounter counts an org's executed changes. The store (on the pool)
+// and a Tx (on its own connection) both have it, so a step that holds row
+// locks counts through its transaction and never waits for a second
+// connection.
+type changeCounter interface {
+	// ExecutedSince counts the org's executed plan changes in the last
+	// window, by the audit log.
+	ExecutedSince(ctx context.Context, org string, window time.Duration) (int, error)
+}
+
+// Tx is everything a step of the handshake reads and writes inside one
+// transaction. A step that holds a lock uses only its Tx: reaching for the
+// store there would ask the pool for a second connection while holding the
+// first, and a pool smaller than the number of concurrent calls would lock
+// up.
 type Tx interface {
 	// LockByToken locks the confirmation with the given token hash, if it
 	// belongs to org and principal, together with the org's subscription, and
 	// returns them with the database's now. A token of anyone else is
 	// ErrNotFound: nothing about it is revealed and it stays valid.
+	// Account.Unsettled tells whether another confirmation of the org is
+	// executing, as seen once the locks are held.
 	LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (Confirmation, Account, time.Time, error)
+
+	// LockUnsettled locks one executing confirmation whose last attempt is
+	// older than idle, with its org's subscription, skipping rows other
+	// transactions hold; ErrNotFound when there is none.
+	LockUnsettled(ctx context.Context, idle time.Duration) (Confirmation, Account, time.Time, error)
+
+	changeCounter
 
 	// LockByID locks the org's confirmation with the given id.
 	LockByID(ctx context.Context, org, id string) (Confirmation, time.Time, error)
@@ -90,6 +114,11 @@ type Record struct {
 	// SyncedSubscription only records SyncedAt: the provider confirmed the
 	// subscription as billingd has it.
 	SyncedSubscription *Subscription
+	// Attempt, when set with Status, records the number of the provider
+	// request that led to the status (and when it was made).
+	Attempt *int
+	// Result, set with Status executed, is the answer to replay.
+	Result *ChangeResult
 	// Receipt is the signed receipt of the change this step executed.
 	Receipt *StoredReceipt
 	Events  []AuditEvent

@@ -49,6 +49,11 @@ type Account struct {
 	Org          Org
 	Subscription Subscription
 	Policy       Policy
+	// Unsettled: a change of this subscription was sent to the provider and
+	// its outcome is not known yet. No other change may be proposed or
+	// executed until it is settled: a later change would make it impossible
+	// to tell from the provider whether the first one was applied.
+	Unsettled bool
 }
 
 // Status is the lifecycle state of a confirmation.
@@ -56,7 +61,11 @@ type Status string
 
 // Confirmation states. Only pending confirmations can be redeemed.
 const (
-	StatusPending     Status = "pending"
+	StatusPending Status = "pending"
+	// StatusExecuting: the provider was asked to make the change and its
+	// answer is unknown (timeout, 5xx, lost response). The confirmation is
+	// settled by the owner's retry, the background reconciler or a webhook.
+	StatusExecuting   Status = "executing"
 	StatusExecuted    Status = "executed"
 	StatusFailed      Status = "failed"
 	StatusSuperseded  Status = "superseded"
@@ -112,6 +121,15 @@ type Confirmation struct {
 	Approver  string
 	CreatedAt time.Time
 	ExpiresAt time.Time
+	// Agent: issued to an agent (policy.isAgent at the first call). The
+	// confirmation stays an agent's whichever channel redeems it.
+	Agent bool
+	// Attempt numbers the provider requests made for this confirmation; each
+	// has its own idempotency key (see idempotencyKey).
+	Attempt int
+	// Result is the second call's answer once executed, replayed to the
+	// owner who repeats the call.
+	Result *ChangeResult
 }
 
 // Details is the machine-readable part of a proposal (the "details" object).

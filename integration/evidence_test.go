@@ -69,6 +69,18 @@ func TestReceipts(t *testing.T) {
 	p, jws := h.upgradeWithReceipt("vector", "alice")
 	keys := h.receiptKeys()
 
+	// The owner's repeated second call replays the answer, receipt included.
+	replay := h.confirm(h.user("vector", "alice"), "upgrade", "scale", p.ConfirmToken)
+	wantStatus(t, replay, http.StatusOK, "")
+	var replayed struct {
+		Replayed bool   `json:"replayed"`
+		Receipt  string `json:"receipt"`
+	}
+	replay.decode(t, &replayed)
+	if !replayed.Replayed || replayed.Receipt != jws {
+		t.Fatalf("replay: %s", replay.Body)
+	}
+
 	c, err := receipt.Verify(jws, keys)
 	if err != nil {
 		t.Fatalf("receipt does not verify with the published keys: %v", err)

@@ -10,14 +10,15 @@ import (
 	"github.com/billingd/billingd/internal/stripefake"
 )
 
-// TestConcurrentSecondCalls: fifty second calls with one token at once, and
-// exactly one change reaches the payment provider.
+// TestConcurrentSecondCalls: fifty second calls with one token at once:
+// exactly one change reaches the payment provider, and every other call,
+// made by the token's owner, gets that change's answer replayed.
 func TestConcurrentSecondCalls(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("race")
 
 	const callers = 50
-	statuses := make(chan int, callers)
+	answers := make(chan response, callers)
 	var start, done sync.WaitGroup
 	start.Add(1)
 	for range callers {
@@ -25,18 +26,25 @@ func TestConcurrentSecondCalls(t *testing.T) {
 		go func() {
 			defer done.Done()
 			start.Wait()
-			statuses <- h.confirm(tok, "upgrade", "scale", p.ConfirmToken).Status
+			answers <- h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
 		}()
 	}
 	start.Done()
 	done.Wait()
-	close(statuses)
-	count := map[int]int{}
-	for s := range statuses {
-		count[s]++
+	close(answers)
+	executedOnce, replayed := 0, 0
+	for r := range answers {
+		wantStatus(t, r, http.StatusOK, "")
+		var res executed
+		r.decode(t, &res)
+		if res.Replayed {
+			replayed++
+		} else {
+			executedOnce++
+		}
 	}
-	if count[http.StatusOK] != 1 || count[http.StatusConflict] != callers-1 {
-		t.Fatalf("statuses %v, want one 200 and %d 409", count, callers-1)
+	if executedOnce != 1 || replayed != callers-1 {
+		t.Fatalf("%d executed and %d replayed, want 1 and %d", executedOnce, replayed, callers-1)
 	}
 	h.wantStripeChanges(acct, 1)
 }
@@ -72,9 +80,10 @@ func TestConcurrentConfirmationsOfOneOrg(t *testing.T) {
 }
 
 // TestLostResponseRetry: Stripe executes the change but its answer is lost.
-// billingd rolls back and answers 503; the retry with the same token sends the
-// same idempotency key, gets Stripe's saved answer, and the subscription
-// changes exactly once.
+// billingd records the outcome as unknown (executing) and answers 503; the
+// retry with the same token sends the same idempotency key, gets Stripe's
+// saved answer, and the subscription changes exactly once. A third call is
+// answered with the original result, replayed.
 func TestLostResponseRetry(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("lost")
@@ -84,13 +93,22 @@ func TestLostResponseRetry(t *testing.T) {
 	if sub := h.subscription(tok); sub != "pro" {
 		t.Fatalf("billingd recorded %s without an answer from Stripe", sub)
 	}
+	// While the outcome is unknown, no other change can be proposed.
+	wantStatus(t, h.do("POST", "/api/billing/downgrade", tok, `{"to":"free"}`), http.StatusServiceUnavailable, "upstream_unavailable")
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
 	if sub := h.subscription(tok); sub != "scale" {
 		t.Fatalf("plan after retry: %s", sub)
 	}
+	replay := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
+	wantStatus(t, replay, http.StatusOK, "")
+	var res executed
+	replay.decode(t, &res)
+	if !res.Replayed || res.Subscription.Plan != "scale" {
+		t.Fatalf("repeated call after a lost response: %s", replay.Body)
+	}
 	h.wantStripeChanges(acct, 1)
 	wantEvents(t, h.auditEvents("lost"),
-		"TOKEN_ISSUED", "OPERATION_FAILED:upstream_unavailable", "TOKEN_VALIDATED", "OPERATION_EXECUTED")
+		"TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_FAILED:outcome_unknown", "OPERATION_EXECUTED")
 }
 
 // TestStripeTimeoutRetry: Stripe is slower than STRIPE_TIMEOUT. The lock is
@@ -127,19 +145,26 @@ func TestDeclinedCard(t *testing.T) {
 		"TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_FAILED:payment_failed", "TOKEN_REJECTED:used")
 }
 
-// TestStripeServerError: Stripe saves a 500 under its idempotency key, so a
-// retry of the same confirmation is answered 503 again and never changes the
-// subscription; a new first call starts over with a new key.
+// TestStripeServerError: Stripe answers 500 and saves that answer under the
+// idempotency key, so retrying the same key could never succeed (issue 10,
+// item 3). The retry reads the subscription back, sees the change was not
+// applied, and executes it under the next attempt's key: the same token
+// completes, exactly once.
 func TestStripeServerError(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("flaky")
 	h.fake.FailNext(stripefake.ServerError)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
-	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
 	h.wantStripeChanges(acct, 0)
-	again := h.propose(tok, "upgrade", "scale")
-	wantStatus(t, h.confirm(tok, "upgrade", "scale", again.ConfirmToken), http.StatusOK, "")
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
 	h.wantStripeChanges(acct, 1)
+	if sub := h.subscription(tok); sub != "scale" {
+		t.Fatalf("plan: %s", sub)
+	}
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
+	h.wantStripeChanges(acct, 1)
+	wantEvents(t, h.auditEvents("flaky"),
+		"TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_FAILED:outcome_unknown", "OPERATION_EXECUTED")
 }
 
 // TestStripeConnectionReset: Stripe makes the change and the connection dies

@@ -43,12 +43,24 @@ func TestUpgradeHandshake(t *testing.T) {
 		t.Fatalf("plan after confirm: %s", sub)
 	}
 
-	// Single use.
-	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_invalid")
+	// Single use: the owner repeating the call gets the original answer,
+	// replayed; other parameters or another caller get nothing.
+	again := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
+	wantStatus(t, again, http.StatusOK, "")
+	var replay executed
+	again.decode(t, &replay)
+	if !replay.Replayed || replay.Subscription != done.Subscription {
+		t.Fatalf("repeated second call: %s, want the original answer with replayed", again.Body)
+	}
+	wantStatus(t, h.confirm(tok, "upgrade", "pro", p.ConfirmToken), http.StatusConflict, "consent_token_invalid")
+	wantStatus(t, h.confirm(h.user("vector", "mallory"), "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_invalid")
 
 	events := h.auditEvents("vector")
-	wantEvents(t, events, "TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_EXECUTED", "TOKEN_REJECTED:used")
+	wantEvents(t, events, "TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_EXECUTED", "TOKEN_REJECTED:used", "TOKEN_REJECTED:invalid")
 	for _, e := range events {
+		if e.Principal == "mallory" {
+			continue
+		}
 		if e.Principal != "alice" || e.Client != "test-agent" || e.RequestID == "" {
 			t.Fatalf("audit event lacks who/what: %+v", e)
 		}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -36,8 +37,9 @@ type harness struct {
 }
 
 type harnessOptions struct {
-	fakeStripe bool
-	env        map[string]string
+	fakeStripe   bool
+	poolMaxConns int
+	env          map[string]string
 }
 
 type option func(*harnessOptions)
@@ -45,6 +47,9 @@ type option func(*harnessOptions)
 // withFakeStripe runs against internal/stripefake, which keeps state, honours
 // idempotency keys and injects faults, instead of stripe-mock.
 func withFakeStripe() option { return func(o *harnessOptions) { o.fakeStripe = true } }
+
+// withPoolMaxConns caps billingd's database pool (pgx's pool_max_conns).
+func withPoolMaxConns(n int) option { return func(o *harnessOptions) { o.poolMaxConns = n } }
 
 // withEnv sets a configuration variable.
 func withEnv(name, value string) option { return func(o *harnessOptions) { o.env[name] = value } }
@@ -67,6 +72,9 @@ func newHarness(t *testing.T, opts ...option) *harness {
 		// Tests that exercise rate limits turn them on; the others make
 		// more calls per principal than a human would.
 		"RATE_LIMIT_PROPOSALS": "0", "RATE_LIMIT_FAILED_CONFIRMS": "0",
+	}
+	if o.poolMaxConns > 0 {
+		h.env["DATABASE_URL"] += "&pool_max_conns=" + strconv.Itoa(o.poolMaxConns)
 	}
 	for k, v := range o.env {
 		h.env[k] = v
@@ -98,6 +106,11 @@ func (h *harness) serve(ln net.Listener) *app.App {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(a.Close)
+	// Like serve, every replica settles unknown Stripe outcomes.
+	ctx, cancel := context.WithCancel(context.Background())
+	settled := make(chan struct{})
+	go func() { defer close(settled); a.RunSettle(ctx) }()
+	h.t.Cleanup(func() { cancel(); <-settled })
 	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: a.Handler}}
 	srv.Start()
 	h.t.Cleanup(srv.Close)
@@ -189,10 +202,13 @@ type response struct {
 
 func (r response) decode(t *testing.T, v any) {
 	t.Helper()
-	if err := json.Unmarshal(r.Body, v); err != nil {
+	if err := r.decodeErr(v); err != nil {
 		t.Fatalf("decode %s: %v", r.Body, err)
 	}
 }
+
+// decodeErr is decode for goroutines other than the test's own.
+func (r response) decodeErr(v any) error { return json.Unmarshal(r.Body, v) }
 
 func (r response) errorCode(t *testing.T) string {
 	t.Helper()
@@ -263,11 +279,16 @@ func (h *harness) roundTrip(req *http.Request) response {
 		h.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	r, err := readResponse(resp)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+	return r
+}
+
+func readResponse(resp *http.Response) (response, error) {
+	data, err := io.ReadAll(resp.Body)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: data}, err
 }
 
 // proposal is the body of a first call.
@@ -287,6 +308,7 @@ type executed struct {
 	OK              bool  `json:"ok"`
 	ConfirmRequired *bool `json:"confirm_required"`
 	Noop            bool  `json:"noop"`
+	Replayed        bool  `json:"replayed"`
 	Subscription    struct {
 		Plan             string `json:"plan"`
 		Status           string `json:"status"`

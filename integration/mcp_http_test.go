@@ -158,13 +158,20 @@ func TestMCPUpgradeHandshake(t *testing.T) {
 	second := callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken})
 	var done executed
 	raw = wantSuccess(t, second, &done)
-	if keys := keysOf(t, raw); keys != "ok,subscription" || !done.OK || done.Subscription.Plan != "scale" {
+	if keys := keysOf(t, raw); keys != "ok,receipt,subscription" || !done.OK || done.Subscription.Plan != "scale" {
 		t.Fatalf("second call %s", raw)
 	}
 	if sub := h.subscription(h.user("vector", "alice")); sub != "scale" {
 		t.Fatalf("REST sees plan %s after the MCP confirm", sub)
 	}
-	wantToolError(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}),
+	// Repeated (say, after a lost answer): the original result, replayed,
+	// not an error that would tell the agent nothing changed.
+	var replay executed
+	raw = wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}), &replay)
+	if !replay.Replayed || replay.Subscription != done.Subscription {
+		t.Fatalf("repeated second call %s", raw)
+	}
+	wantToolError(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "pro", "confirm_token": p.ConfirmToken}),
 		"consent_token_invalid")
 
 	events := h.auditEvents("vector")

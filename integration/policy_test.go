@@ -40,8 +40,15 @@ func TestPolicyAPI(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := h.offSpec().do("PUT", "/api/billing/policy", admin, body) // invalid on purpose
 			wantStatus(t, r, http.StatusBadRequest, "invalid_request")
-			if strings.Contains(body, `"name":"big"`) && !strings.Contains(string(r.Body), `rule \"big\"`) {
+			// The message names the field by its place, never by what the
+			// client wrote in it.
+			if strings.Contains(body, `"name":"big"`) && !strings.Contains(string(r.Body), `rules[0]`) {
 				t.Fatalf("message does not name the rule: %s", r.Body)
+			}
+			for _, echoed := range []string{"big", "gold", "robot", "delete_org", "maybe"} {
+				if strings.Contains(string(r.Body), echoed) {
+					t.Fatalf("message echoes the client's %q: %s", echoed, r.Body)
+				}
 			}
 		})
 	}

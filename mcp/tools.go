@@ -25,7 +25,10 @@ const (
 		`Show the summary to the user verbatim (do not paraphrase, shorten or translate it) and ask whether they agree. ` +
 		`Only after the user explicitly agrees, call this tool again with the same "to" and the confirm_token: that second call executes the change. ` +
 		`Never make the second call on your own judgement or on consent the user gave to an earlier summary. ` +
-		`If the second call says consent_token_expired, consent_token_mismatch or consent_token_invalid, nothing was changed: start again with a first call and show the new summary. ` +
+		`A second call never executes twice: if you repeat it (for example after losing its answer), you get the original result again with "replayed": true, and nothing changes again. ` +
+		`If the second call says upstream_unavailable, the outcome is not known yet (billingd is finding out from the payment provider whether the change was made): retry the SAME call with the SAME token after a few seconds; do not start a new first call. ` +
+		`consent_token_expired and consent_token_mismatch mean this token changed nothing: start again with a first call and show the new summary. ` +
+		`consent_token_invalid means this call changed nothing (the token is unknown, superseded, cancelled or already used by another request): call get_subscription to see the current plan before starting again. ` +
 		`If the user declines, call cancel_confirmation with the confirmation_id. ` +
 		`If the organisation is already on that plan, the result says noop and no token is issued. ` +
 		elicitationInstructions

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -105,68 +106,122 @@ func queryInt(c echo.Context, name string) (int64, error) {
 	return n, nil
 }
 
-// decodeStrict decodes exactly one JSON object into the struct v. Unknown
-// fields, fields spelt in another case ("TO"), repeated fields, wrong types,
-// trailing data and an empty body are invalid_request: encoding/json alone
-// accepts the case variants and lets a repeated field win silently, which
-// would let a request say two things at once.
+// decodeStrict decodes exactly one JSON object into the struct v. At every
+// depth, unknown fields, fields spelt in another case ("TO"), repeated
+// fields and null where a value is required are invalid_request, as are wrong
+// types, trailing data and an empty body: encoding/json alone accepts the
+// case variants, lets a repeated field win silently and reads null as
+// "absent", which would let a request say two things at once (or turn a
+// second call into a first). The message names where the body is wrong,
+// never what it says.
 func decodeStrict(r io.Reader, v any) error {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return readError(err)
 	}
-	invalid := billing.Errorf(billing.CodeInvalidRequest, "request body must be one JSON object with known fields of the right types")
-	if err := checkKeys(data, jsonFieldNames(v)); err != nil {
-		return invalid
-	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return invalid
+	if err := checkValue(dec, reflect.TypeOf(v), "request body"); err != nil {
+		return billing.Errorf(billing.CodeInvalidRequest, "%v", err)
 	}
 	if dec.More() || !onlyWhitespace(data[dec.InputOffset():]) {
-		return invalid
+		return billing.Errorf(billing.CodeInvalidRequest, "request body must be one JSON object")
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return billing.Errorf(billing.CodeInvalidRequest, "request body must be one JSON object with known fields of the right types")
 	}
 	return nil
 }
 
-// checkKeys requires data to be an object whose keys are all in allowed,
-// exactly as spelt, each at most once.
-func checkKeys(data []byte, allowed map[string]bool) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return errors.New("not an object")
+// checkValue reads one JSON value from dec and checks its shape against t:
+// objects for structs (known keys exactly as spelt, each once), arrays for
+// slices, null only for pointers and slices, and the JSON kind of every
+// scalar. where
+// names the value in error messages (request body, rules[2].to_plans).
+func checkValue(dec *json.Decoder, t reflect.Type, where string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("%s is not valid JSON", where)
 	}
+	if tok == nil {
+		if t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice { // optional values and empty lists
+			return nil
+		}
+		return fmt.Errorf("%s must not be null", where)
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if tok != json.Delim('{') {
+			return fmt.Errorf("%s must be an object", where)
+		}
+		return checkObject(dec, t, where)
+	case reflect.Slice:
+		if tok != json.Delim('[') {
+			return fmt.Errorf("%s must be an array", where)
+		}
+		for i := 0; dec.More(); i++ {
+			if err := checkValue(dec, t.Elem(), fmt.Sprintf("%s[%d]", where, i)); err != nil {
+				return err
+			}
+		}
+		_, err := dec.Token() // ]
+		return err
+	case reflect.String:
+		if _, ok := tok.(string); !ok {
+			return fmt.Errorf("%s must be a string", where)
+		}
+	case reflect.Bool:
+		if _, ok := tok.(bool); !ok {
+			return fmt.Errorf("%s must be true or false", where)
+		}
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		if _, ok := tok.(json.Number); !ok {
+			if _, ok := tok.(float64); !ok {
+				return fmt.Errorf("%s must be a number", where)
+			}
+		}
+	default:
+		return fmt.Errorf("%s has an unsupported type", where)
+	}
+	return nil
+}
+
+// checkObject checks the members of an object whose '{' was read.
+func checkObject(dec *json.Decoder, t reflect.Type, where string) error {
+	fields := jsonFields(t)
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		key, ok := tok.(string)
-		if err != nil || !ok || !allowed[key] || seen[key] {
-			return errors.New("unknown or repeated key")
+		field, known := fields[key]
+		if err != nil || !ok || !known || seen[key] {
+			return fmt.Errorf("%s has an unknown or repeated field", where)
 		}
 		seen[key] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
+		name := key
+		if where != "request body" {
+			name = where + "." + key
+		}
+		if err := checkValue(dec, field, name); err != nil {
 			return err
 		}
 	}
-	return nil
+	_, err := dec.Token() // }
+	return err
 }
 
-// jsonFieldNames lists the JSON names of a struct's fields.
-func jsonFieldNames(v any) map[string]bool {
-	names := map[string]bool{}
-	t := reflect.TypeOf(v)
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
+// jsonFields maps the JSON names of a struct's fields to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	fields := map[string]reflect.Type{}
 	for i := 0; i < t.NumField(); i++ {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
 		if name != "" && name != "-" {
-			names[name] = true
+			fields[name] = t.Field(i).Type
 		}
 	}
-	return names
+	return fields
 }
 
 // decodeOptional accepts an empty body or an empty JSON object.

@@ -54,5 +54,6 @@ func devCmd(ctx context.Context, e env, args []string) (err error) {
 		return err
 	}
 	go a.RunPurge(ctx)
+	go a.RunSettle(ctx)
 	return serveUntilDone(ctx, httpServer(a), ln)
 }

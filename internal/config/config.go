@@ -37,6 +37,10 @@ type Config struct {
 	RateLimits          billing.RateLimits
 	PurgeRetention      time.Duration
 	PurgeInterval       time.Duration
+	// SettleInterval (SETTLE_INTERVAL) is how often each replica settles
+	// plan changes whose Stripe outcome is unknown, and how long such a
+	// change is left to its owner's retry first.
+	SettleInterval time.Duration
 	// MCPRequestStateKey (MCP_REQUEST_STATE_KEY) seals the request state of
 	// MCP elicitations on protocol 2026-07-28; every replica needs the same
 	// one. Empty: each process makes its own (fine with one replica).
@@ -100,6 +104,7 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	c.PurgeRetention = duration(getenv, "PURGE_RETENTION", time.Hour, time.Minute, 90*24*time.Hour, fail)
 	c.PurgeInterval = duration(getenv, "PURGE_INTERVAL", time.Minute, time.Second, 24*time.Hour, fail)
+	c.SettleInterval = duration(getenv, "SETTLE_INTERVAL", 15*time.Second, 100*time.Millisecond, time.Hour, fail)
 	if n := len(c.MCPRequestStateKey); n > 0 && n < minStateKeyBytes {
 		fail("MCP_REQUEST_STATE_KEY", "want a random secret of at least %d bytes (e.g. openssl rand -base64 32), got %d", minStateKeyBytes, n)
 	}

@@ -9,13 +9,15 @@ import (
 // PurgeFinished deletes up to batch confirmations that stopped being
 // redeemable (finished, or expired unfinished) more than retention ago, and
 // Stripe event ids older than a week (Stripe retries deliveries for three
-// days). Audit events are kept. SKIP LOCKED lets several replicas purge at
+// days). Audit events are kept, and so are executing confirmations: their
+// outcome is still to be settled. SKIP LOCKED lets several replicas purge at
 // once without waiting on each other or on a second call holding a row.
 func (s *Store) PurgeFinished(ctx context.Context, retention time.Duration, batch int) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `
 		DELETE FROM confirmations WHERE id IN (
 			SELECT id FROM confirmations
 			WHERE coalesce(finished_at, expires_at) < now() - $1 * interval '1 microsecond'
+				AND status <> 'executing' -- unsettled: kept until its outcome is known
 			ORDER BY coalesce(finished_at, expires_at)
 			LIMIT $2 FOR UPDATE SKIP LOCKED)`, retention.Microseconds(), batch)
 	if err != nil {

@@ -79,9 +79,10 @@ func (pc policyColumn) Scan(src any) error {
 func (s *Store) Account(ctx context.Context, org string) (billing.Account, time.Time, error) {
 	var a billing.Account
 	var now time.Time
-	err := s.pool.QueryRow(ctx, `SELECT `+accountColumns+`, now()
+	err := s.pool.QueryRow(ctx, `SELECT `+accountColumns+`, now(),
+			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
 		FROM `+accountFrom+` WHERE o.id = $1`, org).
-		Scan(append(scanAccount(&a), &now)...)
+		Scan(append(scanAccount(&a), &now, &a.Unsettled)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Account{}, time.Time{}, billing.ErrNotFound
 	}
@@ -107,10 +108,10 @@ WITH superseded AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
-		approval, livemode)
+		approval, agent, livemode)
 	SELECT $1, $6, $2, $3, $4, $5, 'pending',
 		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond',
-		NULLIF($24, ''), $25
+		NULLIF($24, ''), $25, $26
 	FROM (SELECT count(*) FROM superseded) AS after_supersede
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -127,7 +128,7 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 	args := []any{c.ID, c.Org, c.Principal, c.Client, string(c.Operation), c.TokenHash,
 		t.FromPlan, t.ToPlan, t.FromPriceID, t.ToPriceID, t.FromAmountCents, t.ToAmountCents, t.Currency,
 		t.ProrationDate, t.SubscriptionVer, t.AmountDueCents, t.CreditCents, t.NextChargeAt, c.Summary,
-		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome, string(c.Approval), t.Livemode}
+		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome, string(c.Approval), c.Agent, t.Livemode}
 	// Concurrent first calls of one caller must supersede one another in
 	// turn: each takes a transaction-scoped advisory lock on (org, principal,
 	// operation) first. Statements of one batch share an implicit transaction
@@ -156,11 +157,18 @@ func (s *Store) InTx(ctx context.Context, fn func(billing.Tx) error) error {
 	if err := fn(&storeTx{tx: tx}); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	// fn decided; its outcome (a provider call's included) is committed
+	// whether or not the client is still there.
+	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if err := tx.Commit(commitCtx); err != nil {
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	return nil
 }
+
+// commitTimeout bounds a COMMIT that no longer depends on the client.
+const commitTimeout = 10 * time.Second
 
 const pendingLimit = 200
 
@@ -244,10 +252,11 @@ func (s *Store) RecentActivity(ctx context.Context, org, principal string, windo
 	var a billing.Activity
 	var oldestIssued, oldestRejected *time.Time
 	err := s.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE event = 'TOKEN_ISSUED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
-			min(at) FILTER (WHERE event = 'TOKEN_ISSUED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
+		SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
+			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
-		WHERE org = $1 AND principal = $2 AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED')
+		WHERE org = $1 AND principal = $2 AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
+			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
 			AND at > now() - $3 * interval '1 microsecond'`,
 		org, principal, window.Microseconds()).Scan(&a.Issued, &a.Rejected, &oldestIssued, &oldestRejected, &a.Now)
 	if err != nil {
@@ -264,8 +273,17 @@ func (s *Store) RecentActivity(ctx context.Context, org, principal string, windo
 
 // ExecutedSince implements billing.Store.
 func (s *Store) ExecutedSince(ctx context.Context, org string, window time.Duration) (int, error) {
+	return executedSince(ctx, s.pool, org, window)
+}
+
+// querier is what the pool and a transaction have in common.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func executedSince(ctx context.Context, q querier, org string, window time.Duration) (int, error) {
 	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_events
+	err := q.QueryRow(ctx, `SELECT count(*) FROM audit_events
 		WHERE org = $1 AND event = 'OPERATION_EXECUTED' AND at > now() - $2 * interval '1 microsecond'`,
 		org, window.Microseconds()).Scan(&n)
 	if err != nil {

@@ -20,36 +20,85 @@ type storeTx struct {
 const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
-	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''), c.livemode`
+	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
+	c.agent, c.attempt, c.result, c.livemode`
 
 func scanConfirmation(c *billing.Confirmation) []any {
 	t := &c.Terms
 	return []any{&c.ID, &c.TokenHash, &c.Org, &c.Principal, &c.Client, &c.Operation, &c.Status,
 		&t.FromPlan, &t.ToPlan, &t.FromPriceID, &t.ToPriceID, &t.FromAmountCents, &t.ToAmountCents, &t.Currency,
 		&t.ProrationDate, &t.SubscriptionVer, &t.AmountDueCents, &t.CreditCents, &t.NextChargeAt,
-		&c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.Approval, &c.Approver, &t.Livemode}
+		&c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.Approval, &c.Approver,
+		&c.Agent, &c.Attempt, &c.Result, &t.Livemode}
 }
 
 // LockByToken implements billing.Tx. The subscription row is locked with the
 // confirmation so that two different confirmations of one org execute one
 // after the other, and the second sees the first's new subscription version.
+// Whether another confirmation of the org is executing is asked in a second
+// statement of the same round trip: it runs once the locks are held, with a
+// snapshot of its own, so it sees what the previous holder committed (a
+// subquery of the locking statement would use the snapshot taken before the
+// wait).
 func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (billing.Confirmation, billing.Account, time.Time, error) {
 	var c billing.Confirmation
 	var a billing.Account
 	var now time.Time
 	dest := append(append(scanConfirmation(&c), scanAccount(&a)...), &now)
-	err := t.tx.QueryRow(ctx, `SELECT `+confirmationColumns+`, `+accountColumns+`, now()
+	batch := &pgx.Batch{}
+	found := false
+	batch.Queue(`SELECT `+confirmationColumns+`, `+accountColumns+`, now()
 		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
 		WHERE c.token_hash = $1 AND c.org = $2 AND c.principal = $3
-		FOR UPDATE OF c, s`, tokenHash, org, principal).Scan(dest...)
+		FOR UPDATE OF c, s`, tokenHash, org, principal).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(dest...)
+		found = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	batch.Queue(unsettledSQL, org, tokenHash).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&a.Unsettled)
+	})
+	if err := t.tx.SendBatch(ctx, batch).Close(); err != nil {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("lock confirmation: %w", classify(err))
+	}
+	if !found {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
+	}
+	a.Subscription.Org = a.Org.ID
+	return c, a, now, nil
+}
+
+// unsettledSQL asks whether a confirmation of org other than the one with
+// token hash $2 is executing.
+const unsettledSQL = `SELECT EXISTS (SELECT 1 FROM confirmations
+	WHERE org = $1 AND status = 'executing' AND token_hash <> $2)`
+
+// LockUnsettled implements billing.Tx.
+func (t *storeTx) LockUnsettled(ctx context.Context, idle time.Duration) (billing.Confirmation, billing.Account, time.Time, error) {
+	var c billing.Confirmation
+	var a billing.Account
+	var now time.Time
+	err := t.tx.QueryRow(ctx, `SELECT `+confirmationColumns+`, `+accountColumns+`, now()
+		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
+		WHERE c.status = 'executing' AND c.attempted_at < now() - $1 * interval '1 microsecond'
+		ORDER BY c.attempted_at LIMIT 1
+		FOR UPDATE OF c, s SKIP LOCKED`, idle.Microseconds()).Scan(append(append(scanConfirmation(&c), scanAccount(&a)...), &now)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
 	}
 	if err != nil {
-		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("lock confirmation: %w", classify(err))
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("lock unsettled confirmation: %w", classify(err))
 	}
 	a.Subscription.Org = a.Org.ID
 	return c, a, now, nil
+}
+
+// ExecutedSince implements billing.Tx, on the transaction's connection.
+func (t *storeTx) ExecutedSince(ctx context.Context, org string, window time.Duration) (int, error) {
+	return executedSince(ctx, t.tx, org, window)
 }
 
 // LockByID implements billing.Tx.
@@ -73,7 +122,11 @@ func (t *storeTx) LockByID(ctx context.Context, org, id string) (billing.Confirm
 func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	batch := &pgx.Batch{}
 	if r.Status != "" {
-		batch.Queue(`UPDATE confirmations SET status = $2, finished_at = now() WHERE id = $1`, r.ConfirmationID, string(r.Status))
+		// A new status comes with the attempt that led to it and, once
+		// executed, the answer to replay: one statement.
+		batch.Queue(`UPDATE confirmations SET status = $2, finished_at = now(), attempt = coalesce($3, attempt),
+			attempted_at = CASE WHEN $3::integer IS NULL THEN attempted_at ELSE now() END, result = coalesce($4, result)
+			WHERE id = $1`, r.ConfirmationID, string(r.Status), r.Attempt, r.Result)
 	}
 	if sub := r.Subscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET plan = $2, status = $3, current_period_end = $4, stripe_item_id = $5,

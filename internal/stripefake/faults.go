@@ -83,12 +83,29 @@ func (s *Server) FailNextAt(e Endpoint, f Fault) {
 	s.faults[e] = append(s.faults[e], f)
 }
 
-// takeFault removes and returns the next fault queued for e, if any.
+// SetChaos makes pick choose the fault (or NoFault) of every request that
+// executes while no fault is queued for its endpoint: random faults for
+// chaos tests. pick is called with the fake's lock held and must not call
+// the fake; nil turns chaos off.
+func (s *Server) SetChaos(pick func(Endpoint) Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.chaos = pick
+}
+
+// NoFault lets a request execute and answer normally.
+var NoFault = Fault{}
+
+// takeFault removes and returns the next fault queued for e, if any, or
+// asks the chaos picker.
 func (s *Server) takeFault(e Endpoint) Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	queue := s.faults[e]
 	if len(queue) == 0 {
+		if s.chaos != nil {
+			return s.chaos(e)
+		}
 		return Fault{}
 	}
 	s.faults[e] = queue[1:]

@@ -44,6 +44,7 @@ func (s *Server) routes() http.Handler {
 // authentication, form parsing, idempotency and, here, fault injection.
 func (s *Server) endpoint(e Endpoint, fn endpointFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.count(e)
 		if err := checkRequest(r); err != nil {
 			s.write(w, errorResult(err))
 			return
@@ -69,6 +70,12 @@ func (s *Server) endpoint(e Endpoint, fn endpointFunc) http.Handler {
 		}
 		s.deliver(w, r, res, fault)
 	})
+}
+
+func (s *Server) count(e Endpoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests[e]++
 }
 
 func checkRequest(r *http.Request) *apiError {

@@ -67,7 +67,9 @@ type Server struct {
 	customers map[string]*customer
 	subs      map[string]*Subscription
 	updates   map[string]int
+	requests  map[Endpoint]int
 	faults    map[Endpoint][]Fault
+	chaos     func(Endpoint) Fault
 	keys      keyStore
 }
 
@@ -91,6 +93,7 @@ func New() *Server {
 		customers: map[string]*customer{},
 		subs:      map[string]*Subscription{},
 		updates:   map[string]int{},
+		requests:  map[Endpoint]int{},
 		faults:    map[Endpoint][]Fault{},
 		keys:      newKeyStore(maxStoredKeys),
 	}
@@ -123,6 +126,14 @@ func (s *Server) UpdateCount(subscriptionID string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.updates[subscriptionID]
+}
+
+// RequestCount is how many requests reached endpoint e, replays and refusals
+// included.
+func (s *Server) RequestCount(e Endpoint) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests[e]
 }
 
 // Subscription returns a copy of the subscription, if it exists.

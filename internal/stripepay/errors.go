@@ -20,10 +20,19 @@ type providerError struct {
 	msg   string
 	kind  error // billing.ErrPaymentDeclined, ErrProviderRejected or ErrUnavailable
 	cause error
+	// answered5xx: Stripe answered with a server error, so the request is
+	// over (billing.ErrProviderFailed), unlike a timeout or a 409 for a key
+	// still in flight.
+	answered5xx bool
 }
 
-func (e *providerError) Error() string   { return e.msg }
-func (e *providerError) Unwrap() []error { return []error{e.kind, e.cause} }
+func (e *providerError) Error() string { return e.msg }
+func (e *providerError) Unwrap() []error {
+	if e.answered5xx {
+		return []error{e.kind, billing.ErrProviderFailed, e.cause}
+	}
+	return []error{e.kind, e.cause}
+}
 
 // classify turns an error from stripe-go into a providerError. op says what
 // was being done ("update subscription").
@@ -35,7 +44,8 @@ func classify(op string, err error) error {
 	var se *stripe.Error
 	if errors.As(err, &se) {
 		kind := stripeErrorKind(se)
-		return &providerError{msg: stripeErrorMessage(op, se, kind), kind: kind, cause: err}
+		return &providerError{msg: stripeErrorMessage(op, se, kind), kind: kind, cause: err,
+			answered5xx: se.HTTPStatusCode >= 500}
 	}
 	// No answer from Stripe we could read: a timeout, a cancelled context, a
 	// reset connection, an unreadable body. The request may or may not have

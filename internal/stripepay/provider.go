@@ -74,6 +74,30 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 	}, nil
 }
 
+// ReadSubscription reads the subscription as Stripe has it now, to settle a
+// plan change whose outcome is unknown.
+func (p *Provider) ReadSubscription(ctx context.Context, subscriptionID string) (billing.ProviderSubscription, error) {
+	params := &stripe.SubscriptionParams{}
+	params.Context = ctx
+	sub, err := p.api.Subscriptions.Get(subscriptionID, params)
+	if err != nil {
+		return billing.ProviderSubscription{}, classify("read subscription", err)
+	}
+	state := billing.ProviderSubscription{
+		Status:           string(sub.Status),
+		CurrentPeriodEnd: unixTime(sub.CurrentPeriodEnd),
+		ConfirmationID:   sub.Metadata[MetadataConfirmationID],
+	}
+	if sub.Items != nil && len(sub.Items.Data) > 0 {
+		item := sub.Items.Data[0]
+		state.ItemID = item.ID
+		if item.Price != nil {
+			state.PriceID = item.Price.ID
+		}
+	}
+	return state, nil
+}
+
 // MetadataConfirmationID is the subscription metadata key naming the
 // confirmation that last changed the plan.
 const MetadataConfirmationID = "billingd_confirmation_id"

@@ -21,10 +21,12 @@ var ErrBadSignature = errors.New("bad Stripe webhook signature")
 // for any other event type, which billingd acknowledges and ignores.
 func ParseSubscriptionEvent(payload []byte, signatureHeader, secret string) (ev billing.SubscriptionEvent, ok bool, err error) {
 	// Stripe sends events in the API version of the webhook endpoint, which
-	// an operator may set differently from stripe-go's pinned version. The
-	// fields read here (id, status, items, current_period_end) have the same
-	// shape in every version since 2020, so a mismatch is tolerated rather
-	// than dropping every event of such an endpoint.
+	// an operator may set differently from stripe-go's pinned version
+	// (2024-06-20). The fields read here (id, status, metadata, items' id and
+	// price) have the same shape from 2020-08-27 through 2025-10-29.clover;
+	// current_period_end moved to the items in 2025-03-31.basil and is read
+	// from either place (periodEnd). So a mismatch is tolerated rather than
+	// dropping every event of such an endpoint.
 	event, err := webhook.ConstructEventWithOptions(payload, signatureHeader, secret,
 		webhook.ConstructEventOptions{IgnoreAPIVersionMismatch: true})
 	if err != nil {
@@ -41,9 +43,10 @@ func ParseSubscriptionEvent(payload []byte, signatureHeader, secret string) (ev 
 	ev = billing.SubscriptionEvent{
 		EventID: event.ID, Created: time.Unix(event.Created, 0).UTC(), Deleted: deleted,
 		SubscriptionID: sub.ID, Status: string(sub.Status),
+		ConfirmationID: sub.Metadata[MetadataConfirmationID],
 	}
-	if sub.CurrentPeriodEnd > 0 {
-		ev.CurrentPeriodEnd = time.Unix(sub.CurrentPeriodEnd, 0).UTC()
+	if end := periodEnd(sub, event.Data.Raw); end > 0 {
+		ev.CurrentPeriodEnd = time.Unix(end, 0).UTC()
 	}
 	if sub.Items != nil && len(sub.Items.Data) > 0 {
 		item := sub.Items.Data[0]
@@ -53,4 +56,25 @@ func ParseSubscriptionEvent(payload []byte, signatureHeader, secret string) (ev 
 		}
 	}
 	return ev, true, nil
+}
+
+// periodEnd is the subscription's current period end: on the subscription
+// itself up to API version 2024-12-18.acacia, on its items (the first item's;
+// a billingd subscription has one) from 2025-03-31.basil on, where
+// stripe-go v79's types have no field for it.
+func periodEnd(sub stripe.Subscription, raw json.RawMessage) int64 {
+	if sub.CurrentPeriodEnd > 0 {
+		return sub.CurrentPeriodEnd
+	}
+	var basil struct {
+		Items struct {
+			Data []struct {
+				CurrentPeriodEnd int64 `json:"current_period_end"`
+			} `json:"data"`
+		} `json:"items"`
+	}
+	if json.Unmarshal(raw, &basil) != nil || len(basil.Items.Data) == 0 {
+		return 0
+	}
+	return basil.Items.Data[0].CurrentPeriodEnd
 }

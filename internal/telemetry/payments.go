@@ -42,6 +42,13 @@ func (p *observedPayments) ApplyPlanChange(ctx context.Context, change billing.P
 	return applied, err
 }
 
+func (p *observedPayments) ReadSubscription(ctx context.Context, subscriptionID string) (billing.ProviderSubscription, error) {
+	start := time.Now()
+	state, err := p.next.ReadSubscription(ctx, subscriptionID)
+	p.observe(ctx, "read_subscription", start, err)
+	return state, err
+}
+
 func (p *observedPayments) CreateCustomer(ctx context.Context, c billing.NewCustomer, idempotencyKey string) (billing.CreatedCustomer, error) {
 	start := time.Now()
 	created, err := p.next.CreateCustomer(ctx, c, idempotencyKey)

@@ -51,6 +51,10 @@ func (p answeringProvider) ApplyPlanChange(context.Context, billing.PlanChange, 
 	return billing.AppliedChange{Status: "active"}, p.err
 }
 
+func (p answeringProvider) ReadSubscription(context.Context, string) (billing.ProviderSubscription, error) {
+	return billing.ProviderSubscription{}, p.err
+}
+
 func (p answeringProvider) CreateCustomer(context.Context, billing.NewCustomer, string) (billing.CreatedCustomer, error) {
 	return billing.CreatedCustomer{CustomerID: "cus_1"}, p.err
 }

@@ -1,7 +1,8 @@
 -- A full handshake (propose, then confirm), statement for statement as
 -- internal/postgres runs it. First the first call (see propose.sql), then
 -- the second. Store.RecentActivity (the rate limit on failed confirms),
--- then one transaction. BEGIN, storeTx.LockByToken, the storeTx.Record batch
+-- then one transaction. BEGIN, storeTx.LockByToken (the lock and the
+-- unsettled check, one pipeline), the storeTx.Record batch
 -- (one pipeline, as pgx sends a Batch) and COMMIT. The Stripe call billingd
 -- makes between the lock and the batch is not part of the database's
 -- ceiling. pgbench cannot bind NULL or an empty string, so approval is
@@ -13,14 +14,16 @@
 \set principal :org * 100 + random(1, :principals)
 \set cid random(1, 1000000000000000000)
 \set hash random(1, 1000000000000000000)
-SELECT count(*) FILTER (WHERE event = 'TOKEN_ISSUED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
-			min(at) FILTER (WHERE event = 'TOKEN_ISSUED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
+SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
+			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
-		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED')
+		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
+			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
 			AND at > now() - :window_us * interval '1 microsecond';
 SELECT o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now()
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now(),
+			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
 		FROM orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id WHERE o.id = :org;
 \startpipeline
 SELECT pg_advisory_xact_lock(hashtextextended(:principal, 0));
@@ -32,10 +35,10 @@ WITH superseded AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
-		approval, livemode)
+		approval, agent, livemode)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
 		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
-		NULLIF(:approval, ''), :livemode
+		NULLIF(:approval, ''), :agent, :livemode
 	FROM (SELECT count(*) FROM superseded) AS after_supersede
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -46,23 +49,31 @@ WITH superseded AS (
 )
 SELECT created_at, expires_at FROM issued;
 \endpipeline
-SELECT count(*) FILTER (WHERE event = 'TOKEN_ISSUED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
-			min(at) FILTER (WHERE event = 'TOKEN_ISSUED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
+SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
+			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
-		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED')
+		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
+			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
 			AND at > now() - :window_us * interval '1 microsecond';
 BEGIN;
+\startpipeline
 SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
-	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''), c.livemode, o.id, o.name, o.stripe_customer_id,
+	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
+	c.agent, c.attempt, c.result, c.livemode, o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
 	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now()
 		FROM confirmations c JOIN orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id ON o.id = c.org
 		WHERE c.token_hash = :hash AND c.org = :org AND c.principal = :principal
 		FOR UPDATE OF c, s;
+SELECT EXISTS (SELECT 1 FROM confirmations
+	WHERE org = :org AND status = 'executing' AND token_hash <> :hash);
+\endpipeline
 \startpipeline
-UPDATE confirmations SET status = :executed, finished_at = now() WHERE id = :cid;
+UPDATE confirmations SET status = :executed, finished_at = now(), attempt = coalesce(:attempt, attempt),
+			attempted_at = CASE WHEN :attempt::integer IS NULL THEN attempted_at ELSE now() END, result = coalesce(:result, result)
+			WHERE id = :cid;
 UPDATE subscriptions SET plan = :to_plan, status = :sub_status, current_period_end = :period_end, stripe_item_id = :item_id,
 			synced_at = coalesce(:synced_at, synced_at), version = version + 1, updated_at = now() WHERE org = :org;
 INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)

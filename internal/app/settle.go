@@ -1,0 +1,40 @@
+package app
+
+import (
+	"context"
+	"time"
+)
+
+// settleBatch bounds how many unknown outcomes one round settles, so a long
+// Stripe outage never turns a round into an unbounded loop.
+const settleBatch = 100
+
+// RunSettle settles plan changes whose Stripe outcome is unknown every
+// SETTLE_INTERVAL until ctx ends. Every replica runs it; the database hands
+// each unsettled confirmation to one replica at a time. A change whose
+// answer was lost and whose client never retried is recorded here.
+func (a *App) RunSettle(ctx context.Context) {
+	ticker := time.NewTicker(a.Config.SettleInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		a.SettleOnce(ctx)
+	}
+}
+
+// SettleOnce settles the unknown outcomes left alone for at least
+// SETTLE_INTERVAL and returns how many it looked at.
+func (a *App) SettleOnce(ctx context.Context) int {
+	n, err := a.Service.SettleUnknownOutcomes(ctx, a.Config.SettleInterval, settleBatch)
+	if err != nil {
+		a.Log.Warn("settling unknown outcomes failed; will retry", "err", err)
+	}
+	if n > 0 {
+		a.Log.Info("settled unknown outcomes", "count", n)
+	}
+	return n
+}
