@@ -11,12 +11,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-jose/go-jose/v4"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/evidence"
 	"github.com/billingd/billingd/internal/receipt"
+	"github.com/billingd/billingd/internal/stripefake"
 )
 
 // executedWithReceipt is the body of a second call that executed.
@@ -355,5 +358,44 @@ func TestReceiptOverMCP(t *testing.T) {
 	}
 	if c.ConfirmationID != p.ConfirmationID || c.Client != "claude-desktop" || c.SummarySHA256 != billing.SummaryHash(p.Summary) {
 		t.Fatalf("MCP receipt claims %+v", c)
+	}
+}
+
+// TestReceiptAfterSettling: a change whose Stripe answer was a saved 500 is
+// settled by the reconciler under the next idempotency key; its receipt
+// names that key, verifies, and the export (one chain, one receipt) checks
+// out. Stripe changed the subscription once.
+func TestReceiptAfterSettling(t *testing.T) {
+	h := newHarness(t, withFakeStripe(), withEnv("SETTLE_INTERVAL", "300ms"))
+	acct, tok, p := h.pendingUpgrade("settled")
+	h.fake.FailNext(stripefake.ServerError)
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
+	h.eventually(10*time.Second, "the reconciler executes the change", func() bool { return h.subscription(tok) == "scale" })
+	h.wantStripeChanges(acct, 1)
+
+	r := h.do("GET", "/api/billing/confirmations/"+p.ConfirmationID+"/receipt", tok, nil)
+	wantStatus(t, r, http.StatusOK, "")
+	var body billing.ReceiptView
+	r.decode(t, &body)
+	c, err := receipt.Verify(body.Receipt, h.receiptKeys())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.IdempotencyKey != "billingd-"+p.ConfirmationID+"-1" || c.SummarySHA256 != billing.SummaryHash(p.Summary) {
+		t.Fatalf("receipt after settling: %+v", c)
+	}
+	// The owner's retry is answered with the settled result and its receipt.
+	retry := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
+	wantStatus(t, retry, http.StatusOK, "")
+	var done executedWithReceipt
+	retry.decode(t, &done)
+	if done.Receipt != body.Receipt {
+		t.Fatalf("retry after settling: %s", retry.Body)
+	}
+	var export bytes.Buffer
+	export.Write(h.exportAudit("settled"))
+	rep, err := evidence.Verify(&export, h.receiptKeys())
+	if err != nil || rep.Receipts != 1 {
+		t.Fatalf("export after settling: %+v, %v", rep, err)
 	}
 }
