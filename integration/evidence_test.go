@@ -399,3 +399,20 @@ func TestReceiptAfterSettling(t *testing.T) {
 		t.Fatalf("export after settling: %+v, %v", rep, err)
 	}
 }
+
+// TestModeBoundIntoToken: a token issued with a test-mode key is not
+// redeemed by a replica running with a live key (consent_token_mismatch),
+// and nothing reaches Stripe.
+func TestModeBoundIntoToken(t *testing.T) {
+	h := newHarness(t, withFakeStripe()) // sk_test_…
+	acct, tok, p := h.pendingUpgrade("modes")
+	live := *h
+	live.env = map[string]string{}
+	for k, v := range h.env {
+		live.env[k] = v
+	}
+	live.env["STRIPE_SECRET_KEY"] = "sk_live_billingd"
+	r := live.replica()
+	wantStatus(t, r.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_mismatch")
+	h.wantStripeChanges(acct, 0)
+}
