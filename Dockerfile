@@ -6,7 +6,7 @@
 #
 # Health: the image has no shell or curl for a HEALTHCHECK, so probe over
 # HTTP from outside: GET /healthz (alive) for liveness, GET /readyz (database
-# answers, schema current) for readiness. See README.md, "Docker".
+# answers, schema current) for readiness. See docs/operations.md, "Docker".
 
 # The go.mod version: the golang images set GOTOOLCHAIN=local, so an older
 # Go would refuse the module.

@@ -31,6 +31,7 @@ const (
 // the requester refused when it tries to approve its own change; and links
 // that name nothing, or another org's change, say so.
 func TestApprovalPageInBrowser(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("apw", "Approvals Web", "pro")
 	h.setPolicy("apw", agentsNeedApproval)
@@ -122,6 +123,7 @@ func (b *browser) wantLinksRefused(h *harness) {
 // go; a decision sent anyway (a tab whose timers were suspended, as on a
 // sleeping laptop) gets consent_token_expired, shown on the page.
 func TestApprovalPageExpiredInBrowser(t *testing.T) {
+	// Not parallel: a 4 s token must outlive the page load.
 	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "4s"))
 	h.createOrg("late", "Late", "pro")
 	h.setPolicy("late", agentsNeedApproval)
@@ -153,6 +155,7 @@ func TestApprovalPageExpiredInBrowser(t *testing.T) {
 // inline Approve lets the agent's second call execute. A token without
 // billing:admin does not get the section.
 func TestDashboardPendingApprovalsInBrowser(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("dash", "Dash", "pro")
 	h.setPolicy("dash", `{"rules":[{"name":"spending needs a human","amount_due_above_cents":100,"action":"approve"}]}`)

@@ -12,6 +12,7 @@ import (
 // TestAuthentication: every API call needs a valid bearer token with the
 // right scope; failures carry the RFC 9728 challenge.
 func TestAuthentication(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("authz", "Authz", "pro")
 	mint := func(c devissuer.Claims) string {
@@ -60,6 +61,7 @@ func TestAuthentication(t *testing.T) {
 }
 
 func TestProtectedResourceMetadata(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for path, resource := range map[string]string{
 		"/.well-known/oauth-protected-resource":     h.url,
@@ -84,6 +86,7 @@ func TestProtectedResourceMetadata(t *testing.T) {
 // TestKeyRotation: the issuer rotates its signing key and billingd accepts
 // tokens signed with the new key without a restart.
 func TestKeyRotation(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("rot", "Rot", "pro")
 	wantStatus(t, h.do("GET", "/api/billing/plans", h.user("rot", "ron"), nil), http.StatusOK, "")

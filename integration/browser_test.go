@@ -23,6 +23,7 @@ import (
 // two more changes (Cancel button, Escape key) and cancel a pending
 // confirmation from the list; the page, the API and the audit log agree.
 func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("web", "Web Shop", "pro")
 	admin := h.admin("web", "wendy")

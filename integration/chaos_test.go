@@ -24,6 +24,7 @@ import (
 // code before unknown outcomes were settled, billingd forgot about one in
 // ten changes Stripe applied.
 func TestChaosInvariant(t *testing.T) {
+	// Not parallel: seeded fault timings; left to the money-path owner.
 	seed := uint64(20261122)
 	if s, err := strconv.ParseUint(os.Getenv("CHAOS_SEED"), 10, 64); err == nil {
 		seed = s

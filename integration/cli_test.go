@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -78,14 +79,16 @@ func (c cli) mustRun(args ...string) string {
 	return out
 }
 
-// TestCommandLine follows the README: migrate, create an org, serve, run the
-// handshake over HTTP, stop with SIGTERM.
+// TestCommandLine follows docs/operations.md, "Running it by hand": migrate,
+// create an org, serve, run the handshake over HTTP, stop with SIGTERM.
 func TestCommandLine(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDatabase(t)
 	issuer := startIssuer(t)
-	addr := freeAddr(t)
+	addr, metricsAddr := freeAddr(t), freeAddr(t)
 	base := "http://" + addr
 	c := cli{t: t, bin: billingdBinary(t), env: []string{
+		"METRICS_ADDR=" + metricsAddr,
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"DATABASE_URL=" + db.URL, "STRIPE_SECRET_KEY=sk_test_cli", "STRIPE_API_BASE=" + testenv.StripeMock(t),
 		"OAUTH_ISSUER=" + issuer.IssuerURL(), "LISTEN_ADDR=" + addr, "LOG_FORMAT=text",
@@ -168,6 +171,13 @@ func TestCommandLine(t *testing.T) {
 		if strings.Contains(logs.String(), p.ConfirmToken) || strings.Contains(logs.String(), tok) {
 			t.Fatal("a token reached the logs")
 		}
+		// Metrics on METRICS_ADDR, not on the API's listener.
+		if status, body := get(t, "http://"+metricsAddr+"/metrics"); status != 200 || !strings.Contains(body, `route="/api/billing/upgrade"`) {
+			t.Fatalf("metrics listener: %d", status)
+		}
+		if status, _ := get(t, base+"/metrics"); status != 404 {
+			t.Fatalf("/metrics on the API listener: %d", status)
+		}
 
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -224,4 +234,15 @@ func post(t *testing.T, url, token, body string) (int, []byte) {
 	var buf bytes.Buffer
 	_, _ = buf.ReadFrom(resp.Body)
 	return resp.StatusCode, buf.Bytes()
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

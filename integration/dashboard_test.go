@@ -14,8 +14,9 @@ const approvalPath = "/approvals/cfm_AAAAAAAAAAAAAAAAAAAAAA"
 // TestDashboardServed: the pages and their assets come with the browser
 // security headers, and the pages have no inline script for the CSP to allow.
 func TestDashboardServed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
-	paths := []string{"/", approvalPath, "/assets/common.js", "/assets/dashboard.js", "/assets/approval.js", "/assets/dashboard.css"}
+	paths := []string{"/", approvalPath, "/assets/common.js", "/assets/receipt.js", "/assets/dashboard.js", "/assets/approval.js", "/assets/dashboard.css"}
 	for _, path := range paths {
 		r := h.do("GET", path, "", nil)
 		wantStatus(t, r, http.StatusOK, "")
@@ -32,7 +33,7 @@ func TestDashboardServed(t *testing.T) {
 			t.Errorf("%s: headers %v", path, r.Header)
 		}
 	}
-	wantOwnScripts(t, h.do("GET", "/", "", nil), "common.js", "dashboard.js")
+	wantOwnScripts(t, h.do("GET", "/", "", nil), "common.js", "receipt.js", "dashboard.js")
 	wantOwnScripts(t, h.do("GET", approvalPath, "", nil), "common.js", "approval.js")
 	if ct := h.do("GET", "/assets/dashboard.js", "", nil).Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/javascript") {
 		t.Errorf("script served as %q", ct)
@@ -43,6 +44,7 @@ func TestDashboardServed(t *testing.T) {
 // TestDashboardApprovalPageRendersNoID: the approval page is the same bytes
 // whatever the id in its address, so nothing from the path reaches the HTML.
 func TestDashboardApprovalPageRendersNoID(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	want := h.do("GET", approvalPath, "", nil)
 	for _, id := range []string{"cfm_BBBBBBBBBBBBBBBBBBBBBB", "%3Cb%3Ehi%3C%2Fb%3E", "x%22onmouseover%3D1"} {

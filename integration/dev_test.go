@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,12 +22,15 @@ import (
 )
 
 // TestDev runs billingd dev as make run does, in an empty working directory
-// and with no configuration: it starts its own PostgreSQL and stripe-mock,
-// the curl command it prints works, and Ctrl-C (SIGINT) stops every process
-// it started. Started again in the same directory, it keeps the data, and
-// even SIGKILL leaves nothing behind. (Linux only: it finds processes in
-// /proc, and only Linux has the parent-death signal SIGKILL relies on.)
+// (mode 700, as mktemp -d makes it) and with no configuration: it starts its
+// own PostgreSQL and serves the Stripe fake, the curl command it prints
+// works and shows today's dates and a prorated amount, and Ctrl-C (SIGINT)
+// stops every process it started. Started again in the same directory, it
+// keeps the data, and even SIGKILL leaves nothing behind. With --stripe=mock
+// it runs stripe-mock instead. (Linux only: it finds processes in /proc,
+// and only Linux has the parent-death signal SIGKILL relies on.)
 func TestDev(t *testing.T) {
+	// Not parallel: runs a whole PostgreSQL cluster of its own (initdb) and times its start.
 	if _, err := devenv.PostgresBinDir(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true and %v", err)
@@ -37,7 +41,7 @@ func TestDev(t *testing.T) {
 	bin := billingdBinary(t)
 
 	t.Run("refuses a non-loopback address", func(t *testing.T) {
-		dir := devWorkDir(t)
+		dir := t.TempDir()
 		cmd := exec.Command(bin, "dev")
 		cmd.Dir, cmd.Env = dir, devEnv(stripeMock, "0.0.0.0:0")
 		out, err := cmd.CombinedOutput()
@@ -49,21 +53,27 @@ func TestDev(t *testing.T) {
 		}
 	})
 
-	dir := devWorkDir(t)
+	dir := t.TempDir()
+	removeDataDir(t, dir)
 	addr := freeAddr(t)
 	base := "http://" + addr
 	env := devEnv(stripeMock, addr)
 
 	t.Run("first run, stopped with SIGINT", func(t *testing.T) {
 		dev := startDev(t, bin, dir, env)
-		if !strings.Contains(dev.stdout.String(), `Demo org   demo "Demo Org", on pro`) {
-			t.Errorf("demo org not seeded on pro:\n%s", dev.stdout.String())
+		out := dev.stdout.String()
+		if !strings.Contains(out, `Demo org   demo "Demo Org", on pro`) {
+			t.Errorf("demo org not seeded on pro:\n%s", out)
 		}
-		line := printedLine(t, dev.stdout.String(), "curl -s -X POST "+base+"/api/billing/upgrade")
+		if !strings.Contains(out, "Stripe     the Stripe fake (internal/stripefake) at http://127.0.0.1:") {
+			t.Errorf("the welcome text does not name the Stripe fake:\n%s", out)
+		}
+		line := printedLine(t, out, "curl -s -X POST "+base+"/api/billing/upgrade")
 		p := runPrintedCurl(t, line)
 		if !p.ConfirmRequired || !strings.HasPrefix(p.ConfirmToken, "pbc_") || !strings.Contains(p.Summary, "Demo Org") {
 			t.Fatalf("first call with the printed command: %+v", p)
 		}
+		wantRealNumbers(t, p)
 		// The second call, as the printed hint says: the same command with
 		// the confirm_token added.
 		status, body := post(t, base+"/api/billing/upgrade", bearerToken(t, line), fmt.Sprintf(`{"to":"scale","confirm_token":%q}`, p.ConfirmToken))
@@ -84,11 +94,106 @@ func TestDev(t *testing.T) {
 		if !strings.Contains(dev.stdout.String(), `Demo org   demo "Demo Org", on scale`) {
 			t.Errorf("the demo org lost its upgrade:\n%s", dev.stdout.String())
 		}
+		// The fake kept the subscription too: the way back down is priced.
+		line := printedLine(t, dev.stdout.String(), "curl -s -X POST "+base+"/api/billing/upgrade")
+		status, body := post(t, base+"/api/billing/downgrade", bearerToken(t, line), `{"to":"pro"}`)
+		if status != 202 {
+			t.Fatalf("downgrade after a restart: %d %s", status, body)
+		}
 		// Nothing stops the helpers here but the kernel's parent-death signal.
 		dev.signal(t, syscall.SIGKILL)
 		_ = dev.wait(t)
 		dev.noneLeft(t, dir)
 	})
+	t.Run("--stripe=mock runs stripe-mock", func(t *testing.T) {
+		dev := startDev(t, bin, dir, env, "--stripe=mock")
+		out := dev.stdout.String()
+		if !strings.Contains(out, "Stripe     stripe-mock "+devenv.StripeMockVersion) {
+			t.Errorf("the welcome text does not name stripe-mock:\n%s", out)
+		}
+		p := runPrintedCurl(t, printedLine(t, out, "curl -s -X POST "+base+"/api/billing/upgrade"))
+		if !p.ConfirmRequired || !strings.HasPrefix(p.ConfirmToken, "pbc_") {
+			t.Fatalf("first call on stripe-mock: %+v", p)
+		}
+		dev.signal(t, syscall.SIGINT)
+		if err := dev.wait(t); err != nil {
+			t.Fatalf("billingd dev after SIGINT: %v\nstderr:\n%s", err, dev.stderr.String())
+		}
+		dev.noneLeft(t, dir)
+	})
+}
+
+// TestDevAsRoot runs billingd dev as root from a directory the postgres
+// user cannot enter (mode 700, like /root and mktemp -d): the cluster, run
+// by postgres, lives in a directory of its own that postgres owns, named in
+// the welcome text, and the printed first call works.
+func TestDevAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("billingd dev runs its cluster as user postgres only as root")
+	}
+	if _, err := devenv.PostgresBinDir(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and %v", err)
+		}
+		t.Skipf("%v: install PostgreSQL to test billingd dev", err)
+	}
+	t.Parallel()
+	bin := billingdBinary(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	removeDataDir(t, dir)
+	addr := freeAddr(t)
+	dev := startDev(t, bin, dir, devEnv("", addr)) // the Stripe fake needs no stripe-mock
+	out := dev.stdout.String()
+
+	home := dev.stateDir
+	if home == dir || strings.HasPrefix(home, dir+"/") {
+		t.Fatalf("the cluster lives in the checkout, %s, which postgres cannot enter", home)
+	}
+	fi, err := os.Stat(filepath.Join(home, "pg"))
+	if err != nil {
+		t.Fatalf("no cluster in the directory the welcome text names: %v", err)
+	}
+	if owner := fi.Sys().(*syscall.Stat_t).Uid; owner == 0 {
+		t.Errorf("%s/pg is owned by root, not postgres", home)
+	}
+	if !strings.Contains(out, "Database   a private cluster in "+home+"/pg") || !strings.Contains(out, "run by user postgres") {
+		t.Errorf("the welcome text does not name the cluster and its user:\n%s", out)
+	}
+	p := runPrintedCurl(t, printedLine(t, out, "curl -s -X POST http://"+addr+"/api/billing/upgrade"))
+	if !p.ConfirmRequired || !strings.HasPrefix(p.ConfirmToken, "pbc_") {
+		t.Fatalf("first call with the printed command: %+v", p)
+	}
+	wantRealNumbers(t, p)
+	dev.signal(t, syscall.SIGINT)
+	if err := dev.wait(t); err != nil {
+		t.Fatalf("billingd dev after SIGINT: %v\nstderr:\n%s", err, dev.stderr.String())
+	}
+	dev.noneLeft(t, dir)
+}
+
+// wantRealNumbers checks a Pro → Scale proposal made on the Stripe fake:
+// unlike stripe-mock's fixtures (2009, fixed amounts), the next charge is
+// within a period from now and the amount due is prorated, less than the
+// whole monthly difference of $30.
+func wantRealNumbers(t *testing.T, p proposal) {
+	t.Helper()
+	now := time.Now()
+	next := p.Details.NextChargeAt
+	if !next.After(now) || next.After(now.Add(31*24*time.Hour)) {
+		t.Errorf("next charge at %v: not within a period from now", next)
+	}
+	if due := p.Details.AmountDueNowCents; due <= 0 || due >= 3000 {
+		t.Errorf("amount due now %d cents: want a proration of the $30.00 difference", due)
+	}
+	if date := next.Format("Jan 2, 2006"); !strings.Contains(p.Summary, date) {
+		t.Errorf("summary %q does not name the next charge, %s", p.Summary, date)
+	}
+	if due := fmt.Sprintf("$%d.%02d due now", p.Details.AmountDueNowCents/100, p.Details.AmountDueNowCents%100); !strings.Contains(p.Summary, due) {
+		t.Errorf("summary %q does not say %s", p.Summary, due)
+	}
 }
 
 // devProcess is a running billingd dev and the helpers it started.
@@ -97,13 +202,14 @@ type devProcess struct {
 	stdout, stderr *lockedBuffer
 	exited         chan error
 	helpers        []process
+	stateDir       string // where the welcome text says the data stays
 }
 
-// startDev starts billingd dev in dir and waits until it is ready and its
-// helpers run.
-func startDev(t *testing.T, bin, dir string, env []string) *devProcess {
+// startDev starts billingd dev in dir with args and waits until it is ready
+// and its helpers run.
+func startDev(t *testing.T, bin, dir string, env []string, args ...string) *devProcess {
 	t.Helper()
-	d := &devProcess{cmd: exec.Command(bin, "dev"), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan error, 1)}
+	d := &devProcess{cmd: exec.Command(bin, append([]string{"dev"}, args...)...), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan error, 1)}
 	d.cmd.Dir, d.cmd.Env = dir, env
 	d.cmd.Stdout, d.cmd.Stderr = d.stdout, d.stderr
 	if err := d.cmd.Start(); err != nil {
@@ -117,8 +223,13 @@ func startDev(t *testing.T, bin, dir string, env []string) *devProcess {
 			waitReady(t, "http://"+addr+"/readyz")
 		}
 	}
+	d.stateDir = dataDirOf(t, dir, d.stdout.String())
 	d.helpers = descendants(d.cmd.Process.Pid)
-	for _, want := range []string{"postgres", "stripe-mock"} {
+	want := []string{"postgres"}
+	if slices.Contains(args, "--stripe=mock") {
+		want = append(want, "stripe-mock")
+	}
+	for _, want := range want {
 		if !hasCommand(d.helpers, want) {
 			t.Fatalf("no %s among billingd dev's child processes %v\nstderr:\n%s", want, d.helpers, d.stderr.String())
 		}
@@ -145,14 +256,14 @@ func (d *devProcess) wait(t *testing.T) error {
 	}
 }
 
-// noneLeft fails unless every helper is gone, and no process works in dir.
-// The helpers are reparented when billingd exits and may take a moment to
-// finish their shutdown.
+// noneLeft fails unless every helper is gone, and no process works in dir
+// or in the data directory. The helpers are reparented when billingd exits
+// and may take a moment to finish their shutdown.
 func (d *devProcess) noneLeft(t *testing.T, dir string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		left := stillAlive(append(d.helpers, processesIn(dir)...))
+		left := stillAlive(slices.Concat(d.helpers, processesIn(dir), processesIn(d.stateDir)))
 		if len(left) == 0 {
 			return
 		}
@@ -164,27 +275,48 @@ func (d *devProcess) noneLeft(t *testing.T, dir string) {
 }
 
 // devEnv is an environment with nothing configured but the listen address:
-// no DATABASE_URL, no STRIPE_SECRET_KEY. stripe-mock is found on PATH, as
-// make run puts it there.
+// no DATABASE_URL, no STRIPE_SECRET_KEY. stripe-mock, unless empty, is found
+// on PATH, as make puts it there.
 func devEnv(stripeMock, listenAddr string) []string {
-	return []string{
-		"PATH=" + filepath.Dir(stripeMock) + string(os.PathListSeparator) + os.Getenv("PATH"),
-		"HOME=" + os.Getenv("HOME"), "LISTEN_ADDR=" + listenAddr,
+	path := os.Getenv("PATH")
+	if stripeMock != "" {
+		path = filepath.Dir(stripeMock) + string(os.PathListSeparator) + path
 	}
+	return []string{"PATH=" + path, "HOME=" + os.Getenv("HOME"), "LISTEN_ADDR=" + listenAddr,
+		// Tests run side by side: never the fixed default metrics port.
+		"METRICS_ADDR=127.0.0.1:0"}
 }
 
-// devWorkDir is an empty working directory for billingd dev. As root, its
-// PostgreSQL runs as user postgres, which must be able to enter it; the
-// directories t.TempDir makes are private to their owner.
-func devWorkDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
+// removeDataDir removes, at the end of the test, the data directory that
+// billingd dev working in dir made outside it (root's cluster), which it
+// finds by the checkout file it keeps there.
+func removeDataDir(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		for _, base := range []string{"/var/lib/billingd-dev", filepath.Join(os.TempDir(), "billingd-dev")} {
+			homes, _ := filepath.Glob(filepath.Join(base, "*", "checkout"))
+			for _, f := range homes {
+				if data, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(data)) == dir {
+					_ = os.RemoveAll(filepath.Dir(f))
+				}
+			}
 		}
+	})
+}
+
+var dataDirPattern = regexp.MustCompile(`Data stays in ([^;\n]+);`)
+
+// dataDirOf is the data directory the welcome text of billingd dev,
+// working in dir, names.
+func dataDirOf(t *testing.T, dir, out string) string {
+	t.Helper()
+	m := dataDirPattern.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("the welcome text names no data directory:\n%s", out)
 	}
-	return dir
+	if filepath.IsAbs(m[1]) {
+		return m[1]
+	}
+	return filepath.Join(dir, m[1])
 }
 
 // waitForOutput waits until d's stdout contains want, failing with both

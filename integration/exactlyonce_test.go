@@ -14,6 +14,7 @@ import (
 // exactly one change reaches the payment provider, and every other call,
 // made by the token's owner, gets that change's answer replayed.
 func TestConcurrentSecondCalls(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("race")
 
@@ -53,6 +54,7 @@ func TestConcurrentSecondCalls(t *testing.T) {
 // changes of one subscription at once; one executes, the other's summary no
 // longer holds.
 func TestConcurrentConfirmationsOfOneOrg(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct := h.createOrg("pair", "Pair", "free")
 	alice, bob := h.user("pair", "alice"), h.user("pair", "bob")
@@ -85,6 +87,7 @@ func TestConcurrentConfirmationsOfOneOrg(t *testing.T) {
 // saved answer, and the subscription changes exactly once. A third call is
 // answered with the original result, replayed.
 func TestLostResponseRetry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("lost")
 
@@ -114,6 +117,7 @@ func TestLostResponseRetry(t *testing.T) {
 // TestStripeTimeoutRetry: Stripe is slower than STRIPE_TIMEOUT. The lock is
 // released, the token stays redeemable, and the retry executes once.
 func TestStripeTimeoutRetry(t *testing.T) {
+	// Not parallel: measures how long the second call is held.
 	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "1s"))
 	acct, tok, p := h.pendingUpgrade("slow")
 
@@ -130,6 +134,7 @@ func TestStripeTimeoutRetry(t *testing.T) {
 // TestDeclinedCard: a definite refusal ends the confirmation as failed and
 // leaves the subscription as it was.
 func TestDeclinedCard(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("poor")
 
@@ -151,6 +156,7 @@ func TestDeclinedCard(t *testing.T) {
 // applied, and executes it under the next attempt's key: the same token
 // completes, exactly once.
 func TestStripeServerError(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("flaky")
 	h.fake.FailNext(stripefake.ServerError)
@@ -172,6 +178,7 @@ func TestStripeServerError(t *testing.T) {
 // request carries an idempotency key) or billingd answers 503 and the client
 // retries, the subscription changes exactly once.
 func TestStripeConnectionReset(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("reset")
 	h.fake.FailNext(stripefake.DropConnection)

@@ -106,6 +106,7 @@ func (p *tcpProxy) viaProxy(t *testing.T, dbURL string) string {
 // 503 upstream_unavailable and /readyz says so; when it comes back billingd
 // recovers without a restart. Under load, no request gets anything else.
 func TestDatabaseOutage(t *testing.T) {
+	// Not parallel: times outage windows under load.
 	h := newHarness(t)
 	h.createOrg("outage", "Outage", "pro")
 	u, _ := url.Parse(h.db.URL)
@@ -210,6 +211,7 @@ func confirmAt(t *testing.T, addr, token, confirmToken string) (int, error) {
 // retry with the same token sends the same idempotency key, so the
 // subscription changes exactly once and the audit log tells one story.
 func TestKilledBetweenStripeAndCommit(t *testing.T) {
+	// Not parallel: kills a billingd process at a chosen moment.
 	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "20s"))
 	acct, tok, p := h.pendingUpgrade("crash")
 	addr := freeAddr(t)
@@ -244,6 +246,7 @@ func TestKilledBetweenStripeAndCommit(t *testing.T) {
 // TestGracefulShutdown: on SIGTERM in-flight requests finish, new
 // connections are refused, and billingd exits 0.
 func TestGracefulShutdown(t *testing.T) {
+	// Not parallel: times connections around SIGTERM.
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("term")
 	addr := freeAddr(t)

@@ -13,6 +13,7 @@ import (
 // TestUpgradeHandshake runs the two calls against stripe-mock: the first call
 // changes nothing and returns a token and a summary; the second executes.
 func TestUpgradeHandshake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("vector", "Vector Build", "pro")
 	tok := h.user("vector", "alice")
@@ -71,6 +72,7 @@ func TestUpgradeHandshake(t *testing.T) {
 }
 
 func TestDowngradeHandshake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("acme", "Acme", "scale")
 	tok := h.user("acme", "bob")
@@ -90,6 +92,7 @@ func TestDowngradeHandshake(t *testing.T) {
 // TestSummaryMatchesCharge checks, with a provider that computes real
 // prorations, that the amount quoted is the amount of the executed change.
 func TestSummaryMatchesCharge(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct := h.createOrg("quote", "Quote Co", "pro")
 	tok := h.user("quote", "carol")
@@ -109,6 +112,7 @@ func TestSummaryMatchesCharge(t *testing.T) {
 }
 
 func TestAlreadyOnPlanIsNoop(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("same", "Same", "pro")
 	tok := h.user("same", "dan")
@@ -126,6 +130,7 @@ func TestAlreadyOnPlanIsNoop(t *testing.T) {
 }
 
 func TestPlanChangeErrors(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("errs", "Errs", "pro")
 	tok := h.user("errs", "erin")
@@ -179,6 +184,7 @@ func TestPlanChangeErrors(t *testing.T) {
 }
 
 func TestUnknownOrg(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	tok := h.user("ghost", "gina")
 	wantStatus(t, h.do("GET", "/api/billing/subscription", tok, nil), 404, "not_found")
@@ -188,6 +194,7 @@ func TestUnknownOrg(t *testing.T) {
 // TestTokenOfAnotherOwner: a token presented by another principal or org is
 // invalid for them, reveals nothing, and still works for its owner.
 func TestTokenOfAnotherOwner(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("one", "One", "pro")
 	h.createOrg("two", "Two", "pro")
@@ -210,6 +217,7 @@ func TestTokenOfAnotherOwner(t *testing.T) {
 }
 
 func TestExpiredToken(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("CONFIRM_TTL", "1s"))
 	h.createOrg("late", "Late", "pro")
 	tok := h.user("late", "lee")
@@ -227,6 +235,7 @@ func TestExpiredToken(t *testing.T) {
 }
 
 func TestClockSkewGrace(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("CONFIRM_TTL", "1s"), withEnv("CONFIRM_CLOCK_SKEW", "5s"))
 	h.createOrg("skew", "Skew", "pro")
 	tok := h.user("skew", "sam")
@@ -238,6 +247,7 @@ func TestClockSkewGrace(t *testing.T) {
 // TestSuperseding: a new first call voids the caller's earlier token for the
 // same operation, but not another principal's or another operation's.
 func TestSuperseding(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("sup", "Sup", "pro")
 	alice, bob := h.user("sup", "alice"), h.user("sup", "bob")
@@ -264,6 +274,7 @@ func TestSuperseding(t *testing.T) {
 // TestMismatch: a second call with other parameters fails and voids the
 // token; so does one whose subscription changed after the summary.
 func TestMismatch(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("mis", "Mis", "free")
 	alice := h.user("mis", "alice")
@@ -298,6 +309,7 @@ func TestMismatch(t *testing.T) {
 }
 
 func TestCancelAndList(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("can", "Can", "pro")
 	alice, bob := h.user("can", "alice"), h.user("can", "bob")
@@ -335,6 +347,7 @@ func TestCancelAndList(t *testing.T) {
 }
 
 func TestReadEndpoints(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("read", "Read", "pro")
 	tok := h.token("read", "rita", "billing:read")

@@ -29,8 +29,10 @@ type harness struct {
 	issuer *devissuer.Issuer
 	app    *app.App
 	url    string
-	env    map[string]string
-	fake   *stripefake.Server // nil when running against stripe-mock
+	// metricsURL is the base URL of the metrics listener (METRICS_ADDR).
+	metricsURL string
+	env        map[string]string
+	fake       *stripefake.Server // nil when running against stripe-mock
 	// offSpecRequests: the requests are deliberately outside the OpenAPI
 	// description; only the answers are validated (see offSpec).
 	offSpecRequests bool
@@ -69,6 +71,9 @@ func newHarness(t *testing.T, opts ...option) *harness {
 		"DATABASE_URL": h.db.URL, "STRIPE_SECRET_KEY": "sk_test_billingd", "STRIPE_API_BASE": stripeURL,
 		"OAUTH_ISSUER": h.issuer.IssuerURL(), "PUBLIC_BASE_URL": h.url, "LISTEN_ADDR": ln.Addr().String(),
 		"MIGRATE_ON_START": "false", "STRIPE_TIMEOUT": "5s",
+		// A billingd serve started from this environment (startServe) takes
+		// any free metrics port: tests and worktrees run side by side.
+		"METRICS_ADDR": "127.0.0.1:0",
 		// Tests that exercise rate limits turn them on; the others make
 		// more calls per principal than a human would.
 		"RATE_LIMIT_PROPOSALS": "0", "RATE_LIMIT_FAILED_CONFIRMS": "0",
@@ -79,7 +84,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	for k, v := range o.env {
 		h.env[k] = v
 	}
-	h.app = h.serve(ln)
+	h.app, h.metricsURL = h.serve(ln)
 	return h
 }
 
@@ -90,12 +95,14 @@ func (h *harness) replica() *harness {
 	r := *h
 	ln := listen(h.t)
 	r.url = "http://" + ln.Addr().String()
-	r.app = r.serve(ln)
+	r.app, r.metricsURL = r.serve(ln)
 	return &r
 }
 
-// serve builds billingd from h.env and serves it on ln.
-func (h *harness) serve(ln net.Listener) *app.App {
+// serve builds billingd from h.env and serves it on ln, with the server
+// billingd serve uses (app.HTTPServer), and its metrics on a listener of
+// their own, whose URL it returns.
+func (h *harness) serve(ln net.Listener) (*app.App, string) {
 	h.t.Helper()
 	cfg, err := config.Load(func(k string) string { return h.env[k] })
 	if err != nil {
@@ -111,10 +118,13 @@ func (h *harness) serve(ln net.Listener) *app.App {
 	settled := make(chan struct{})
 	go func() { defer close(settled); a.RunSettle(ctx) }()
 	h.t.Cleanup(func() { cancel(); <-settled })
-	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: a.Handler}}
+	srv := &httptest.Server{Listener: ln, Config: app.HTTPServer(cfg, a.Handler)}
 	srv.Start()
 	h.t.Cleanup(srv.Close)
-	return a
+	metrics := &httptest.Server{Listener: listen(h.t), Config: app.HTTPServer(cfg, a.MetricsHandler)}
+	metrics.Start()
+	h.t.Cleanup(metrics.Close)
+	return a, metrics.URL
 }
 
 func listen(t *testing.T) net.Listener {

@@ -31,6 +31,7 @@ type hostileCase struct {
 // and confirmations is the same afterwards (the audit log may gain
 // TOKEN_REJECTED rows: recording refusals is its job).
 func TestHostileInput(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("target", "Target", "pro")
 	h.createOrg("victim", "Victim", "pro")

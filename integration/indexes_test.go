@@ -41,6 +41,7 @@ func (r *statementRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQ
 // sends, and asks PostgreSQL how it would run each: none may scan a growing
 // table sequentially.
 func TestHotStatementsUseIndexes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("RATE_LIMIT_PROPOSALS", "1000"),
 		withEnv("RATE_LIMIT_FAILED_CONFIRMS", "1000"), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
 	acct := h.createOrg("big", "Big", "pro")

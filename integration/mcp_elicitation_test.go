@@ -179,6 +179,7 @@ var bothProtocols = []string{protocol20251125, protocol20260728}
 // executes the change in the same call, exactly once, and the agent never
 // sees a token; any other answer cancels the confirmation.
 func TestMCPElicitationConfirm(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	cases := []struct {
 		name    string
@@ -251,6 +252,7 @@ func wantOutcome(t *testing.T, h *harness, org string, got changeOutcome, execut
 // hears back, and the confirmation, whose token the agent never saw,
 // expires.
 func TestMCPElicitationClientFailure(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	fail := func(*sdk.ElicitParams) (*sdk.ElicitResult, error) { return nil, errors.New("host crashed") }
 	for i, version := range bothProtocols {
@@ -287,6 +289,7 @@ func TestMCPElicitationClientFailure(t *testing.T) {
 // gets the two-call handshake on both protocols, and so does a client that
 // can show forms but not URLs when the policy wants an approval.
 func TestMCPElicitationFallback(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	for i, version := range bothProtocols {
 		t.Run(version+"/no capability", func(t *testing.T) {
@@ -329,6 +332,7 @@ func TestMCPElicitationFallback(t *testing.T) {
 // the proposal, and nothing executes until another admin approves over
 // REST. Declining the page cancels the confirmation.
 func TestMCPElicitationApproval(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	const policy = `{"rules":[{"name":"agents need a human","caller":"agent","action":"approve"}]}`
 	for i, version := range bothProtocols {
@@ -384,6 +388,7 @@ func TestMCPElicitationApproval(t *testing.T) {
 // and the arguments, refused when altered, useless once used, and opens on
 // another replica that shares MCP_REQUEST_STATE_KEY.
 func TestMCPElicitationRequestState(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("MCP_REQUEST_STATE_KEY", "an-integration-test-key-of-enough-bytes"))
 	other := h.replica()
 	accept := sdk.InputResponseMap{"billingd_consent": &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}}
@@ -426,8 +431,13 @@ func TestMCPElicitationRequestState(t *testing.T) {
 		var got changeOutcome
 		wantSuccess(t, nextRound(t, onOther, args, state, accept), &got)
 		wantOutcome(t, h, "rsok", got, true)
-		// The state is spent with its token.
-		wantToolError(t, nextRound(t, onOther, args, state, accept), "consent_token_invalid")
+		// The state is spent with its token: sent again, it gets the
+		// original answer, replayed, and nothing executes again.
+		var again executed
+		wantSuccess(t, nextRound(t, onOther, args, state, accept), &again)
+		if !again.Replayed {
+			t.Fatalf("the spent state executed again or answered %+v", again)
+		}
 		if n := countEvents(h, "rsok", billing.EventOperationExecuted); n != 1 {
 			t.Fatalf("%d executions", n)
 		}

@@ -19,6 +19,7 @@ import (
 // names, annotations, input schemas from the typed arguments, an output
 // schema, and descriptions that teach the two calls.
 func TestMCPListTools(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("list", "List", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("list", "alice"), "")
@@ -125,6 +126,7 @@ func wantInputSchema(t *testing.T, schema any, required, optional []string) {
 // checks that results have the REST bodies' shape, that the first call
 // changes nothing, and that the audit log names the agent.
 func TestMCPUpgradeHandshake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("vector", "Vector Build", "pro")
 	cs := mcpConnect(t, h.url, h.mcpToken("vector", "alice", "claude-desktop", auth.ScopeRead, auth.ScopeWrite), "")
@@ -196,6 +198,7 @@ func mcpPlan(t *testing.T, cs *sdk.ClientSession) string {
 // TestMCPDowngradeHandshake also declines once: cancel_confirmation voids the
 // token, and a new first call is needed.
 func TestMCPDowngradeHandshake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("acme", "Acme", "scale")
 	// client_id instead of azp: the audit log takes either.
@@ -248,6 +251,7 @@ func TestMCPDowngradeHandshake(t *testing.T) {
 // TestMCPToolErrors: every refusal is an isError result with the contract's
 // code in structuredContent, and nothing changes.
 func TestMCPToolErrors(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("errs", "Errs", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("errs", "erin"), "")
@@ -292,6 +296,7 @@ func TestMCPToolErrors(t *testing.T) {
 // TestMCPExpiredToken: a second call after CONFIRM_TTL is
 // consent_token_expired.
 func TestMCPExpiredToken(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("CONFIRM_TTL", "1s"))
 	h.createOrg("late", "Late", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("late", "lee"), "")
@@ -315,6 +320,7 @@ func TestMCPExpiredToken(t *testing.T) {
 // authorization spec): 401 with resource metadata for a missing, invalid,
 // expired or foreign token, 403 insufficient_scope per tool.
 func TestMCPAuthorization(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("authz", "Authz", "pro")
 	metadata := h.url + "/.well-known/oauth-protected-resource/mcp"
@@ -431,6 +437,7 @@ func wantChallenge(t *testing.T, r response, status int, challenge string) {
 // complete the handshake: /mcp serves the older protocol with sessions and
 // the newer one statelessly, without a session id.
 func TestMCPProtocolVersions(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for i, version := range []string{protocol20251125, protocol20260728} {
 		t.Run(version, func(t *testing.T) {
@@ -457,6 +464,7 @@ func TestMCPProtocolVersions(t *testing.T) {
 // TestMCPDNSRebinding: a loopback listener refuses a foreign Host, except the
 // host of PUBLIC_BASE_URL, which a same-host reverse proxy forwards.
 func TestMCPDNSRebinding(t *testing.T) {
+	t.Parallel()
 	t.Run("loopback deployment", func(t *testing.T) {
 		h := newHarness(t)
 		h.createOrg("dns", "DNS", "pro")
@@ -488,6 +496,7 @@ func TestMCPDNSRebinding(t *testing.T) {
 // TestMCPRateLimited: the service's rate limit reaches an agent as an isError
 // result whose text carries REST's Retry-After.
 func TestMCPRateLimited(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("RATE_LIMIT_PROPOSALS", "2"), withEnv("RATE_LIMIT_WINDOW", "1m"))
 	h.createOrg("busy", "Busy", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("busy", "bea"), "")

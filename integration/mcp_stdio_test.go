@@ -54,6 +54,7 @@ func (b *lockedBuffer) String() string {
 // agent would and completes the handshake; the change is visible over REST
 // and the audit log names the token's client.
 func TestMCPStdio(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("local", "Local Dev", "pro")
 	tok := h.mcpToken("local", "alice", "claude-code", auth.ScopeRead, auth.ScopeWrite)
@@ -105,6 +106,7 @@ func TestMCPStdio(t *testing.T) {
 // TestMCPStdioScopes: over stdio there is no HTTP layer to answer 403, so a
 // missing scope is an isError result.
 func TestMCPStdioScopes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("ro", "Read Only", "pro")
 	cmd := exec.Command(billingdBinary(t), "mcp", "stdio")
@@ -123,6 +125,7 @@ func TestMCPStdioScopes(t *testing.T) {
 // TestMCPStdioRefusesToStart: without a valid BILLINGD_ACCESS_TOKEN the
 // command exits non-zero with a one-line error and writes nothing to stdout.
 func TestMCPStdioRefusesToStart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	mint := func(c devissuer.Claims) string {
 		tok, err := h.issuer.Mint(c)

@@ -18,6 +18,7 @@ import (
 // used token and a cancel move the request, handshake and Stripe series by
 // exactly what happened, labelled by route template, never by raw path.
 func TestMetricsMoveAfterHandshake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("met", "Metrics", "pro")
 	tok := h.user("met", "mia")
@@ -25,7 +26,7 @@ func TestMetricsMoveAfterHandshake(t *testing.T) {
 
 	p := h.propose(tok, "upgrade", "scale")
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
-	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_invalid")
+	wantStatus(t, h.confirm(tok, "upgrade", "pro", p.ConfirmToken), http.StatusConflict, "consent_token_invalid")
 	down := h.propose(tok, "downgrade", "pro")
 	wantStatus(t, h.do("POST", "/api/billing/confirmations/"+down.ConfirmationID+"/cancel", tok, nil), http.StatusOK, "")
 
@@ -64,6 +65,7 @@ func TestMetricsMoveAfterHandshake(t *testing.T) {
 // TestMetricsMCPHandshake: the plan tools' handshake calls over MCP move
 // the same handshake series as the REST API's.
 func TestMetricsMCPHandshake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("mcpmet", "MCP Metrics", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("mcpmet", "mia"), "")
@@ -73,10 +75,12 @@ func TestMetricsMCPHandshake(t *testing.T) {
 	wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), &p)
 	second := map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}
 	wantSuccess(t, callTool(t, cs, "upgrade_plan", second), &executed{})
+	wantSuccess(t, callTool(t, cs, "upgrade_plan", second), &executed{}) // replayed
+	second["to"] = "pro"
 	wantToolError(t, callTool(t, cs, "upgrade_plan", second), "consent_token_invalid")
 
 	after := h.scrape()
-	for outcome, delta := range map[string]float64{"proposed": 1, "executed": 1, "consent_token_invalid": 1} {
+	for outcome, delta := range map[string]float64{"proposed": 1, "executed": 1, "replayed": 1, "consent_token_invalid": 1} {
 		series := `billingd_handshake_calls_total{operation="upgrade_plan",outcome="` + outcome + `"}`
 		if got := after[series] - before[series]; got != delta {
 			t.Errorf("%s moved by %v, want %v", series, got, delta)
@@ -87,6 +91,7 @@ func TestMetricsMCPHandshake(t *testing.T) {
 // TestMetricsUnmatchedRoute: requests for paths no route serves share one
 // series, so a scanner cannot grow the number of series without bound.
 func TestMetricsUnmatchedRoute(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for _, path := range []string{"/nope", "/api/billing/nope", "/api/billing/confirmations/x/y/z"} {
 		wantStatus(t, h.offSpec().do("GET", path, "", nil), http.StatusNotFound, "not_found")
@@ -97,11 +102,16 @@ func TestMetricsUnmatchedRoute(t *testing.T) {
 	}
 }
 
-// scrape reads /metrics into series → value: counters, gauges, and the
-// _count of histograms, keyed like the exposition format.
+// scrape reads /metrics, on the metrics listener, into series → value:
+// counters, gauges, and the _count of histograms, keyed like the
+// exposition format.
 func (h *harness) scrape() map[string]float64 {
 	h.t.Helper()
-	r := h.do("GET", "/metrics", "", nil)
+	req, err := http.NewRequest("GET", h.metricsURL+"/metrics", nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	r := h.roundTrip(req)
 	wantStatus(h.t, r, http.StatusOK, "")
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(r.Body))

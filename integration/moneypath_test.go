@@ -22,6 +22,7 @@ import (
 // connection its own transaction holds back (before: the re-check asked the
 // pool for a second connection while holding the first, and every call hung).
 func TestSecondCallsOnSmallPool(t *testing.T) {
+	// Not parallel: sixteen concurrent second calls on a two-connection pool, with a hang deadline.
 	h := newHarness(t, withFakeStripe(), withPoolMaxConns(2))
 	h.fake.SetChaos(func(e stripefake.Endpoint) stripefake.Fault {
 		if e == stripefake.UpdateSubscription {
@@ -72,6 +73,7 @@ func TestSecondCallsOnSmallPool(t *testing.T) {
 // transaction was rolled back with the client's context, and billingd showed
 // the old plan while Stripe charged the new one).
 func TestClientHangsUpDuringSlowStripe(t *testing.T) {
+	// Not parallel: a 300 ms client timeout must fall inside a 1.5 s Stripe answer.
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("hangup")
 	h.fake.FailNext(stripefake.Delay(1500 * time.Millisecond))
@@ -90,6 +92,7 @@ func TestClientHangsUpDuringSlowStripe(t *testing.T) {
 // client never retries. The reconciler every replica runs settles it: the
 // change Stripe made is recorded, once.
 func TestUnknownOutcomeSettledWithoutRetry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("SETTLE_INTERVAL", "300ms"))
 	acct, tok, p := h.pendingUpgrade("orphan")
 	h.fake.FailNext(stripefake.LoseResponse)
@@ -107,6 +110,7 @@ func TestUnknownOutcomeSettledWithoutRetry(t *testing.T) {
 // key, no retry by the client: the reconciler reads the subscription back,
 // sees nothing applied, and executes under the next key.
 func TestStripeServerErrorSettledByReconciler(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("SETTLE_INTERVAL", "300ms"))
 	acct, tok, p := h.pendingUpgrade("fivehundred")
 	h.fake.FailNext(stripefake.ServerError)
@@ -123,6 +127,7 @@ func TestStripeServerErrorSettledByReconciler(t *testing.T) {
 // whose answer was lost. It is recorded as executed there, and the owner's
 // retry is answered with that result.
 func TestWebhookSettlesUnknownOutcome(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("SETTLE_INTERVAL", "1h"))
 	acct, tok, p := h.pendingUpgrade("hooked")
 	h.fake.FailNext(stripefake.LoseResponse)
@@ -151,6 +156,7 @@ func TestWebhookSettlesUnknownOutcome(t *testing.T) {
 // the subscription has no current_period_end of its own, moves the stored
 // period end (before: it parsed as zero and never moved).
 func TestWebhookBasilPeriodEnd(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
 	acct := h.createOrg("renew", "Renew", "pro")
 	tok := h.user("renew", "ren")
@@ -186,6 +192,7 @@ func basilSubscription(id, itemID, price string, periodEnd time.Time, metadata m
 // was issued stops it until another admin approves (before: only deny was
 // checked again, and the token executed).
 func TestApprovalAddedAfterIssue(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("tight")
 	h.setPolicy("tight", `{"rules":[{"name":"approve all","action":"approve"}]}`)
@@ -202,6 +209,7 @@ func TestApprovalAddedAfterIssue(t *testing.T) {
 // added after issue applies (before: the second case skipped it, and only
 // deny rules were checked again at all).
 func TestAgentRuleAcrossChannels(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	const agentsApprove = `{"rules":[{"name":"agents need approval","caller":"agent","action":"approve"}]}`
 
@@ -228,6 +236,7 @@ func TestAgentRuleAcrossChannels(t *testing.T) {
 // cost no Stripe request and count against the issuance rate limit (before:
 // twenty denied calls made twenty previews and were never limited).
 func TestDeniedFirstCallsAreCheap(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("RATE_LIMIT_PROPOSALS", "5"), withEnv("RATE_LIMIT_WINDOW", "1m"))
 	h.createOrg("cheap", "Cheap", "pro")
 	h.setPolicy("cheap", `{"rules":[{"name":"no scale","to_plans":["scale"],"action":"deny"}]}`)
@@ -250,6 +259,7 @@ func TestDeniedFirstCallsAreCheap(t *testing.T) {
 // value, and "confirm_token": null was a first call that voided the
 // caller's pending token).
 func TestStrictJSONAtEveryDepth(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	_, tok, p := h.pendingUpgrade("strict")
 	admin := h.admin("strict", "ada")

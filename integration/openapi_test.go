@@ -159,6 +159,7 @@ func (b savedBody) restore() {
 
 // TestOpenAPIServed: /openapi.yaml is the embedded description, as YAML.
 func TestOpenAPIServed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.do("GET", "/openapi.yaml", "", nil)
 	wantStatus(t, r, http.StatusOK, "")

@@ -15,6 +15,7 @@ func (h *harness) setPolicy(org, policy string) {
 }
 
 func TestPolicyAPI(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("pol", "Pol", "pro")
 	admin := h.admin("pol", "ada")
@@ -64,6 +65,7 @@ func TestPolicyAPI(t *testing.T) {
 }
 
 func TestPolicyDeny(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("den", "Den", "pro")
 	h.setPolicy("den", `{"rules":[
@@ -84,6 +86,7 @@ func TestPolicyDeny(t *testing.T) {
 // TestPolicyAllow: allow executes on the first call, but only when nothing
 // is due now; a change with a charge still needs the second call.
 func TestPolicyAllow(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("allow", "Allow", "pro")
 	h.setPolicy("allow", `{"rules":[{"name":"trust us","action":"allow"}]}`)
@@ -103,6 +106,7 @@ func TestPolicyAllow(t *testing.T) {
 // TestApprovalFlow: an approve rule holds the second call until another
 // admin of the org approves out of band; the agent cannot approve itself.
 func TestApprovalFlow(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "60s"))
 	h.createOrg("appr", "Appr", "pro")
 	h.createOrg("other", "Other", "pro")
@@ -147,6 +151,7 @@ func TestApprovalFlow(t *testing.T) {
 }
 
 func TestApprovalRejected(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("rej", "Rej", "pro")
 	h.setPolicy("rej", `{"rules":[{"name":"big spend","amount_due_above_cents":100,"action":"approve"}]}`)
@@ -166,6 +171,7 @@ func TestApprovalRejected(t *testing.T) {
 }
 
 func TestApprovalAfterExpiry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "1s"))
 	h.createOrg("exp", "Exp", "pro")
 	h.setPolicy("exp", `{"rules":[{"name":"always","action":"approve"}]}`)
@@ -180,6 +186,7 @@ func TestApprovalAfterExpiry(t *testing.T) {
 }
 
 func TestDailyLimit(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("daily", "Daily", "free")
 	h.setPolicy("daily", `{"rules":[],"daily_limit":1}`)
@@ -198,6 +205,7 @@ func TestDailyLimit(t *testing.T) {
 // TestPolicyCheckedAgainAtExecution: a token issued while the policy allowed
 // the change does not execute once a deny rule or the daily limit applies.
 func TestPolicyCheckedAgainAtExecution(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("later", "Later", "free")
 	tok := h.user("later", "lena")
@@ -244,6 +252,7 @@ func (h *harness) proposeApprovalOf(token, op, to string) proposal {
 // TestPolicyAgentRuleOverMCP: a rule for agents applies to every MCP call,
 // whatever the token's client id.
 func TestPolicyAgentRuleOverMCP(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	h.createOrg("agents", "Agents", "pro")
 	h.setPolicy("agents", `{"rules":[{"name":"no agents","caller":"agent","action":"deny"}]}`)

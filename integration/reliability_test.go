@@ -16,6 +16,7 @@ import (
 // TestRateLimitProposals: a principal's first calls are limited across
 // replicas, because the count lives in the shared database.
 func TestRateLimitProposals(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("RATE_LIMIT_PROPOSALS", "3"), withEnv("RATE_LIMIT_WINDOW", "1m"))
 	other := h.replica()
 	h.createOrg("busy", "Busy", "pro")
@@ -35,6 +36,7 @@ func TestRateLimitProposals(t *testing.T) {
 // TestRateLimitFailedConfirms: after too many rejected second calls even a
 // valid token waits.
 func TestRateLimitFailedConfirms(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("RATE_LIMIT_FAILED_CONFIRMS", "2"))
 	h.createOrg("guess", "Guess", "pro")
 	tok := h.user("guess", "gil")
@@ -79,6 +81,7 @@ func stripeSubscription(id, itemID, price, status string, periodEnd time.Time) m
 // TestWebhookDrift: a subscription changed outside billingd is reconciled
 // and every pending confirmation whose summary no longer holds is revoked.
 func TestWebhookDrift(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
 	acct := h.createOrg("drift", "Drift", "pro")
 	sub := acct.Subscription
@@ -145,6 +148,7 @@ func TestWebhookDrift(t *testing.T) {
 }
 
 func TestWebhookWithoutSecret(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.sendWebhook("evt_1", "customer.subscription.updated", time.Now(), map[string]any{"id": "sub_1"}, "whsec_x")
 	wantStatus(t, r, http.StatusServiceUnavailable, "upstream_unavailable")
@@ -153,6 +157,7 @@ func TestWebhookWithoutSecret(t *testing.T) {
 // TestPurge: finished and long-expired confirmations go after the retention
 // window; pending ones and the audit log stay.
 func TestPurge(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withEnv("PURGE_RETENTION", "1h"))
 	h.createOrg("old", "Old", "pro")
 	tok := h.user("old", "oz")

@@ -12,8 +12,8 @@
 //
 // Identity reaches a tool only through the SDK's token info
 // (req.Extra.TokenInfo), never through an argument. Over Streamable HTTP
-// (Handler) the SDK's RequireBearerToken verifies the bearer token with
-// internal/auth, and a scope gate answers a tools/call the token's scopes do
+// (Handler) the bearer check REST uses too (internal/httpedge) verifies the
+// bearer token with internal/auth, and a scope gate answers a tools/call the token's scopes do
 // not cover with 403 insufficient_scope so that clients can step up. Over
 // stdio (ServeStdio) the identity is one access token, verified at start
 // exactly like a bearer token and attached to every call. Each tool checks

@@ -2,9 +2,6 @@ package mcp
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -15,7 +12,10 @@ import (
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/httpedge"
+	"github.com/billingd/billingd/internal/requestid"
 )
 
 // maxRequestBytes bounds an MCP request body, as REST bounds its bodies.
@@ -26,10 +26,13 @@ const maxRequestBytes = 64 << 10
 // holds no confirmation state, and clients open a new one.
 const sessionIdleTimeout = 30 * time.Minute
 
-// Handler returns the Streamable HTTP endpoint to mount at /mcp. From the
-// outside in: a request id for the audit log, DNS-rebinding protection, the
-// bearer token (the SDK's RequireBearerToken with internal/auth), the scope
-// gate, and the SDK's handlers, one per protocol generation (byProtocol).
+// Handler returns the Streamable HTTP endpoint to mount at /mcp, behind
+// internal/httpedge (request id, body limit, access log, headers, error
+// envelope). From the outside in: the request id for the audit log,
+// DNS-rebinding protection, the bearer token (the edge's Bearer, which
+// REST uses too: one challenge, one envelope), the SDK's token info, the
+// scope gate, and the SDK's handlers, one per protocol generation
+// (byProtocol).
 func Handler(cfg Config) http.Handler {
 	server := newServer(cfg, stateSealerFor(cfg))
 	metadata := cfg.PublicBaseURL + "/.well-known/oauth-protected-resource/mcp"
@@ -53,9 +56,8 @@ func Handler(cfg Config) http.Handler {
 		modern: sdk.NewStreamableHTTPHandler(getServer, options(true)),
 	}
 	h = scopeGate{next: h, metadata: metadata}
-	h = sdkauth.RequireBearerToken(verifyWith(cfg.Verifier, cfg.logger()),
-		&sdkauth.RequireBearerTokenOptions{ResourceMetadataURL: metadata})(h)
-	h = completeChallenge(h, metadata)
+	h = sdkauth.RequireBearerToken(verifiedByEdge, nil)(h)
+	h = httpedge.Bearer{Verifier: cfg.Verifier, Logger: cfg.logger()}.Require(metadata, toolScopeList...)(h)
 	if public != "" {
 		h = hostGuard(h, public)
 	}
@@ -101,65 +103,34 @@ func (b byProtocol) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.legacy.ServeHTTP(w, r)
 }
 
-// verifyWith adapts internal/auth to the SDK. The SDK writes the error's text
-// into the 401 body, so a refusal returns the bare sentinel and the reason
-// goes to the log only.
-func verifyWith(v Verifier, log *slog.Logger) sdkauth.TokenVerifier {
-	return func(ctx context.Context, raw string, r *http.Request) (*sdkauth.TokenInfo, error) {
-		id, err := v.Verify(ctx, raw)
-		if err == nil {
-			return tokenInfo(id), nil
-		}
-		log.InfoContext(ctx, "access token refused", "request_id", r.Header.Get(requestIDHeader), "reason", err)
-		if errors.Is(err, auth.ErrInvalidToken) {
-			return nil, sdkauth.ErrInvalidToken
-		}
-		return nil, errors.New("access token verification failed")
+// verifiedByEdge hands the identity httpedge.Bearer verified to the SDK,
+// whose RequireBearerToken is the only way to attach the token info its
+// sessions and tools read (the context key is the SDK's). Every request
+// that reaches it carries a verified identity, so the SDK never answers a
+// refusal itself.
+func verifiedByEdge(_ context.Context, _ string, r *http.Request) (*sdkauth.TokenInfo, error) {
+	id, ok := httpedge.IdentityFrom(r.Context())
+	if !ok {
+		return nil, sdkauth.ErrInvalidToken
 	}
+	return tokenInfo(id), nil
 }
 
-// toolScopeList is every scope some tool needs, in the order clients see it.
+// toolScopeList is every scope some tool needs, in the order clients see it
+// in the 401 challenge (the MCP spec asks for it, so that a client requests
+// the right ones).
 var toolScopeList = []string{auth.ScopeRead, auth.ScopeWrite}
 
-// completeChallenge rewrites the SDK's 401 challenge, which names only the
-// metadata URL, into the one REST sends (contract §4): error="invalid_token"
-// when a token was presented (RFC 6750) and the scopes the tools need, which
-// the MCP spec asks for so that a client requests the right ones.
-func completeChallenge(next http.Handler, metadata string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		value := fmt.Sprintf(`Bearer resource_metadata="%s", scope="%s"`, metadata, strings.Join(toolScopeList, " "))
-		if r.Header.Get("Authorization") != "" {
-			value = fmt.Sprintf(`Bearer error="invalid_token", resource_metadata="%s", scope="%s"`, metadata, strings.Join(toolScopeList, " "))
-		}
-		next.ServeHTTP(&challengeWriter{ResponseWriter: w, challenge: value}, r)
-	})
-}
-
-type challengeWriter struct {
-	http.ResponseWriter
-	challenge string
-}
-
-func (w *challengeWriter) WriteHeader(status int) {
-	if status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", w.challenge)
-	}
-	w.ResponseWriter.WriteHeader(status)
-}
-
-// Unwrap lets http.ResponseController reach the flusher the SDK streams
-// server-sent events with.
-func (w *challengeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// withRequestID puts the request id on the request, where tools read it
-// (req.Extra.Header). Under rest.New the REST middleware has already chosen
-// it (a sane X-Request-Id from the client, or a new one) and echoed it on the
-// response; standalone, the handler makes one and never trusts the client's.
+// withRequestID puts billingd's request id on the request's header, where
+// tools read it (req.Extra.Header; a tool's context is the session's, not
+// the request's). Behind the edge it is the edge's id; standalone, the
+// handler makes one. Never the client's X-Request-Id.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := w.Header().Get(requestIDHeader)
+		id := requestid.From(r.Context())
 		if id == "" {
 			id = newRequestID()
+			r = r.WithContext(requestid.With(r.Context(), id))
 			w.Header().Set(requestIDHeader, id)
 		}
 		r.Header.Set(requestIDHeader, id)
@@ -192,7 +163,7 @@ func hostGuard(next http.Handler, public string) http.Handler {
 			host = h
 		}
 		if local != nil && isLoopback(local.String()) && !isLoopback(host) && !strings.EqualFold(host, public) {
-			http.Error(w, "Forbidden: invalid Host header", http.StatusForbidden)
+			httpedge.WriteError(w, r, billing.Errorf(billing.CodeOperationDenied, "the Host header does not name this server"))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -4,17 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
-	"strings"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/httpedge"
+	"github.com/billingd/billingd/internal/requestid"
 )
 
 // scopeGate answers a tools/call whose tool needs a scope the token lacks
@@ -45,17 +45,17 @@ func (g scopeGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			http.Error(w, "request body larger than 64 KiB", http.StatusRequestEntityTooLarge)
+			httpedge.WriteError(w, r, billing.Errorf(billing.CodeRequestTooLarge, "request body larger than 64 KiB"))
 			return
 		}
-		http.Error(w, "could not read request body", http.StatusBadRequest)
+		httpedge.WriteError(w, r, billing.Errorf(billing.CodeInvalidRequest, "could not read request body"))
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	info := sdkauth.TokenInfoFromContext(r.Context())
 	for _, call := range toolCalls(body) {
 		if scope := toolScopes[call.tool]; scope != "" && (info == nil || !slices.Contains(info.Scopes, scope)) {
-			g.refuse(w, call.id, scope, info)
+			g.refuse(w, r, call.id, scope, info)
 			return
 		}
 	}
@@ -71,13 +71,14 @@ const rpcInsufficientScope = -32030
 
 // refuse answers 403 with the challenge of the MCP spec and, as the body, a
 // JSON-RPC error for the call, so that a client surfaces it as that call's
-// error without dropping the session.
-func (g scopeGate) refuse(w http.ResponseWriter, id jsonrpc.ID, scope string, info *sdkauth.TokenInfo) {
-	w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope="%s", resource_metadata="%s"`,
-		strings.Join(scopesToRequest(info, scope), " "), g.metadata))
+// error without dropping the session. The JSON-RPC error's data is the
+// contract's envelope, request id included.
+func (g scopeGate) refuse(w http.ResponseWriter, r *http.Request, id jsonrpc.ID, scope string, info *sdkauth.TokenInfo) {
+	refusal := billing.Errorf(billing.CodeInsufficientScope, "the access token lacks the %s scope", scope)
+	w.Header().Set("WWW-Authenticate", httpedge.Challenge(r, g.metadata, refusal, scopesToRequest(info, scope)...))
 	w.Header().Set("Content-Type", "application/json")
-	detail := errorDetail{Code: billing.CodeInsufficientScope, Message: "the access token lacks the " + scope + " scope"}
-	data, _ := json.Marshal(errorEnvelope{Error: detail})
+	detail := httpedge.ErrorDetail{Code: refusal.Code, Message: refusal.Message, RequestID: requestid.From(r.Context())}
+	data, _ := json.Marshal(httpedge.Envelope{Error: detail})
 	body, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id,
 		Error: &jsonrpc.Error{Code: rpcInsufficientScope, Message: string(detail.Code) + ": " + detail.Message, Data: data}})
 	w.WriteHeader(http.StatusForbidden)

@@ -1,16 +1,13 @@
 package rest
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/httpedge"
 )
 
 const callerKey = "caller"
@@ -21,14 +18,9 @@ const callerKey = "caller"
 func (s *server) require(scope string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			raw, ok := bearerToken(c.Request())
-			if !ok {
-				return s.challenge(c, scope, billing.Errorf(billing.CodeUnauthorized, "missing bearer access token"))
-			}
-			id, err := s.Verifier.Verify(c.Request().Context(), raw)
+			id, err := s.bearer.Authenticate(c.Request())
 			if err != nil {
-				s.log.InfoContext(c.Request().Context(), "access token refused", "request_id", requestID(c), "reason", err)
-				return s.challenge(c, scope, billing.Errorf(billing.CodeUnauthorized, "invalid access token"))
+				return s.challenge(c, scope, err)
 			}
 			if !id.HasScope(scope) {
 				return s.challenge(c, scope, billing.Errorf(billing.CodeInsufficientScope, "the access token lacks the %s scope", scope))
@@ -42,25 +34,10 @@ func (s *server) require(scope string) echo.MiddlewareFunc {
 	}
 }
 
-func bearerToken(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
-	scheme, token, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
-}
-
-func (s *server) challenge(c echo.Context, scope string, err *billing.Error) error {
+// challenge puts the bearer challenge for scope on the refusal err.
+func (s *server) challenge(c echo.Context, scope string, err error) error {
 	metadata := s.PublicBaseURL + "/.well-known/oauth-protected-resource"
-	value := fmt.Sprintf(`Bearer resource_metadata="%s", scope="%s"`, metadata, scope)
-	if err.Code == billing.CodeInsufficientScope {
-		value = fmt.Sprintf(`Bearer error="insufficient_scope", scope="%s", resource_metadata="%s"`, scope, metadata)
-	} else if _, present := bearerToken(c.Request()); present {
-		value = fmt.Sprintf(`Bearer error="invalid_token", resource_metadata="%s", scope="%s"`, metadata, scope)
-	}
-	c.Response().Header().Set("WWW-Authenticate", value)
+	c.Response().Header().Set("WWW-Authenticate", httpedge.Challenge(c.Request(), metadata, err, scope))
 	return err
 }
 
@@ -80,10 +57,4 @@ func (s *server) resourceMetadata(path string) echo.HandlerFunc {
 			"bearer_methods_supported": []string{"header"},
 		})
 	}
-}
-
-func newRequestID() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

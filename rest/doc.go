@@ -1,7 +1,10 @@
 // Package rest is billingd's HTTP API for web dashboards, on Echo: routes,
-// bearer-token authentication with scopes, strict JSON decoding and the one
-// table that maps billing error codes to HTTP statuses. Handlers decode,
-// call billing.Service and encode; every handshake rule lives in billing.
+// scopes, strict JSON decoding and the mapping of Echo's own errors onto
+// billing codes. Handlers decode, call billing.Service and encode; every
+// handshake rule lives in billing. It is served behind internal/httpedge,
+// which owns what REST shares with MCP: request ids, the body limit, the
+// access log and metrics, bearer authentication and its challenge, and the
+// table from billing codes to HTTP statuses and the error envelope.
 //
 // The same server carries billingd's own dashboard (dashboard.go, web/), a
 // client of this API like any other, and the API's OpenAPI description

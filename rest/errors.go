@@ -3,74 +3,34 @@ package rest
 import (
 	"errors"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/httpedge"
 )
 
-// statusOf is the one table from billing error codes to HTTP statuses.
-var statusOf = map[billing.Code]int{
-	billing.CodeInvalidRequest:      http.StatusBadRequest,
-	billing.CodeUnauthorized:        http.StatusUnauthorized,
-	billing.CodePaymentFailed:       http.StatusPaymentRequired,
-	billing.CodeInsufficientScope:   http.StatusForbidden,
-	billing.CodeOperationDenied:     http.StatusForbidden,
-	billing.CodeNotFound:            http.StatusNotFound,
-	billing.CodeTokenInvalid:        http.StatusConflict,
-	billing.CodeTokenMismatch:       http.StatusConflict,
-	billing.CodeApprovalPending:     http.StatusConflict,
-	billing.CodeApprovalRejected:    http.StatusConflict,
-	billing.CodeTokenExpired:        http.StatusGone,
-	billing.CodeRequestTooLarge:     http.StatusRequestEntityTooLarge,
-	billing.CodeUnknownPlan:         http.StatusUnprocessableEntity,
-	billing.CodeInvalidPlanChange:   http.StatusUnprocessableEntity,
-	billing.CodeRateLimited:         http.StatusTooManyRequests,
-	billing.CodeInternal:            http.StatusInternalServerError,
-	billing.CodeUpstreamUnavailable: http.StatusServiceUnavailable,
-}
-
-// errorBody is the contract's error envelope.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code      billing.Code `json:"code"`
-	Message   string       `json:"message"`
-	RequestID string       `json:"request_id"`
-}
-
 // errorHandler renders every error, billing's and Echo's own (unknown route,
-// body too large), as the contract's envelope.
+// wrong method), as the contract's envelope, with the edge's one table from
+// codes to statuses.
 func (s *server) errorHandler(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
 	err = fromEcho(err)
-	code := billing.ErrorCode(err)
-	status := statusOf[code]
-	if status == 0 {
-		status = http.StatusInternalServerError
+	if httpedge.StatusOf(err) >= 500 {
+		s.log.ErrorContext(c.Request().Context(), "request failed", "request_id", requestID(c), "code", billing.ErrorCode(err), "err", err)
 	}
-	if status >= 500 {
-		s.log.ErrorContext(c.Request().Context(), "request failed", "request_id", requestID(c), "code", code, "err", err)
-	}
-	if wait := billing.RetryAfter(err); wait > 0 {
-		c.Response().Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second)/time.Second)))
-	} else if code == billing.CodeUpstreamUnavailable {
-		c.Response().Header().Set("Retry-After", "1")
-	}
-	body := errorBody{Error: errorDetail{Code: code, Message: billing.PublicMessage(err), RequestID: requestID(c)}}
-	if err := c.JSON(status, body); err != nil {
-		s.log.Error("write error response", "err", err)
-	}
+	httpedge.WriteError(c.Response(), c.Request(), err)
 }
 
-// fromEcho maps Echo's own errors onto billing codes.
+// fromEcho maps Echo's own errors, and a body over the edge's limit, onto
+// billing codes.
 func fromEcho(err error) error {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return billing.Errorf(billing.CodeRequestTooLarge, "request body larger than 64 KiB")
+	}
 	var he *echo.HTTPError
 	if !errors.As(err, &he) {
 		return err

@@ -236,10 +236,12 @@ func decodeOptional(r io.Reader) error {
 	return decodeStrict(bytes.NewReader(data), &struct{}{})
 }
 
+// readError is the answer to a body that could not be read: too large
+// (over the edge's limit), or broken off.
 func readError(err error) error {
-	var tooLarge *echo.HTTPError
+	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return err
+		return billing.Errorf(billing.CodeRequestTooLarge, "request body larger than 64 KiB")
 	}
 	return billing.Errorf(billing.CodeInvalidRequest, "could not read request body")
 }

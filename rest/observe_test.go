@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/httpedge"
 )
 
-// recordingObserver keeps what the server reports.
+// recordingObserver keeps what the edge reports.
 type recordingObserver struct {
 	mu       sync.Mutex
 	requests []string
@@ -22,14 +22,13 @@ func (o *recordingObserver) ObserveRequest(method, route string, status int, _ t
 	o.requests = append(o.requests, method+" "+route+" "+http.StatusText(status))
 }
 
-func (o *recordingObserver) ObserveHandshake(billing.Operation, billing.ChangeResult, error) {}
-
-// TestRequestsObservedByRouteTemplate: requests are reported under the
-// route's template, and paths no route serves under one "unmatched" label,
-// so that ids in paths and scanners cannot mint new time series.
+// TestRequestsObservedByRouteTemplate: behind the edge, requests are
+// reported under the route's template, and paths no route serves under one
+// "unmatched" label, so that ids in paths and scanners cannot mint new time
+// series.
 func TestRequestsObservedByRouteTemplate(t *testing.T) {
 	obs := &recordingObserver{}
-	e := New(Config{Observer: obs})
+	edge := httpedge.New(httpedge.Config{Observer: obs}, New(Config{}))
 	for _, c := range []struct{ method, path, want string }{
 		{"GET", "/healthz", "GET /healthz OK"},
 		{"POST", "/api/billing/confirmations/cfm_abc/cancel", "POST /api/billing/confirmations/:id/cancel Unauthorized"},
@@ -38,7 +37,7 @@ func TestRequestsObservedByRouteTemplate(t *testing.T) {
 		{"GET", "/assets/secret.txt", "GET /assets/:name Not Found"},
 	} {
 		obs.requests = nil
-		e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(c.method, c.path, nil))
+		edge.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(c.method, c.path, nil))
 		if len(obs.requests) != 1 || obs.requests[0] != c.want {
 			t.Errorf("%s %s observed as %q, want %q", c.method, c.path, obs.requests, c.want)
 		}

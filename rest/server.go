@@ -4,21 +4,18 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/httpedge"
 	"github.com/billingd/billingd/internal/requestid"
 )
 
 // Verifier checks bearer access tokens.
-type Verifier interface {
-	Verify(ctx context.Context, raw string) (auth.Identity, error)
-}
+type Verifier = httpedge.Verifier
 
 // Config wires the HTTP API.
 type Config struct {
@@ -29,52 +26,51 @@ type Config struct {
 	PublicBaseURL string
 	// Issuer is the authorization server listed in the metadata.
 	Issuer string
-	// StripeWebhookSecret verifies webhook signatures; "" refuses webhooks.
-	StripeWebhookSecret string
+	// ParseWebhook authenticates and reads Stripe webhook payloads (the
+	// Stripe adapter, bound to STRIPE_WEBHOOK_SECRET by internal/app); nil
+	// refuses webhooks.
+	ParseWebhook WebhookParser
 	// Ready reports whether the server can take traffic (database reachable,
 	// schema current).
 	Ready  func(context.Context) error
 	Logger *slog.Logger
-	// Mount adds more routes (MCP, webhooks) to the same server.
-	Mount func(e *echo.Echo)
-	// Observer, when set, is told about every request and handshake call.
+	// Observer, when set, is told about every handshake call. Requests are
+	// measured by the edge (internal/httpedge).
 	Observer Observer
-	// Metrics, when set, is served at GET /metrics.
-	Metrics http.Handler
 	// ReceiptKeys is the JWKS of the receipt verification keys, served at
 	// /.well-known/jwks.json.
 	ReceiptKeys any
 }
 
-// Observer receives measurements for metrics. The route is Echo's template
-// (/api/billing/confirmations/:id/cancel), or "unmatched".
+// Observer receives the outcome of each handshake call, for metrics.
 type Observer interface {
-	ObserveRequest(method, route string, status int, elapsed time.Duration)
 	ObserveHandshake(op billing.Operation, res billing.ChangeResult, err error)
 }
 
 type server struct {
 	Config
-	log *slog.Logger
+	log    *slog.Logger
+	bearer httpedge.Bearer
 	// routes holds the paths of the registered routes, so that a request
 	// that matched none is measured as "unmatched" rather than by a path
 	// the client chose.
 	routes map[string]bool
 }
 
-// MaxBodyBytes is the largest request body accepted.
-const MaxBodyBytes = 64 << 10
-
-// New returns the HTTP handler with every route of the REST API.
+// New returns the HTTP handler with every route of the REST API. It is
+// served behind internal/httpedge, which gives each request its id, bounds
+// its body, logs and measures it (by the route template this router names)
+// and sets the headers every response carries.
 func New(cfg Config) *echo.Echo {
 	s := &server{Config: cfg, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.bearer = httpedge.Bearer{Verifier: cfg.Verifier, Logger: s.log}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.requestID, s.accessLog, middleware.Recover(), middleware.BodyLimit("64K"))
+	e.Use(s.nameRoute)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -99,13 +95,7 @@ func New(cfg Config) *echo.Echo {
 	api.POST("/confirmations/:id/reject", s.decideApproval(false), admin)
 	e.POST("/webhooks/stripe", s.stripeWebhook)
 	e.GET("/openapi.yaml", openAPI)
-	if cfg.Metrics != nil {
-		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
-	}
 	mountDashboard(e)
-	if cfg.Mount != nil {
-		cfg.Mount(e)
-	}
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {
 		s.routes[r.Path] = true
@@ -113,51 +103,17 @@ func New(cfg Config) *echo.Echo {
 	return e
 }
 
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
-
-// requestID takes a sane incoming X-Request-Id or makes one, and echoes it on
-// every response. It also goes into the request's context, for the logs of
-// code that never sees the echo.Context (the Stripe calls).
-func (s *server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		id := c.Request().Header.Get(echo.HeaderXRequestID)
-		if !requestIDPattern.MatchString(id) {
-			id = newRequestID()
-		}
-		c.Set(requestIDKey, id)
-		c.SetRequest(c.Request().WithContext(requestid.With(c.Request().Context(), id)))
-		c.Response().Header().Set(echo.HeaderXRequestID, id)
-		return next(c)
-	}
-}
-
-const requestIDKey = "request_id"
-
 func requestID(c echo.Context) string {
-	id, _ := c.Get(requestIDKey).(string)
-	return id
+	return requestid.From(c.Request().Context())
 }
 
-// accessLog logs one line per request, never headers or bodies, so never a
-// bearer token or a confirmation token, and measures it.
-func (s *server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
+// nameRoute tells the edge which route template served the request, for
+// its log line and metric.
+func (s *server) nameRoute(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		start := time.Now()
 		err := next(c)
-		if err != nil {
-			c.Error(err)
-		}
-		elapsed := time.Since(start)
-		attrs := []any{"method", c.Request().Method, "route", c.Path(), "status", c.Response().Status,
-			"duration_ms", elapsed.Milliseconds(), "request_id", requestID(c)}
-		if caller, ok := c.Get(callerKey).(billing.Caller); ok {
-			attrs = append(attrs, "org", caller.Org, "principal", caller.Principal)
-		}
-		s.log.InfoContext(c.Request().Context(), "request", attrs...)
-		if s.Observer != nil {
-			s.Observer.ObserveRequest(c.Request().Method, s.routeOf(c), c.Response().Status, elapsed)
-		}
-		return nil
+		httpedge.SetRoute(c.Request().Context(), s.routeOf(c))
+		return err
 	}
 }
 

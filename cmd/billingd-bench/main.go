@@ -20,8 +20,9 @@
 // cores, and the ratios follow from CPU per operation.
 //
 // Results are printed and written as a markdown file (RESULTS.md next to this
-// file), and optionally into README.md between the bench markers. Nothing is
-// asserted: the targets are reported as met or missed with their numbers.
+// file), and optionally into docs/performance.md between the bench markers
+// (make bench does both). Nothing is asserted: the targets are reported as
+// met or missed with their numbers.
 //
 // The database server comes from BENCH_DATABASE_URL (default: the local
 // PostgreSQL on 127.0.0.1:5432, user postgres); the bench database on it is

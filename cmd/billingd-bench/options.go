@@ -28,7 +28,7 @@ type options struct {
 	duration     time.Duration
 	poolMaxConns int
 	out          string
-	readme       string
+	doc          string
 	keep         bool
 	args         []string // the flags that change what is measured, for the report
 }
@@ -63,13 +63,13 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	// WAL flush), first calls within noise.
 	fs.IntVar(&o.poolMaxConns, "pool-max-conns", 16, "pool_max_conns for billingd's DATABASE_URL (0: pgx's default)")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
-	fs.StringVar(&o.readme, "readme", "", "also replace the results between the bench markers in this README")
+	fs.StringVar(&o.doc, "doc", "", "also replace the results between the bench markers in this page (make bench: docs/performance.md)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench database afterwards")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name != "out" && f.Name != "readme" {
+		if f.Name != "out" && f.Name != "doc" {
 			o.args = append(o.args, "-"+f.Name+"="+f.Value.String())
 		}
 	})

@@ -8,11 +8,12 @@ import (
 	"time"
 )
 
-// README markers: make bench replaces what is between them with the latest
-// results, so the README never shows numbers no run produced.
+// Markers of the results in a documentation page (docs/performance.md):
+// make bench replaces what is between them with the latest results, so the
+// page never shows numbers no run produced.
 const (
-	readmeBegin = "<!-- bench:begin -->"
-	readmeEnd   = "<!-- bench:end -->"
+	docBegin = "<!-- bench:begin -->"
+	docEnd   = "<!-- bench:end -->"
 )
 
 // writeReport prints the results as markdown and writes them where the
@@ -27,11 +28,11 @@ func writeReport(opts options, res results, log *logger) error {
 		}
 		log.Printf("wrote %s", opts.out)
 	}
-	if opts.readme != "" {
-		if err := updateReadme(opts.readme, body); err != nil {
+	if opts.doc != "" {
+		if err := updateDoc(opts.doc, body); err != nil {
 			return err
 		}
-		log.Printf("updated %s", opts.readme)
+		log.Printf("updated %s", opts.doc)
 	}
 	return nil
 }
@@ -239,21 +240,20 @@ func findRow(rows []comparison, w workload, clients int) (comparison, bool) {
 	return comparison{}, false
 }
 
-// updateReadme replaces the text between the bench markers.
-func updateReadme(path, body string) error {
+// updateDoc replaces the text between the bench markers of the page at
+// path. The results' sections (###) sit under the page's "## " heading of
+// the markers, as in the results file.
+func updateDoc(path, body string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	text := string(data)
-	before, rest, ok1 := strings.Cut(text, readmeBegin)
-	_, after, ok2 := strings.Cut(rest, readmeEnd)
+	before, rest, ok1 := strings.Cut(string(data), docBegin)
+	_, after, ok2 := strings.Cut(rest, docEnd)
 	if !ok1 || !ok2 {
-		return errors.New(path + ": no " + readmeBegin + " … " + readmeEnd + " markers to write the results between")
+		return errors.New(path + ": no " + docBegin + " … " + docEnd + " markers to write the results between")
 	}
-	// The README's section is one level deeper than the results file's.
-	body = strings.ReplaceAll("\n"+body, "\n### ", "\n#### ")
-	return os.WriteFile(path, []byte(before+readmeBegin+"\n"+body+readmeEnd+after), 0o644)
+	return os.WriteFile(path, []byte(before+docBegin+"\n\n"+body+docEnd+after), 0o644)
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }

@@ -5,22 +5,32 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/billingd/billingd/internal/app"
 	"github.com/billingd/billingd/internal/devenv"
 )
 
-// devDir holds dev mode's PostgreSQL cluster and logs, in the working tree
-// (gitignored) so that each checkout has its own.
+// devDir holds dev mode's logs and, unless it runs as root, its PostgreSQL
+// cluster and Stripe fake state, in the working tree (gitignored) so that
+// each checkout has its own. (As root, devenv keeps the cluster where the
+// postgres user can reach it, still one per checkout.)
 const devDir = ".dev"
 
 // devCmd runs billingd dev: it brings up what the configuration lacks
 // (internal/devenv), then the same server as serve, and stops it all on
-// SIGINT/SIGTERM.
+// SIGINT/SIGTERM. --stripe (or BILLINGD_DEV_STRIPE) picks the Stripe
+// stand-in: the stateful fake by default, or stripe-mock.
 func devCmd(ctx context.Context, e env, args []string) (err error) {
-	fs := flags(e, "dev", "dev   (development only: PostgreSQL, stripe-mock and a token issuer on this machine)")
+	fs := flags(e, "dev", "dev [--stripe=fake|mock]   (development only: PostgreSQL, a Stripe stand-in and a token issuer on this machine)")
+	stripe := fs.String("stripe", e.getenv("BILLINGD_DEV_STRIPE"),
+		"the Stripe stand-in when STRIPE_SECRET_KEY is unset: fake (default; stateful, real dates and proration) or mock (stripe-mock); env BILLINGD_DEV_STRIPE")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	standIn, err := devenv.ParseStripeStandIn(*stripe)
+	if err != nil {
+		return fmt.Errorf("%w: --stripe: %v", errUsage, err)
 	}
 	cfg, err := loadConfig(e)
 	if err != nil {
@@ -36,7 +46,7 @@ func devCmd(ctx context.Context, e env, args []string) (err error) {
 		return err
 	}
 	defer ln.Close()
-	d, err := devenv.Start(ctx, cfg, devenv.Options{Dir: devDir, Progress: e.stderr})
+	d, err := devenv.Start(ctx, cfg, devenv.Options{Dir: devDir, Stripe: standIn, Progress: e.stderr})
 	if err != nil {
 		return err
 	}
@@ -46,7 +56,7 @@ func devCmd(ctx context.Context, e env, args []string) (err error) {
 		return err
 	}
 	defer a.Close()
-	acct, err := devenv.SeedDemoOrg(ctx, a.Store, a.Service)
+	acct, err := d.SeedDemoOrg(ctx, a.Store, a.Service)
 	if err != nil {
 		return err
 	}
@@ -55,5 +65,11 @@ func devCmd(ctx context.Context, e env, args []string) (err error) {
 	}
 	go a.RunPurge(ctx)
 	go a.RunSettle(ctx)
-	return serveUntilDone(ctx, httpServer(a), ln)
+	// A busy metrics port must not keep a newcomer from the demo.
+	metricsLn, err := listenMetrics(a.Config.MetricsAddr)
+	if err != nil {
+		a.Log.Warn("metrics not served", "err", err)
+	}
+	logListening(a, ln, metricsLn)
+	return serveUntilDone(ctx, a, ln, metricsLn)
 }

@@ -88,7 +88,7 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nconfiguration comes from the environment; see README.md")
+	fmt.Fprintln(w, "\nconfiguration comes from the environment; see docs/operations.md")
 }
 
 // flags returns a flag set that prints its usage to e.stderr and reports

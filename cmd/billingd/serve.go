@@ -34,39 +34,70 @@ func serve(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on LISTEN_ADDR %s: %w", cfg.ListenAddr, err)
 	}
-	a.Log.Info("billingd listening", "addr", ln.Addr().String(), "public_base_url", cfg.PublicBaseURL)
-	return serveUntilDone(ctx, httpServer(a), ln)
-}
-
-// httpServer is the HTTP server of serve and dev: timeouts that let a second
-// call wait for Stripe but not a slow client hold a connection forever.
-func httpServer(a *app.App) *http.Server {
-	return &http.Server{
-		Handler:           a.Handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      a.Config.StripeTimeout + 30*time.Second,
-		IdleTimeout:       2 * time.Minute,
+	metricsLn, err := listenMetrics(cfg.MetricsAddr)
+	if err != nil {
+		ln.Close()
+		return err
 	}
+	logListening(a, ln, metricsLn)
+	return serveUntilDone(ctx, a, ln, metricsLn)
 }
 
-// serveUntilDone serves until ctx ends (SIGINT/SIGTERM), then stops accepting
+// listenMetrics opens the metrics listener (METRICS_ADDR), or none when
+// metrics are off.
+func listenMetrics(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on METRICS_ADDR %s (off disables it): %w", addr, err)
+	}
+	return ln, nil
+}
+
+func logListening(a *app.App, ln, metricsLn net.Listener) {
+	metrics := "off"
+	if metricsLn != nil {
+		metrics = "http://" + metricsLn.Addr().String() + "/metrics"
+	}
+	a.Log.Info("billingd listening", "addr", ln.Addr().String(), "public_base_url", a.Config.PublicBaseURL, "metrics", metrics)
+}
+
+// serveUntilDone serves the API on ln and the metrics on metricsLn (when
+// not nil) until ctx ends (SIGINT/SIGTERM), then stops accepting
 // connections and lets in-flight requests finish.
-func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener) error {
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+func serveUntilDone(ctx context.Context, a *app.App, ln, metricsLn net.Listener) error {
+	servers := []*http.Server{app.HTTPServer(a.Config, a.Handler)}
+	listeners := []net.Listener{ln}
+	if metricsLn != nil {
+		servers = append(servers, app.HTTPServer(a.Config, a.MetricsHandler))
+		listeners = append(listeners, metricsLn)
+	}
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(listeners[i]) }()
+	}
 	select {
 	case err := <-errc:
+		for _, srv := range servers {
+			srv.Close()
+		}
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	var errs []error
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			errs = append(errs, fmt.Errorf("shutdown: %w", err))
+		}
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
+	for range servers {
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, fmt.Errorf("serve: %w", err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -2,7 +2,8 @@
 // integration/mcp_npm_test.go: it connects to billingd over Streamable HTTP
 // with a bearer token, lists the tools, runs the two-call upgrade the way an
 // agent should (first call, show the summary, second call with the token),
-// replays the spent token, reads the subscription, and prints one JSON
+// repeats the second call (answered with the original result, replayed),
+// reads the subscription, and prints one JSON
 // object describing what it saw. Any failure exits non-zero with a message
 // on stderr.
 //

@@ -1,11 +1,13 @@
 // Package app assembles billingd from its configuration: database pool,
 // store, Stripe provider, handshake service, token verifier and HTTP
-// handler. The binary and the integration tests build the server the same
-// way, through New.
+// handler: the one edge (internal/httpedge) with the REST API and the MCP
+// endpoint behind it. The binary and the integration tests build the server
+// the same way, through New and HTTPServer.
 package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,11 +16,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/labstack/echo/v4"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/config"
+	"github.com/billingd/billingd/internal/httpedge"
 	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/receipt"
 	"github.com/billingd/billingd/internal/stripepay"
@@ -29,13 +31,18 @@ import (
 
 // App is a running billingd, minus the listener.
 type App struct {
-	Config  config.Config
+	Config config.Config
+	// Handler serves the API listener (LISTEN_ADDR): REST, MCP, webhooks,
+	// health, the dashboard.
 	Handler http.Handler
-	Service *billing.Service
-	Store   *postgres.Store
-	Pool    *pgxpool.Pool
-	Log     *slog.Logger
-	Metrics *telemetry.Metrics // served at /metrics
+	// MetricsHandler serves /metrics on the metrics listener
+	// (METRICS_ADDR), never on the API's.
+	MetricsHandler http.Handler
+	Service        *billing.Service
+	Store          *postgres.Store
+	Pool           *pgxpool.Pool
+	Log            *slog.Logger
+	Metrics        *telemetry.Metrics
 	// Receipts signs receipts; its public keys are served at
 	// /.well-known/jwks.json.
 	Receipts *receipt.Keys
@@ -92,13 +99,49 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 		a.Close()
 		return nil, fmt.Errorf("access-token verifier: %w", err)
 	}
-	a.Handler = rest.New(rest.Config{
-		Service: a.Service, Verifier: a.verifier, PublicBaseURL: cfg.PublicBaseURL, Issuer: cfg.OAuthIssuer,
-		StripeWebhookSecret: cfg.StripeWebhookSecret, Ready: a.Store.Ready, Logger: a.Log,
-		Observer: a.Metrics, Metrics: a.Metrics.Handler(), ReceiptKeys: a.Receipts.JWKS(),
-		Mount: func(e *echo.Echo) { e.Any("/mcp", echo.WrapHandler(mcp.Handler(a.MCPConfig()))) },
-	})
+	a.Handler = a.edge()
+	a.MetricsHandler = MetricsHandler(a.Metrics)
 	return a, nil
+}
+
+// edge is the API listener's root handler: the shared middleware of
+// internal/httpedge, with MCP at /mcp and the REST API for every other path.
+func (a *App) edge() http.Handler {
+	api := rest.New(rest.Config{
+		Service: a.Service, Verifier: a.verifier, PublicBaseURL: a.Config.PublicBaseURL, Issuer: a.Config.OAuthIssuer,
+		ParseWebhook: webhookParser(a.Config.StripeWebhookSecret), Ready: a.Store.Ready, Logger: a.Log,
+		Observer: a.Metrics, ReceiptKeys: a.Receipts.JWKS(),
+	})
+	edge := httpedge.New(httpedge.Config{
+		Logger: a.Log, Observer: a.Metrics,
+		// Tokens and account data travel under these; nothing may cache them.
+		NoStorePrefixes: []string{"/api/", "/mcp"},
+	}, api)
+	edge.Handle("/mcp", mcp.Handler(a.MCPConfig()))
+	return edge
+}
+
+// MetricsHandler serves m at /metrics (and nothing else) for the metrics
+// listener, behind an edge of its own: its errors are envelopes too, and
+// scrapes are neither logged nor counted.
+func MetricsHandler(m *telemetry.Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	return httpedge.New(httpedge.Config{}, mux)
+}
+
+// HTTPServer is the http.Server of every billingd listener, for handler:
+// timeouts that let a second call wait for Stripe but not a slow client
+// hold a connection forever, and a header limit far below net/http's 1 MiB.
+func HTTPServer(cfg config.Config, handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      cfg.StripeTimeout + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    httpedge.MaxHeaderBytes,
+	}
 }
 
 // MCPConfig is what the MCP tools need, at /mcp and in billingd mcp stdio.
@@ -183,4 +226,20 @@ func paymentsFor(cfg config.Config, payments billing.PaymentProvider) billing.Pa
 		return payments
 	}
 	return stripepay.New(stripepay.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout})
+}
+
+// webhookParser is the Stripe adapter's webhook parser bound to secret, in
+// the shape the REST transport asks for (nil when webhooks are not
+// configured), so that the transport never imports the adapter.
+func webhookParser(secret string) rest.WebhookParser {
+	if secret == "" {
+		return nil
+	}
+	return func(payload []byte, signature string) (billing.SubscriptionEvent, bool, error) {
+		ev, relevant, err := stripepay.ParseSubscriptionEvent(payload, signature, secret)
+		if errors.Is(err, stripepay.ErrBadSignature) {
+			err = fmt.Errorf("%w: %w", rest.ErrWebhookSignature, err)
+		}
+		return ev, relevant, err
+	}
 }

@@ -18,8 +18,12 @@ import (
 
 // Config is billingd's configuration.
 type Config struct {
-	DatabaseURL         string
-	ListenAddr          string
+	DatabaseURL string
+	ListenAddr  string
+	// MetricsAddr (METRICS_ADDR) is where /metrics is served, on a listener
+	// of its own so that the API's listener never exposes it; "" when
+	// disabled (METRICS_ADDR=off).
+	MetricsAddr         string
 	PublicBaseURL       string
 	StripeSecretKey     string
 	StripeAPIBase       string
@@ -74,6 +78,7 @@ func Load(getenv func(string) string) (Config, error) {
 	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
 		fail("LISTEN_ADDR", "want host:port, got %q", c.ListenAddr)
 	}
+	c.MetricsAddr = metricsAddr(getenv("METRICS_ADDR"), fail)
 	c.PublicBaseURL = strings.TrimSuffix(or(getenv("PUBLIC_BASE_URL"), "http://"+c.ListenAddr), "/")
 	if !isHTTPURL(c.PublicBaseURL) {
 		fail("PUBLIC_BASE_URL", "want an http(s) URL")
@@ -131,6 +136,27 @@ func Load(getenv func(string) string) (Config, error) {
 // billingd dev sets the key after Load.
 func (c Config) StripeLivemode() bool {
 	return !strings.HasPrefix(c.StripeSecretKey, "sk_test_") && !strings.HasPrefix(c.StripeSecretKey, "rk_test_")
+}
+
+// DefaultMetricsAddr is METRICS_ADDR's default: loopback only, so that
+// metrics (route and outcome counts, pool and runtime statistics) reach a
+// local scraper or a sidecar, never the internet. 9464 (the OpenTelemetry
+// Prometheus exporter's port), not 9090, where Prometheus itself listens.
+const DefaultMetricsAddr = "127.0.0.1:9464"
+
+// metricsAddr reads METRICS_ADDR: host:port, "off" to serve no metrics, or
+// unset for DefaultMetricsAddr.
+func metricsAddr(v string, fail func(name, format string, args ...any)) string {
+	switch v {
+	case "":
+		return DefaultMetricsAddr
+	case "off":
+		return ""
+	}
+	if _, _, err := net.SplitHostPort(v); err != nil {
+		fail("METRICS_ADDR", "want host:port or off, got %q", v)
+	}
+	return v
 }
 
 // Require reports the first of the named variables that is unset.

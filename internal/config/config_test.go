@@ -42,6 +42,7 @@ func TestLoadDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"ListenAddr", c.ListenAddr, "127.0.0.1:8080"},
+		{"MetricsAddr", c.MetricsAddr, "127.0.0.1:9464"},
 		{"PublicBaseURL", c.PublicBaseURL, "http://127.0.0.1:8080"},
 		{"OAuthAudiences", strings.Join(c.OAuthAudiences, ","), "http://127.0.0.1:8080,http://127.0.0.1:8080/mcp"},
 		{"OAuthOrgClaim", c.OAuthOrgClaim, "org_id"},
@@ -402,6 +403,21 @@ func TestStripeLivemode(t *testing.T) {
 	} {
 		if got := (Config{StripeSecretKey: key}).StripeLivemode(); got != live {
 			t.Errorf("StripeLivemode(%s) = %t, want %t", key, got, live)
+		}
+	}
+}
+
+// TestLoadMetricsAddr: METRICS_ADDR is host:port, off disables the metrics
+// listener, anything else stops the process naming the variable.
+func TestLoadMetricsAddr(t *testing.T) {
+	for value, want := range map[string]string{"": DefaultMetricsAddr, "off": "", "0.0.0.0:9100": "0.0.0.0:9100", "127.0.0.1:0": "127.0.0.1:0"} {
+		if got := load(t, map[string]string{"METRICS_ADDR": value}).MetricsAddr; got != want {
+			t.Errorf("METRICS_ADDR=%q: %q, want %q", value, got, want)
+		}
+	}
+	for _, bad := range []string{"9100", "yes", "http://127.0.0.1:9100"} {
+		if _, err := Load(env(map[string]string{"METRICS_ADDR": bad})); err == nil || !strings.Contains(err.Error(), "METRICS_ADDR") {
+			t.Errorf("METRICS_ADDR=%q: %v", bad, err)
 		}
 	}
 }

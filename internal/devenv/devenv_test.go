@@ -15,6 +15,7 @@ import (
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/devissuer"
+	"github.com/billingd/billingd/internal/stripefake"
 )
 
 func TestIsLoopback(t *testing.T) {
@@ -103,7 +104,7 @@ func TestPrintWelcome(t *testing.T) {
 	}
 	cfg.DatabaseURL, cfg.StripeSecretKey, cfg.StripeAPIBase = "postgres://u:p@127.0.0.1:5/billingd", stripeMockKey, "http://127.0.0.1:12111"
 	cfg.OAuthIssuer = iss.IssuerURL()
-	e := &Env{Config: cfg, Issuer: iss, Database: "db", Stripe: "stripe", dir: ".dev"}
+	e := &Env{Config: cfg, Issuer: iss, Database: "db", Stripe: "stripe", dir: ".dev", stateDir: "/var/lib/billingd-dev/x"}
 	acct := billing.Account{Org: billing.Org{ID: DemoOrg, Name: DemoOrgName}, Subscription: billing.Subscription{Plan: DemoPlan}}
 
 	var out strings.Builder
@@ -116,6 +117,7 @@ func TestPrintWelcome(t *testing.T) {
 		"curl -s -X POST http://127.0.0.1:18080/api/billing/upgrade -H 'Authorization: Bearer ey",
 		"within 60s",
 		"'http://127.0.0.1:18080/api/billing/audit?limit=10'",
+		"Data stays in /var/lib/billingd-dev/x;",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("welcome text lacks %q:\n%s", want, text)
@@ -171,5 +173,89 @@ func mustJSON(t *testing.T, render func(string) (string, error), v any) {
 	}
 	if err := json.Unmarshal([]byte(out), v); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
+	}
+}
+
+func TestParseStripeStandIn(t *testing.T) {
+	for in, want := range map[string]StripeStandIn{"": StripeFake, "fake": StripeFake, "mock": StripeMock} {
+		if got, err := ParseStripeStandIn(in); err != nil || got != want {
+			t.Errorf("ParseStripeStandIn(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseStripeStandIn("stripe"); err == nil {
+		t.Error("ParseStripeStandIn(stripe) accepted an unknown stand-in")
+	}
+}
+
+// TestRenew: a saved subscription whose period ended while billingd dev was
+// not running is in a current period again when loaded.
+func TestRenew(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const period = 30 * 24 * time.Hour
+	for _, tc := range []struct {
+		now       time.Time
+		wantStart time.Time
+	}{
+		{start.Add(time.Hour), start},
+		{start.Add(period), start},
+		{start.Add(period + time.Second), start.Add(period)},
+		{start.Add(95 * 24 * time.Hour), start.Add(3 * period)},
+	} {
+		sub := stripefake.Subscription{CurrentPeriodStart: start, CurrentPeriodEnd: start.Add(period)}
+		renew(&sub, tc.now)
+		if !sub.CurrentPeriodStart.Equal(tc.wantStart) || sub.CurrentPeriodEnd.Sub(sub.CurrentPeriodStart) != period {
+			t.Errorf("at %v: period %v – %v, want from %v", tc.now, sub.CurrentPeriodStart, sub.CurrentPeriodEnd, tc.wantStart)
+		}
+	}
+}
+
+func TestHomeName(t *testing.T) {
+	a, b := homeName("/root/src/billingd/.dev"), homeName("/tmp/tmp.x1/billingd/.dev")
+	if !strings.HasPrefix(a, "billingd-") || !strings.HasPrefix(b, "billingd-") || a == b {
+		t.Errorf("homeName: %q and %q, want billingd-<hash>, different", a, b)
+	}
+	if got := homeName("/tmp/my checkout/.dev"); !strings.HasPrefix(got, "my_checkout-") {
+		t.Errorf("homeName with a space = %q", got)
+	}
+	if got := homeName("/tmp/.hidden/.dev"); strings.HasPrefix(got, ".") {
+		t.Errorf("homeName of a dot directory = %q, a hidden name", got)
+	}
+}
+
+// TestEnsurePrivateDir: as root, a directory someone else owns or a
+// symbolic link where the cluster's home should be is refused.
+func TestEnsurePrivateDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it hands directories to other users")
+	}
+	parent := t.TempDir()
+	other := &syscall.Credential{Uid: 65534, Gid: 65534}
+	root := &syscall.Credential{Uid: 0}
+	own := parent + "/own"
+	if err := ensurePrivateDir(own, 0o700, other); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if err := ensurePrivateDir(own, 0o700, other); err != nil {
+		t.Fatalf("again: %v", err)
+	}
+	if err := ensurePrivateDir(own, 0o700, root); err == nil {
+		t.Error("accepted a directory of another owner")
+	}
+	link := parent + "/link"
+	if err := os.Symlink(own, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensurePrivateDir(link, 0o700, other); err == nil {
+		t.Error("accepted a symbolic link")
+	}
+	open := parent + "/open"
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensurePrivateDir(open, 0o755, root); err == nil {
+		t.Error("accepted a directory anyone can write to")
 	}
 }

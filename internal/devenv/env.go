@@ -1,6 +1,7 @@
 package devenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,9 +18,15 @@ import (
 
 // Options configure Start.
 type Options struct {
-	// Dir holds the private cluster (Dir/pg), its password and the helpers'
-	// logs; billingd dev uses .dev in the working directory.
+	// Dir holds the helpers' logs and, unless billingd runs as root, the
+	// private cluster (Dir/pg), its password and the Stripe fake's state;
+	// billingd dev uses .dev in the working directory. As root, the cluster
+	// and the fake's state live where the postgres user can reach them
+	// (see rootHome), and the welcome text names the place.
 	Dir string
+	// Stripe is the stand-in to run when STRIPE_SECRET_KEY is unset; empty
+	// means StripeFake.
+	Stripe StripeStandIn
 	// Progress receives a line per step and the helpers' complaints.
 	Progress io.Writer
 }
@@ -35,7 +42,10 @@ type Env struct {
 	// Database and Stripe say where those came from, for the welcome text.
 	Database, Stripe string
 
-	dir      string
+	dir      string        // the dev directory: logs
+	stateDir string        // where the data lives: the dev directory or, as root, the cluster's home
+	standIn  StripeStandIn // what runs if STRIPE_SECRET_KEY is unset
+	fake     *fakeStripe   // when the Stripe fake runs
 	progress io.Writer
 	stops    []func() error // run in reverse order by Stop
 }
@@ -66,11 +76,11 @@ func isLoopback(listenAddr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Start brings up what cfg lacks: a database unless DATABASE_URL is set,
-// stripe-mock unless STRIPE_SECRET_KEY is set, and always the development
-// token issuer. On error it stops whatever it had started.
+// Start brings up what cfg lacks: a database unless DATABASE_URL is set, a
+// Stripe stand-in (opts.Stripe) unless STRIPE_SECRET_KEY is set, and always
+// the development token issuer. On error it stops whatever it had started.
 func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Env, err error) {
-	e := &Env{Config: cfg, dir: opts.Dir, progress: opts.Progress}
+	e := &Env{Config: cfg, dir: opts.Dir, stateDir: opts.Dir, standIn: cmp.Or(opts.Stripe, StripeFake), progress: opts.Progress}
 	if e.progress == nil {
 		e.progress = io.Discard
 	}
@@ -85,7 +95,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Env, err er
 	if err := e.startDatabase(ctx, opts.Dir); err != nil {
 		return nil, err
 	}
-	if err := e.startStripe(ctx, opts.Dir); err != nil {
+	if err := e.startStripe(ctx); err != nil {
 		return nil, err
 	}
 	if err := e.startIssuer(); err != nil {
@@ -138,35 +148,72 @@ func (e *Env) startDatabase(ctx context.Context, dir string) error {
 		"or point it at an existing server: DATABASE_URL=postgres://user:password@host:5432/db")
 }
 
+// startCluster runs the private cluster. With the Stripe fake, billingd
+// uses a database of its own, paired with the fake's saved state: when that
+// state is missing (first run, or removed), the database is made anew,
+// since the Stripe ids it holds would point at nothing.
 func (e *Env) startCluster(ctx context.Context, binDir, dir string) error {
 	c, err := newCluster(binDir, dir)
 	if err != nil {
 		return err
 	}
-	proc, dbURL, err := c.start(ctx)
+	e.stateDir = c.home
+	database, fresh := clusterDatabase, false
+	if e.runsFake() {
+		database, fresh = clusterFakeDatabase, !hasFakeState(c.home)
+	}
+	proc, dbURL, err := c.start(ctx, database, fresh)
 	if err != nil {
 		return err
 	}
 	e.stops = append(e.stops, func() error { return stopPostgres(proc) })
-	e.Config.DatabaseURL, e.Database = dbURL, "a private cluster in "+c.dataDir+" ("+binDir+"), log "+c.logPath
+	runAs := ""
+	if c.owner != nil {
+		runAs = ", run by user postgres"
+	}
+	e.Config.DatabaseURL, e.Database = dbURL, "a private cluster in "+c.dataDir+" ("+binDir+runAs+"), log "+c.logPath
 	e.step("PostgreSQL on %s (pid %d, data in %s)", hostOf(dbURL), proc.pid(), c.dataDir)
 	return nil
 }
 
-// startStripe runs stripe-mock unless a Stripe key is configured.
-func (e *Env) startStripe(ctx context.Context, dir string) error {
-	if e.Config.StripeSecretKey != "" {
+// runsFake reports whether billingd dev serves the Stripe fake.
+func (e *Env) runsFake() bool {
+	return e.Config.StripeSecretKey == "" && e.standIn == StripeFake
+}
+
+// startStripe runs the chosen stand-in unless a Stripe key is configured.
+func (e *Env) startStripe(ctx context.Context) error {
+	switch {
+	case e.Config.StripeSecretKey != "":
 		e.Stripe = "Stripe, with STRIPE_SECRET_KEY"
 		return nil
+	case e.runsFake():
+		return e.startFakeStripe()
 	}
-	proc, base, err := startStripeMock(ctx, dir)
+	proc, base, err := startStripeMock(ctx, e.dir)
 	if err != nil {
 		return err
 	}
 	e.stops = append(e.stops, func() error { return stopStripeMock(proc) })
 	e.Config.StripeSecretKey, e.Config.StripeAPIBase = stripeMockKey, base
-	e.Stripe = "stripe-mock " + StripeMockVersion + " at " + base + " (stateless: it accepts every request)"
+	e.Stripe = "stripe-mock " + StripeMockVersion + " at " + base + " (stateless: every request succeeds with 2009 fixtures; --stripe=fake for real dates)"
 	e.step("stripe-mock on %s (pid %d)", base, proc.pid())
+	return nil
+}
+
+// startFakeStripe serves internal/stripefake in this process, its state
+// kept next to the database.
+func (e *Env) startFakeStripe() error {
+	f, err := startFakeStripe(e.Config.Plans, e.stateDir, e.progress)
+	if err != nil {
+		return err
+	}
+	e.stops = append(e.stops, f.stop)
+	e.fake = f
+	e.Config.StripeSecretKey, e.Config.StripeAPIBase = stripeMockKey, f.base
+	e.Stripe = "the Stripe fake (internal/stripefake) at " + f.base + ", state in " + f.statePath +
+		" (keeps subscriptions, honours idempotency keys, prorates from the period; --stripe=mock for stripe-mock)"
+	e.step("Stripe fake on %s", f.base)
 	return nil
 }
 

@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"os/exec"
@@ -16,14 +19,19 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// The private cluster's superuser and the database billingd uses in it.
+// The private cluster's superuser and the databases billingd uses in it:
+// one per kind of Stripe, since the ids a database holds are only good
+// with the Stripe that issued them. stripe-mock accepts any id, so its
+// database is the one of earlier versions.
 const (
-	clusterUser     = "postgres"
-	clusterDatabase = "billingd"
+	clusterUser         = "postgres"
+	clusterDatabase     = "billingd"
+	clusterFakeDatabase = "billingd_stripefake"
 )
 
 // errNoPostgres means no PostgreSQL server binaries were found.
@@ -83,15 +91,18 @@ func isExecutable(path string) bool {
 // of its superuser and who runs its processes.
 type cluster struct {
 	binDir   string
-	dataDir  string // <dir>/pg
-	pwFile   string // <dir>/pg.password
-	logPath  string // <dir>/postgres.log
+	home     string // holds the data directory and the password: the dev directory, or rootHome's
+	dataDir  string // <home>/pg
+	pwFile   string // <home>/pg.password
+	logPath  string // <dev directory>/postgres.log
 	owner    *syscall.Credential
 	password string
 }
 
-// newCluster prepares the cluster under dir: the data directory (initialised
-// on first use) and its password.
+// newCluster prepares the cluster of the dev directory dir: the data
+// directory (initialised on first use) and its password. As a normal user
+// both live in dir; as root, in a directory of their own that the postgres
+// user owns (rootHome).
 func newCluster(binDir, dir string) (*cluster, error) {
 	owner, err := clusterOwner()
 	if err != nil {
@@ -102,13 +113,14 @@ func newCluster(binDir, dir string) (*cluster, error) {
 	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, err
 	}
-	c := &cluster{binDir: binDir, dataDir: filepath.Join(dir, "pg"), pwFile: filepath.Join(dir, "pg.password"),
-		logPath: filepath.Join(dir, "postgres.log"), owner: owner}
+	home := dir
 	if owner != nil {
-		if err := checkReachable(dir, owner); err != nil {
+		if home, err = rootHome(dir, owner); err != nil {
 			return nil, err
 		}
 	}
+	c := &cluster{binDir: binDir, home: home, dataDir: filepath.Join(home, "pg"), pwFile: filepath.Join(home, "pg.password"),
+		logPath: filepath.Join(dir, "postgres.log"), owner: owner}
 	if c.password, err = c.readOrCreatePassword(); err != nil {
 		return nil, err
 	}
@@ -138,9 +150,80 @@ func clusterOwner() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
+// rootHome is where root's cluster for the dev directory dir (absolute)
+// lives: the postgres user that runs it must reach it, and a checkout
+// under /root or a mktemp -d directory (mode 700) is out of its reach. So
+// the cluster goes to <base>/<checkout>-<hash of dir>, one per checkout,
+// owned by postgres, where base is /var/lib/billingd-dev (kept across
+// reboots), else billingd-dev in the temporary directory. Both levels are
+// checked, not trusted: base must be root's alone, and the cluster's
+// directory postgres's alone, so that no other user can have planted a
+// directory or a symbolic link there.
+func rootHome(dir string, owner *syscall.Credential) (string, error) {
+	base := filepath.Join(os.TempDir(), "billingd-dev")
+	if fi, err := os.Stat("/var/lib"); err == nil && fi.IsDir() {
+		base = "/var/lib/billingd-dev"
+	}
+	if err := ensurePrivateDir(base, 0o755, &syscall.Credential{Uid: 0}); err != nil {
+		return "", err
+	}
+	home := filepath.Join(base, homeName(dir))
+	if err := ensurePrivateDir(home, 0o700, owner); err != nil {
+		return "", err
+	}
+	if err := checkReachable(home, owner); err != nil {
+		return "", err
+	}
+	// Says whose cluster this is, for whoever cleans up base one day.
+	if err := os.WriteFile(filepath.Join(home, "checkout"), []byte(filepath.Dir(dir)+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("write %s: %w", filepath.Join(home, "checkout"), err)
+	}
+	return home, nil
+}
+
+// homeName names the cluster directory of the dev directory dir: the
+// checkout's name, for people, and a hash of dir's path, so that two
+// checkouts of the same name get a cluster each.
+func homeName(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	name := strings.Map(func(r rune) rune {
+		if r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_' || r == '.') {
+			return r
+		}
+		return '_'
+	}, filepath.Base(filepath.Dir(dir)))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return strings.TrimLeft(name, ".") + "-" + hex.EncodeToString(sum[:6])
+}
+
+// ensurePrivateDir creates path with perm, owned by owner, unless it
+// exists; either way, path must then be a directory (not a symbolic link)
+// that owner owns and no one else can write to.
+func ensurePrivateDir(path string, perm os.FileMode, owner *syscall.Credential) error {
+	switch err := os.Mkdir(path, perm); {
+	case err == nil:
+		if err := os.Chown(path, int(owner.Uid), int(owner.Gid)); err != nil {
+			return fmt.Errorf("hand %s to uid %d: %w", path, owner.Uid, err)
+		}
+	case !errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || st.Uid != owner.Uid || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s must be a directory owned by uid %d that no one else can write to; remove it and run billingd dev again", path, owner.Uid)
+	}
+	return nil
+}
+
 // checkReachable fails early, with advice, when owner cannot enter dir (an
-// absolute path) and every directory above it: as root in /root (mode 700),
-// initdb would fail with a bare "Permission denied".
+// absolute path) and every directory above it: initdb would fail with a
+// bare "Permission denied".
 func checkReachable(dir string, owner *syscall.Credential) error {
 	for p := dir; ; p = filepath.Dir(p) {
 		fi, err := os.Stat(p)
@@ -149,7 +232,7 @@ func checkReachable(dir string, owner *syscall.Credential) error {
 		}
 		if !canEnter(fi, owner) {
 			return fmt.Errorf("running as root: the PostgreSQL cluster runs as user postgres, which cannot enter %s; "+
-				"run billingd dev as a normal user, from a directory postgres can reach, or set DATABASE_URL", p)
+				"make it searchable (chmod o+x %s), or set DATABASE_URL", p, p)
 		}
 		if p == filepath.Dir(p) {
 			return nil
@@ -226,7 +309,10 @@ func (c *cluster) initdb() error {
 // limit in a deep working tree). pg_ctl start is not used because it
 // detaches the server, which would then outlive a billingd killed with
 // SIGKILL; as a child it gets SIGINT (fast shutdown) from the kernel instead.
-func (c *cluster) start(ctx context.Context) (*process, string, error) {
+//
+// It returns the URL of database, which it creates unless it exists, or
+// anew when fresh.
+func (c *cluster) start(ctx context.Context, database string, fresh bool) (*process, string, error) {
 	port, err := freeLoopbackPort()
 	if err != nil {
 		return nil, "", err
@@ -244,11 +330,11 @@ func (c *cluster) start(ctx context.Context) (*process, string, error) {
 		_ = stopPostgres(proc)
 		return nil, "", err
 	}
-	if err := ensureDatabase(ctx, admin, clusterDatabase); err != nil {
+	if err := ensureDatabase(ctx, admin, database, fresh); err != nil {
 		_ = stopPostgres(proc)
 		return nil, "", err
 	}
-	return proc, c.url(port, clusterDatabase), nil
+	return proc, c.url(port, database), nil
 }
 
 func (c *cluster) url(port int, database string) string {
@@ -273,13 +359,19 @@ func ping(ctx context.Context, databaseURL string) error {
 	return conn.Close(ctx)
 }
 
-// ensureDatabase creates the named database unless it exists.
-func ensureDatabase(ctx context.Context, adminURL, name string) error {
+// ensureDatabase creates the named database unless it exists; when fresh,
+// it drops it first.
+func ensureDatabase(ctx context.Context, adminURL, name string, fresh bool) error {
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return fmt.Errorf("connect to the dev cluster: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if fresh {
+		if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()); err != nil {
+			return fmt.Errorf("drop database %s: %w", name, err)
+		}
+	}
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
 		return fmt.Errorf("look for database %s: %w", name, err)

@@ -34,16 +34,31 @@ type orgCreator interface {
 // SeedDemoOrg creates the demo org on the pro plan unless it exists, so a
 // restart keeps whatever plan the last session left it on. The plan catalog
 // needs no seeding: it is configuration (the default catalog or PLANS_FILE),
-// and stripe-mock accepts its price ids.
-func SeedDemoOrg(ctx context.Context, store accounts, svc orgCreator) (billing.Account, error) {
+// and the Stripe stand-ins are given, or accept, its price ids.
+//
+// On the Stripe fake, the demo subscription starts demoSubscriptionAge ago,
+// so that the first upgrade shows a prorated amount.
+func (e *Env) SeedDemoOrg(ctx context.Context, store accounts, svc orgCreator) (billing.Account, error) {
 	acct, _, err := store.Account(ctx, DemoOrg)
 	if err == nil {
+		if e.fake != nil && !e.fake.knows(acct.Subscription.StripeSubscriptionID) {
+			return billing.Account{}, fmt.Errorf("the demo org in %s was created with another Stripe, whose subscription %s the Stripe fake does not know: "+
+				"run billingd dev --stripe=mock, or use a fresh database", e.Database, acct.Subscription.StripeSubscriptionID)
+		}
 		return acct, nil
 	}
 	if !errors.Is(err, billing.ErrNotFound) {
 		return billing.Account{}, fmt.Errorf("look up the demo org: %w", err)
 	}
-	acct, err = svc.CreateOrg(ctx, DemoOrg, DemoOrgName, DemoEmail, DemoPlan)
+	create := func() (err error) {
+		acct, err = svc.CreateOrg(ctx, DemoOrg, DemoOrgName, DemoEmail, DemoPlan)
+		return err
+	}
+	if e.fake != nil {
+		err = e.fake.backdated(demoSubscriptionAge, create)
+	} else {
+		err = create()
+	}
 	if err != nil {
 		// The whole cause, Stripe's text included: this reaches the operator's
 		// terminal, not a client. With STRIPE_SECRET_KEY the usual one is a

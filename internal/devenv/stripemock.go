@@ -36,7 +36,7 @@ func findStripeMock() (string, error) {
 			return filepath.Abs(p)
 		}
 	}
-	return "", fmt.Errorf("stripe-mock not found: run make run (it installs it), or go install github.com/stripe/stripe-mock@%s, or set STRIPE_SECRET_KEY to use Stripe's test mode", StripeMockVersion)
+	return "", fmt.Errorf("stripe-mock not found: run make tools (it installs it), or go install github.com/stripe/stripe-mock@%s, or set STRIPE_SECRET_KEY to use Stripe's test mode", StripeMockVersion)
 }
 
 func goPath() string {

@@ -50,7 +50,7 @@ func (e *Env) PrintWelcome(w io.Writer, acct billing.Account) error {
 	if err != nil {
 		return err
 	}
-	v := welcome{Account: acct, BaseURL: e.Config.PublicBaseURL, Issuer: e.Config.OAuthIssuer, Dir: e.dir,
+	v := welcome{Account: acct, BaseURL: e.Config.PublicBaseURL, Issuer: e.Config.OAuthIssuer, Dir: e.stateDir,
 		Database: e.Database, Stripe: e.Stripe, AgentToken: agent, AdminToken: admin,
 		Expires: time.Now().Add(TokenTTL).UTC().Format("2006-01-02 15:04 MST"), ConfirmTTL: fmt.Sprintf("%ds", int(e.Config.ConfirmTTL.Seconds())),
 		AgentScopes: strings.Join(agentScopes, " "), AdminScopes: strings.Join(adminScopes, " "),

@@ -78,8 +78,9 @@ func (m *Metrics) ObserveHandshake(op billing.Operation, res billing.ChangeResul
 }
 
 // Outcome names what a handshake call did: "proposed" (a first call that
-// issued a token), "executed" (a second call that changed the plan), "noop"
-// (already on the plan), or the error code it failed with
+// issued a token), "executed" (a second call that changed the plan),
+// "replayed" (a repeated second call answered with the original result),
+// "noop" (already on the plan), or the error code it failed with
 // (consent_token_expired, payment_failed, …). The error codes are the
 // contract's fixed list, so the label stays bounded.
 func Outcome(res billing.ChangeResult, err error) string {
@@ -90,6 +91,8 @@ func Outcome(res billing.ChangeResult, err error) string {
 		return "proposed"
 	case res.Noop:
 		return "noop"
+	case res.Replayed:
+		return "replayed"
 	default:
 		return "executed"
 	}
