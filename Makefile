@@ -18,7 +18,7 @@ TEST_DATABASE_URL ?= $(LOCAL_PG)
 export TEST_DATABASE_URL
 
 .DEFAULT_GOAL := help
-.PHONY: help run test build tools lint fuzz docker migrate-new bench
+.PHONY: help run test build tools lint fuzz docker migrate-new bench view
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,12 +42,26 @@ NPM_CLIENT_INSTALLED := $(NPM_CLIENT)/node_modules/.package-lock.json
 # 145 s four at a time, -race, on a shared 2-core machine.
 TEST_PARALLEL ?= 4
 
-test: tools $(NPM_CLIENT_INSTALLED) ## run every test: unit, and integration against PostgreSQL and stripe-mock
+test: tools $(NPM_CLIENT_INSTALLED) $(APP_VIEW_INSTALLED) ## run every test: unit, and integration against PostgreSQL and stripe-mock
 	go test -race -count=1 -parallel $(TEST_PARALLEL) ./...
 
 $(NPM_CLIENT_INSTALLED): $(NPM_CLIENT)/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --prefix $(NPM_CLIENT) --no-audit --no-fund; \
 	else echo "npm not found: TestMCPNpmClient will skip (and fail with CI=true)"; fi
+
+# The MCP Apps view (mcp/appview) inlines the official ext-apps SDK pinned by
+# its lock file; view.html is committed, so building billingd needs no npm.
+# `make view` rebuilds it after a change to view.src.html or the pin, and
+# TestViewMatchesPinnedSource checks that the committed file is that build.
+APP_VIEW := mcp/appview
+APP_VIEW_INSTALLED := $(APP_VIEW)/node_modules/.package-lock.json
+
+$(APP_VIEW_INSTALLED): $(APP_VIEW)/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix $(APP_VIEW) --no-audit --no-fund; \
+	else echo "npm not found: TestViewMatchesPinnedSource will skip (and fail with CI=true)"; fi
+
+view: $(APP_VIEW_INSTALLED) ## rebuild mcp/appview/view.html (the MCP Apps view) from its source and the pinned ext-apps SDK
+	go run ./mcp/appview/build $(APP_VIEW)
 
 tools: $(STRIPE_MOCK) ## install the pinned test tools (stripe-mock)
 

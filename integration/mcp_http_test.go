@@ -15,7 +15,7 @@ import (
 	"github.com/billingd/billingd/internal/devissuer"
 )
 
-// TestMCPListTools checks the tool list an agent sees: the contract's five
+// TestMCPListTools checks the tool list an agent sees: the contract's six
 // names, annotations, input schemas from the typed arguments, an output
 // schema, and descriptions that teach the two calls.
 func TestMCPListTools(t *testing.T) {
@@ -31,8 +31,8 @@ func TestMCPListTools(t *testing.T) {
 	for _, tool := range res.Tools {
 		tools[tool.Name] = tool
 	}
-	if len(tools) != 5 {
-		t.Fatalf("tools %v, want the five of contract §7", keysOfTools(tools))
+	if len(tools) != 6 {
+		t.Fatalf("tools %v, want the five of contract §7 and confirm_plan_change of §7.1", keysOfTools(tools))
 	}
 	type want struct {
 		readOnly, destructive, idempotent, openWorld bool
@@ -44,6 +44,7 @@ func TestMCPListTools(t *testing.T) {
 		"get_subscription":    {readOnly: true},
 		"list_plans":          {readOnly: true},
 		"cancel_confirmation": {idempotent: true, required: []string{"confirmation_id"}},
+		"confirm_plan_change": {destructive: true, openWorld: true, required: []string{"confirmation_id", "confirm_token"}},
 	}
 	for name, w := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -56,7 +56,7 @@ func TestMCPNpmClient(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("client output %q: %v", stdout.String(), err)
 	}
-	if out.ProtocolVersion != protocol20251125 || out.Server.Name != "billingd" || len(out.Tools) != 5 {
+	if out.ProtocolVersion != protocol20251125 || out.Server.Name != "billingd" || len(out.Tools) != 6 {
 		t.Fatalf("session: %s", stdout.String())
 	}
 	for _, tool := range out.Tools {

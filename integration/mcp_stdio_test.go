@@ -73,7 +73,7 @@ func TestMCPStdio(t *testing.T) {
 	t.Cleanup(func() { _ = cs.Close() })
 
 	tools, err := cs.ListTools(ctx, nil)
-	if err != nil || len(tools.Tools) != 5 {
+	if err != nil || len(tools.Tools) != 6 { // contract §7 and confirm_plan_change (§7.1)
 		t.Fatalf("tools: %v %v", err, tools)
 	}
 	var p proposal

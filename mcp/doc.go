@@ -2,13 +2,21 @@
 // handshake as tools an AI agent can call (contract §7), on the official Go
 // SDK (github.com/modelcontextprotocol/go-sdk, imported here as sdk).
 //
-// The five tools (upgrade_plan, downgrade_plan, get_subscription, list_plans,
-// cancel_confirmation) decode their typed arguments, call billing.Service and
+// The five tools of the agent (upgrade_plan, downgrade_plan, get_subscription,
+// list_plans, cancel_confirmation), and confirm_plan_change for the MCP Apps
+// view, decode their typed arguments, call billing.Service and
 // encode its result; every handshake rule lives in billing, so a token issued
 // over MCP is redeemable over REST and the other way round. Successful
 // results carry the REST body as structuredContent; failures are isError
 // results with the contract's {"error":{"code","message"}}, built by the one
 // mapping in results.go.
+//
+// For chat hosts that render MCP Apps (extension io.modelcontextprotocol/ui),
+// the plan tools link billingd's own view of the proposal (mcp/appview, the
+// resource ui://billingd/plan-change.html), whose Confirm button makes the
+// second call through the app-only tool confirm_plan_change; such a client's
+// first call carries the token only in the result's _meta, out of the
+// model's reach (apps.go).
 //
 // Identity reaches a tool only through the SDK's token info
 // (req.Extra.TokenInfo), never through an argument. Over Streamable HTTP

@@ -38,6 +38,11 @@ type Config struct {
 	// Observer, when set, is told about every handshake call the plan tools
 	// make, so that MCP calls are counted with the REST API's.
 	Observer HandshakeObserver
+	// ReplicaID (MCP_REPLICA_ID), when set, starts every session id this
+	// process issues ("<id>.<random>"), so that a reverse proxy in front of
+	// several replicas sends each 2025-11-25 session to the process that
+	// holds it (docs/deployment-replicas.md, replicas.go).
+	ReplicaID string
 }
 
 // HandshakeObserver receives the outcome of each handshake call
@@ -58,7 +63,8 @@ const instructions = `billingd changes this organisation's subscription plan. ` 
 	`upgrade_plan and downgrade_plan take two calls: the first never changes anything and returns a summary and a confirm_token; ` +
 	`show the summary to the user verbatim and make the second call, with the confirm_token, only after the user explicitly agrees. ` +
 	`Use list_plans for plan ids and prices, get_subscription for the current plan, and cancel_confirmation when the user declines. ` +
-	`Clients that support elicitation may see billingd ask the user directly instead; the tool results say what happened.`
+	`Clients that support elicitation may see billingd ask the user directly instead; the tool results say what happened. ` +
+	`Clients that render MCP Apps get billingd's own view of the proposal, with Confirm and Cancel, and no token: let the user decide there.`
 
 // newServer returns an SDK server with billingd's tools.
 func newServer(cfg Config, states stateSealer) *sdk.Server {
@@ -66,11 +72,15 @@ func newServer(cfg Config, states stateSealer) *sdk.Server {
 		&sdk.ServerOptions{
 			Instructions: instructions,
 			Logger:       cfg.logger(),
-			// Only tools, and a fixed list of them: no logging capability (the
-			// SDK's default) and no list-changed notifications to subscribe to.
-			Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
+			// Tools and the one MCP Apps view (apps.go), a fixed list of
+			// each: no logging capability (the SDK's default) and no
+			// list-changed notifications to subscribe to.
+			GetSessionID: sessionIDs(cfg.ReplicaID),
+			Capabilities: appsCapable(&sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}, Resources: &sdk.ResourceCapabilities{}}),
 		})
-	registerTools(s, tools{svc: cfg.Service, log: cfg.logger(), states: states, observer: cfg.Observer})
+	t := tools{svc: cfg.Service, log: cfg.logger(), states: states, observer: cfg.Observer}
+	registerTools(s, t)
+	registerView(s, t)
 	s.AddReceivingMiddleware(sdkErrorsAsContract(cfg.logger()))
 	return s
 }
@@ -112,6 +122,7 @@ type interactiveFunc[In, Out any] func(ctx context.Context, req *sdk.CallToolReq
 type reply[Out any] struct {
 	out   Out
 	text  string
+	meta  sdk.Meta // the result's _meta: what the MCP Apps view needs and the model must not see
 	input *sdk.CallToolResult
 }
 
@@ -147,14 +158,18 @@ func addInteractiveTool[In, Out any](s *sdk.Server, t *sdk.Tool, log *slog.Logge
 		}
 		r, err := run(ctx, req, caller, in)
 		if err != nil {
-			return failure(ctx, log, t.Name, caller, err), nil, nil
+			res := failure(ctx, log, t.Name, caller, err)
+			res.Meta = failureMeta(err)
+			return res, nil, nil
 		}
 		if r.input != nil {
 			log.InfoContext(ctx, "tool call", callAttrs(t.Name, caller, "input_required")...)
 			return r.input, nil, nil
 		}
 		log.InfoContext(ctx, "tool call", callAttrs(t.Name, caller, "ok")...)
-		return success(r.text, r.out), r.out, nil
+		res := success(r.text, r.out)
+		res.Meta = r.meta
+		return res, r.out, nil
 	})
 }
 

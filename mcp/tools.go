@@ -31,7 +31,7 @@ const (
 		`consent_token_invalid means this call changed nothing (the token is unknown, superseded, cancelled or already used by another request): call get_subscription to see the current plan before starting again. ` +
 		`If the user declines, call cancel_confirmation with the confirmation_id. ` +
 		`If the organisation is already on that plan, the result says noop and no token is issued. ` +
-		elicitationInstructions
+		elicitationInstructions + appsInstructions
 	elicitationInstructions = `If your client supports elicitation, billingd may instead ask the user itself during the first call. ` +
 		`For a change that needs confirmation it shows the summary in a dialog: if the user accepts, the change is made in that same call ` +
 		`and the result has "ok": true; otherwise it has "cancelled": true, nothing changed, and you must not retry unless the user asks again. ` +
@@ -45,6 +45,7 @@ var toolScopes = map[string]string{
 	toolUpgrade:      auth.ScopeWrite,
 	toolDowngrade:    auth.ScopeWrite,
 	toolCancel:       auth.ScopeWrite,
+	toolConfirm:      auth.ScopeWrite,
 	toolSubscription: auth.ScopeRead,
 	toolPlans:        auth.ScopeRead,
 }
@@ -70,19 +71,22 @@ type planList struct {
 
 func ptr[T any](v T) *T { return &v }
 
-// registerTools adds the five tools of contract §7 to s.
+// registerTools adds the five tools of contract §7 to s (registerView adds
+// the sixth, confirm_plan_change).
 func registerTools(s *sdk.Server, t tools) {
 	addInteractiveTool(s, &sdk.Tool{
 		Name:        toolUpgrade,
 		Title:       "Upgrade the subscription plan",
 		Description: "Move the organisation to a more expensive plan; the second call charges the prorated difference now. " + twoCallInstructions,
 		Annotations: planChangeAnnotations("Upgrade the subscription plan"),
+		Meta:        viewToolMeta(),
 	}, t.log, t.changePlan(billing.OpUpgrade))
 	addInteractiveTool(s, &sdk.Tool{
 		Name:        toolDowngrade,
 		Title:       "Downgrade the subscription plan",
 		Description: "Move the organisation to a cheaper plan; the unused part of the period is credited on the next invoice. " + twoCallInstructions,
 		Annotations: planChangeAnnotations("Downgrade the subscription plan"),
+		Meta:        viewToolMeta(),
 	}, t.log, t.changePlan(billing.OpDowngrade))
 	addTool(s, &sdk.Tool{
 		Name:        toolSubscription,
@@ -146,6 +150,9 @@ func (t tools) changePlan(op billing.Operation) interactiveFunc[changePlanArgs, 
 		res, err := t.handshake(ctx, caller, billing.ChangeRequest{Operation: op, To: in.To, ConfirmToken: in.ConfirmToken})
 		if err != nil {
 			return reply[changeOutput]{}, err
+		}
+		if res.Proposed() && supportsApps(req.ClientCapabilities()) {
+			return forView(res), nil
 		}
 		mode := elicitMode(res, req.ClientCapabilities())
 		if mode == "" {

@@ -261,6 +261,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"stripe base", map[string]string{"STRIPE_API_BASE": "127.0.0.1:12111"}, "STRIPE_API_BASE"},
 		{"stripe timeout", map[string]string{"STRIPE_TIMEOUT": "0s"}, "STRIPE_TIMEOUT"},
 		{"mcp state key too short", map[string]string{"MCP_REQUEST_STATE_KEY": "0123456789abcdef0123456789abcde"}, "MCP_REQUEST_STATE_KEY"},
+		{"mcp replica id with a dot", map[string]string{"MCP_REPLICA_ID": "a.b"}, "MCP_REPLICA_ID"},
+		{"mcp replica id upper case", map[string]string{"MCP_REPLICA_ID": "Replica1"}, "MCP_REPLICA_ID"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

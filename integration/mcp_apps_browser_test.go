@@ -1,0 +1,267 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+
+	"github.com/billingd/billingd/internal/auth"
+)
+
+// billingd's MCP Apps view in a real host in a real browser: Debian's
+// Chromium loads integration/npmclient/apphost.html, a host made of the
+// official pieces (the npm MCP client and ext-apps' AppBridge), which calls
+// billingd, renders the view in a sandboxed iframe under the CSP the view
+// declares, and hands it the tool result; the test presses the view's
+// buttons like a person.
+
+// TestMCPAppViewInBrowser: Confirm executes the change once; Cancel cancels;
+// a proposal superseded by a newer one says so; one that waits for approval
+// links the approval page and executes once approved; the model's part of
+// the first call never holds the token. The screenshot of the proposal is
+// docs/images/mcp-app-view.png (kept up to date with MCP_APP_SCREENSHOT=1).
+func TestMCPAppViewInBrowser(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "5m"))
+	acct := h.createOrg("appweb", "Vector Build", "pro")
+	host := startAppHost(t, h)
+	token := h.mcpToken("appweb", "alice", "chat-host", auth.ScopeRead, auth.ScopeWrite)
+	rest := h.user("appweb", "alice")
+	b := newBrowser(t)
+
+	// Confirm.
+	view := b.openView(host, token, "upgrade_plan", "scale")
+	view.waitState("pending")
+	if pending := h.pendingSummaries(h.admin("appweb", "root")); !slices.Equal(pending, []string{view.text("summary")}) {
+		t.Fatalf("view shows %q, pending confirmations are %q", view.text("summary"), pending)
+	}
+	if amounts := view.text("amounts"); !strings.Contains(amounts, "pro") || !strings.Contains(amounts, "scale") || !strings.Contains(amounts, "Due now") {
+		t.Errorf("amounts %q", amounts)
+	}
+	if countdown := view.text("countdown"); !regexp.MustCompile(`^Expires in \d+:\d\d$`).MatchString(countdown) {
+		t.Errorf("countdown %q", countdown)
+	}
+	if saw := b.eval(`window.modelSaw`); strings.Contains(saw, "pbc_") || !strings.Contains(saw, "confirmation_id") {
+		t.Fatalf("the model's part of the first call: %s", saw)
+	}
+	b.screenshotView(t)
+	view.click("confirm")
+	view.waitState("done")
+	if outcome := view.text("outcome"); !strings.Contains(outcome, "now on the scale plan") {
+		t.Errorf("outcome %q", outcome)
+	}
+	if plan := h.subscription(rest); plan != "scale" {
+		t.Fatalf("plan %s after Confirm, want scale", plan)
+	}
+	h.wantStripeChanges(acct, 1)
+	b.waitModelContext(`"view_state":"done"`)
+
+	// Cancel.
+	view = b.openView(host, token, "downgrade_plan", "pro")
+	view.waitState("pending")
+	view.click("cancel")
+	view.waitState("cancelled")
+	if pending := h.pendingIDs(rest); len(pending) != 0 {
+		t.Fatalf("pending after Cancel: %v", pending)
+	}
+
+	// Superseded: a newer first call replaces the proposal on screen.
+	view = b.openView(host, token, "downgrade_plan", "pro")
+	view.waitState("pending")
+	h.propose(rest, "downgrade", "pro")
+	view.click("confirm")
+	view.waitState("superseded")
+	if plan := h.subscription(rest); plan != "scale" {
+		t.Fatalf("plan %s after a superseded Confirm, want scale", plan)
+	}
+	h.wantStripeChanges(acct, 1)
+
+	// Approval pending: the view links the approval page, which the host
+	// opens; Confirm waits until another admin approved, then executes.
+	h.setPolicy("appweb", `{"rules":[{"name":"agents need a human","caller":"agent","action":"approve"}]}`)
+	view = b.openView(host, token, "downgrade_plan", "free")
+	view.waitState("approval-pending")
+	view.click("approval-link")
+	waitCtx, cancelWait := context.WithTimeout(b.ctx, 10*time.Second)
+	_, err := chromedp.Run(waitCtx, chromedp.Poll[bool](`window.openedLinks.length > 0`))
+	cancelWait()
+	if err != nil {
+		t.Fatalf("the view did not ask the host to open the approval page: %v", err)
+	}
+	if opened := b.eval(`window.openedLinks.join(" ")`); !strings.HasPrefix(opened, h.url+"/approvals/cfm_") {
+		t.Fatalf("the host was asked to open %q, want the approval page", opened)
+	}
+	view.click("confirm")
+	view.waitTrue(`document.getElementById("outcome").innerText.includes("not approved this change yet")`)
+	for id := range h.pendingIDs(rest) {
+		wantStatus(t, h.do("POST", "/api/billing/confirmations/"+id+"/approve", h.admin("appweb", "bob"), nil), http.StatusOK, "")
+	}
+	view.click("confirm")
+	view.waitState("done")
+	if plan := h.subscription(rest); plan != "free" {
+		t.Fatalf("plan %s after an approved Confirm, want free", plan)
+	}
+	h.wantStripeChanges(acct, 2)
+	b.wantNoScriptErrors()
+}
+
+// TestMCPAppViewExpiresInBrowser: when the countdown runs out the view says
+// the proposal expired and offers no button; nothing changes.
+func TestMCPAppViewExpiresInBrowser(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "3s"))
+	acct := h.createOrg("appold", "Old", "pro")
+	host := startAppHost(t, h)
+	b := newBrowser(t)
+	view := b.openView(host, h.mcpToken("appold", "alice", "chat-host", auth.ScopeRead, auth.ScopeWrite), "upgrade_plan", "scale")
+	view.waitState("expired")
+	view.waitTrue(`document.getElementById("buttons").hidden`)
+
+	if plan := h.subscription(h.user("appold", "alice")); plan != "pro" {
+		t.Fatalf("plan %s", plan)
+	}
+	h.wantStripeChanges(acct, 0)
+}
+
+// startAppHost serves the test host page, its script bundled by the pinned
+// esbuild, and /mcp proxied to billingd, all on one origin as a chat host's
+// backend would be.
+func startAppHost(t *testing.T, h *harness) string {
+	t.Helper()
+	nodeWithSDK(t)
+	esbuild := filepath.Join(npmClientDir, "node_modules", ".bin", "esbuild")
+	if _, err := os.Stat(filepath.Join(npmClientDir, "node_modules", "@modelcontextprotocol", "ext-apps", "package.json")); err != nil {
+		skipOrFail(t, "the npm MCP Apps host packages are not installed (npm ci --prefix integration/npmclient): %v", err)
+	}
+	bundle := filepath.Join(t.TempDir(), "apphost.js")
+	out, err := exec.Command(esbuild, filepath.Join(npmClientDir, "apphost.mjs"), "--bundle", "--format=esm",
+		"--platform=browser", "--log-level=warning", "--outfile="+bundle).CombinedOutput()
+	if err != nil {
+		t.Fatalf("esbuild: %v\n%s", err, out)
+	}
+	target, err := url.Parse(h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", httputil.NewSingleHostReverseProxy(target))
+	mux.HandleFunc("/apphost.html", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFile(w, r, filepath.Join(npmClientDir, "apphost.html"))
+	})
+	mux.HandleFunc("/apphost.js", func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, bundle) })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// viewFrame is billingd's view inside the host page's iframe. Chromium runs
+// the sandboxed iframe (an opaque origin) in a process of its own, as a
+// target whose id is the iframe's frame id: the view is driven through a
+// context attached to it.
+type viewFrame struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// openView loads the host page, which makes the first call of tool and
+// renders the view, and returns the view once the host has handed it the
+// result.
+func (b *browser) openView(host, token, tool, to string) *viewFrame {
+	b.t.Helper()
+	q := url.Values{"token": {token}, "tool": {tool}, "to": {to}}
+	b.do(chromedp.Navigate(host + "/apphost.html?" + q.Encode()))
+	b.waitText("host-status", "view ready")
+	nodes, err := chromedp.Run(b.ctx, chromedp.Nodes(chromedp.ID("app-frame")))
+	if err != nil || len(nodes) != 1 || nodes[0].FrameID == "" {
+		b.t.Fatalf("the host's iframe: %v", err)
+	}
+	ctx, cancel := chromedp.NewContext(b.ctx, chromedp.WithTargetID(target.ID(nodes[0].FrameID)))
+	b.t.Cleanup(cancel)
+	// Attach now, on the context's own lifetime: chromedp reads the target's
+	// messages on the context of the first Run.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`true`)); err != nil {
+		b.t.Fatalf("attach to the view: %v", err)
+	}
+	return &viewFrame{t: b.t, ctx: ctx}
+}
+
+// waitTrue waits until expr is true in the view.
+func (v *viewFrame) waitTrue(expr string) {
+	v.t.Helper()
+	ctx, cancel := context.WithTimeout(v.ctx, 20*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr)); err != nil {
+		v.t.Fatalf("in the view, %s never became true: %v", expr, err)
+	}
+}
+
+func (v *viewFrame) text(id string) string {
+	v.t.Helper()
+	s, err := chromedp.Run(v.ctx, chromedp.Evaluate[string](`document.getElementById(`+jsString(id)+`)?.innerText ?? ""`))
+	if err != nil {
+		v.t.Fatalf("in the view, the text of #%s: %v", id, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+func (v *viewFrame) waitState(state string) {
+	v.t.Helper()
+	ctx, cancel := context.WithTimeout(v.ctx, 20*time.Second)
+	defer cancel()
+	expr := `document.getElementById("view")?.dataset.state === ` + jsString(state)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr)); err != nil {
+		v.t.Fatalf("the view never showed %q (it shows %q): %v", state, v.text("view"), err)
+	}
+}
+
+func (v *viewFrame) click(id string) {
+	v.t.Helper()
+	if _, err := chromedp.Run(v.ctx, chromedp.Click(chromedp.ID(id))); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// waitModelContext waits until the view has told the model (through the
+// host) something containing want, and checks it never told it a token.
+func (b *browser) waitModelContext(want string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`window.modelContext.some((u) => u.includes(`+jsString(want)+`))`)); err != nil {
+		b.t.Fatalf("the view never told the model %s (it told it %s): %v", want, b.eval(`window.modelContext.join("\n")`), err)
+	}
+	if told := b.eval(`window.modelContext.join("\n")`); strings.Contains(told, "pbc_") {
+		b.t.Fatalf("the view told the model a token: %s", told)
+	}
+}
+
+// screenshotView saves the host page with the view, to the test's
+// directory, or to docs/images/mcp-app-view.png with MCP_APP_SCREENSHOT=1.
+func (b *browser) screenshotView(t *testing.T) {
+	t.Helper()
+	path := filepath.Join(screenshotDir(t), "mcp-app-view.png")
+	if os.Getenv("MCP_APP_SCREENSHOT") == "1" {
+		path = filepath.Join("..", "docs", "images", "mcp-app-view.png")
+	}
+	png, err := chromedp.Run(b.ctx, chromedp.Screenshot(chromedp.ID("app-frame")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
