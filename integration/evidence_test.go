@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -415,4 +416,21 @@ func TestModeBoundIntoToken(t *testing.T) {
 	r := live.replica()
 	wantStatus(t, r.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_mismatch")
 	h.wantStripeChanges(acct, 0)
+}
+
+// TestAuditExportStreamsLongChains: an export longer than one flush (256
+// lines) streams whole and verifies.
+func TestAuditExportStreamsLongChains(t *testing.T) {
+	h := newHarness(t)
+	events := make([]billing.AuditEvent, 600)
+	for i := range events {
+		events[i] = billing.AuditEvent{Event: billing.EventTokenIssued, Org: "long", Principal: "alice", RequestID: "r"}
+	}
+	if err := h.app.Store.AppendAudit(context.Background(), events...); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := evidence.Verify(bytes.NewReader(h.exportAudit("long")), jose.JSONWebKeySet{})
+	if err != nil || rep.Events != 600 {
+		t.Fatalf("long export: %+v, %v", rep, err)
+	}
 }
