@@ -120,6 +120,9 @@ func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c
 		// The policy came to ask for approval after the token was issued.
 		return errApprovalPending(), tx.Record(ctx, Record{ConfirmationID: c.ID,
 			Approval: &ApprovalDecision{State: ApprovalPending}})
+	case action == ActionVerify || c.VerifyRequired:
+		// Asked for at issue, or now: the stricter holds (verify.go).
+		return s.requireVerification(ctx, tx, caller, c)
 	}
 	return nil, nil
 }

@@ -12,23 +12,26 @@ type Code string
 
 // The contract's error codes.
 const (
-	CodeInvalidRequest      Code = "invalid_request"
-	CodeUnauthorized        Code = "unauthorized"
-	CodePaymentFailed       Code = "payment_failed"
-	CodeInsufficientScope   Code = "insufficient_scope"
-	CodeOperationDenied     Code = "operation_denied"
-	CodeNotFound            Code = "not_found"
-	CodeTokenInvalid        Code = "consent_token_invalid"
-	CodeTokenMismatch       Code = "consent_token_mismatch"
-	CodeApprovalPending     Code = "approval_pending"
-	CodeApprovalRejected    Code = "approval_rejected"
-	CodeTokenExpired        Code = "consent_token_expired"
-	CodeRequestTooLarge     Code = "request_too_large"
-	CodeUnknownPlan         Code = "unknown_plan"
-	CodeInvalidPlanChange   Code = "invalid_plan_change"
-	CodeRateLimited         Code = "rate_limited"
-	CodeInternal            Code = "internal"
-	CodeUpstreamUnavailable Code = "upstream_unavailable"
+	CodeInvalidRequest Code = "invalid_request"
+	CodeUnauthorized   Code = "unauthorized"
+	// CodeInsufficientUserAuthentication: the verify level wants a fresh
+	// sign-in of the person who asked (RFC 9470).
+	CodeInsufficientUserAuthentication Code = "insufficient_user_authentication"
+	CodePaymentFailed                  Code = "payment_failed"
+	CodeInsufficientScope              Code = "insufficient_scope"
+	CodeOperationDenied                Code = "operation_denied"
+	CodeNotFound                       Code = "not_found"
+	CodeTokenInvalid                   Code = "consent_token_invalid"
+	CodeTokenMismatch                  Code = "consent_token_mismatch"
+	CodeApprovalPending                Code = "approval_pending"
+	CodeApprovalRejected               Code = "approval_rejected"
+	CodeTokenExpired                   Code = "consent_token_expired"
+	CodeRequestTooLarge                Code = "request_too_large"
+	CodeUnknownPlan                    Code = "unknown_plan"
+	CodeInvalidPlanChange              Code = "invalid_plan_change"
+	CodeRateLimited                    Code = "rate_limited"
+	CodeInternal                       Code = "internal"
+	CodeUpstreamUnavailable            Code = "upstream_unavailable"
 )
 
 // Error is the one error type that crosses the service boundary. Message is
@@ -41,6 +44,25 @@ type Error struct {
 	// RetryAfter, when set, tells the client how long to wait before trying
 	// again (rate_limited).
 	RetryAfter time.Duration
+	// StepUp, for insufficient_user_authentication, says how the person can
+	// satisfy the verify level.
+	StepUp *StepUp
+}
+
+// StepUp is what a client needs to answer insufficient_user_authentication:
+// RFC 9470's challenge parameters and the verification page.
+type StepUp struct {
+	VerifyURL string   // the verification page of the confirmation
+	ACRValues []string // acceptable acr values; empty: any
+}
+
+// StepUpOf returns the step-up an error asks for, or nil.
+func StepUpOf(err error) *StepUp {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.StepUp
+	}
+	return nil
 }
 
 func (e *Error) Error() string {

@@ -140,6 +140,10 @@ func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.T
 		StripeSubscriptionID: sub.StripeSubscriptionID, IdempotencyKey: idempotencyKey(c),
 		Livemode: c.Terms.Livemode, ExecutedAt: executedAt.UTC(),
 	}
+	if v := c.Verification; v != nil && !v.VerifiedAt.IsZero() {
+		at := v.VerifiedAt.UTC()
+		claims.VerifiedAt = &at
+	}
 	jws, err := s.receipts.SignReceipt(claims)
 	if err != nil {
 		return nil, fmt.Errorf("sign receipt: %w", err)

@@ -1,9 +1,11 @@
 package billing
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"slices"
+	"time"
 )
 
 // Action is how strong the human confirmation of a change must be.
@@ -16,6 +18,12 @@ const (
 	ActionAllow Action = "allow"
 	// ActionConfirm is the two-call handshake: the default.
 	ActionConfirm Action = "confirm"
+	// ActionVerify needs, besides the second call, proof from the identity
+	// provider that the person who asked authenticated after the
+	// confirmation was issued: a step-up access token (RFC 9470) or a fresh
+	// sign-in on the verification page. The agent holding the token cannot
+	// produce either (see verify.go).
+	ActionVerify Action = "verify"
 	// ActionApprove needs, besides the second call, an approval by another
 	// person with billing:admin in the org, out of band: the agent holding
 	// the token cannot produce it.
@@ -25,7 +33,7 @@ const (
 )
 
 // strength orders the actions: the most restrictive matching rule wins.
-var strength = map[Action]int{ActionAllow: 0, ActionConfirm: 1, ActionApprove: 2, ActionDeny: 3}
+var strength = map[Action]int{ActionAllow: 0, ActionConfirm: 1, ActionVerify: 2, ActionApprove: 3, ActionDeny: 4}
 
 // Policy is an org's rules for plan changes (the Gatekeeper model).
 type Policy struct {
@@ -33,8 +41,9 @@ type Policy struct {
 	// DailyLimit is the most plan changes executed per org in 24 hours;
 	// 0: no limit.
 	DailyLimit int `json:"daily_limit"`
-	// ApprovalWindowSeconds lets a change that needs approval stay
-	// redeemable longer than CONFIRM_TTL, up to 15 minutes; 0: CONFIRM_TTL.
+	// ApprovalWindowSeconds lets a change that needs approval or
+	// verification (a person has to act on a page) stay redeemable longer
+	// than CONFIRM_TTL, up to 15 minutes; 0: CONFIRM_TTL.
 	ApprovalWindowSeconds int `json:"approval_window_seconds"`
 	// AgentClients are client ids (azp/client_id) that count as agents on
 	// REST too; calls over MCP always count as an agent's.
@@ -93,7 +102,7 @@ func (p Policy) validate(c Catalog) error {
 
 func (r PolicyRule) validate(c Catalog) error {
 	if _, ok := strength[r.Action]; !ok {
-		return fmt.Errorf("action must be allow, confirm, approve or deny")
+		return fmt.Errorf("action must be allow, confirm, verify, approve or deny")
 	}
 	if r.Operation != "" && r.Operation != OpUpgrade && r.Operation != OpDowngrade {
 		return fmt.Errorf("operation must be upgrade_plan, downgrade_plan or empty for both")
@@ -157,4 +166,123 @@ func (r PolicyRule) matches(ch changeFacts) bool {
 // isAgent reports whether the caller acts as an agent under p.
 func (p Policy) isAgent(c Caller) bool {
 	return c.Agent || c.Client != "" && slices.Contains(p.AgentClients, c.Client)
+}
+
+// Applying an org's policy to a change: before the quote (refuseEarly),
+// after it (gate) and, in confirm.go, again at execution
+// (policyAtExecution); and reading and replacing the policy.
+
+// dailyWindow is the period of a policy's daily limit.
+const dailyWindow = 24 * time.Hour
+
+// ruling is the policy's action for a change and, for a denial, the reason
+// the audit log and the client are given.
+func ruling(p Policy, facts changeFacts) (Action, string) {
+	action, rule := p.decide(facts)
+	if action == ActionDeny {
+		return ActionDeny, "policy rule " + rule
+	}
+	return action, ""
+}
+
+// overDailyLimit reports whether the org already made the policy's daily
+// number of changes. The count is read through counter: the store for a
+// first call, the transaction for a second call that holds locks.
+func overDailyLimit(ctx context.Context, counter changeCounter, p Policy, org string) (bool, error) {
+	if p.DailyLimit <= 0 {
+		return false, nil
+	}
+	n, err := counter.ExecutedSince(ctx, org, dailyWindow)
+	if err != nil {
+		return false, fmt.Errorf("count executed changes: %w", err)
+	}
+	return n >= p.DailyLimit, nil
+}
+
+// refuseEarly applies what of the policy needs no price, before the provider
+// is asked for one: a rule that denies the change whatever it costs, and the
+// daily limit. A refused first call costs no provider request, so a denied
+// principal cannot spend the account's API rate limit; it counts against the
+// caller's issuance rate limit like an issued token.
+//
+// The price can only make a change more restricted (a rule on the amount
+// matches more as the amount grows, and allow turns into confirm), so a
+// change denied at an amount of zero is denied at any amount.
+func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op Operation, to string) error {
+	action, reason := ruling(p, changeFacts{op: op, to: to, agent: p.isAgent(caller)})
+	if action != ActionDeny {
+		over, err := overDailyLimit(ctx, s.store, p, caller.Org)
+		if err != nil {
+			return storeError("check daily limit", err)
+		}
+		if !over {
+			return nil
+		}
+		reason = reasonDailyLimit
+	}
+	return s.denyFirstCall(ctx, caller, op, reason)
+}
+
+// gate applies the org's policy to a quoted change: it returns the action
+// the policy asks for, or operation_denied when a rule on the amount denies
+// it (refuseEarly took the other denials before the quote).
+func (s *Service) gate(ctx context.Context, caller Caller, p Policy, op Operation, t Terms) (Action, error) {
+	action, reason := ruling(p, changeFacts{op: op, to: t.ToPlan, amountDueCents: t.AmountDueCents, agent: p.isAgent(caller)})
+	if action == ActionDeny {
+		return "", s.denyFirstCall(ctx, caller, op, reason)
+	}
+	return action, nil
+}
+
+// denyFirstCall audits a first call refused by policy and returns
+// operation_denied. It holds no lock, so the event is written on its own.
+func (s *Service) denyFirstCall(ctx context.Context, caller Caller, op Operation, reason string) error {
+	if err := s.store.AppendAudit(ctx, s.event(caller, op, EventOperationDenied, "", reason)); err != nil {
+		return storeError("audit denial", err)
+	}
+	return errDenied(reason)
+}
+
+func errDenied(reason string) *Error {
+	return Errorf(CodeOperationDenied, "the organisation's policy does not allow this change (%s)", reason)
+}
+
+// Policy returns the caller's org's policy (the empty policy, "confirm
+// everything", when none was set).
+func (s *Service) Policy(ctx context.Context, caller Caller) (Policy, error) {
+	acct, _, err := s.account(ctx, caller.Org)
+	if err != nil {
+		return Policy{}, err
+	}
+	if acct.Policy.Rules == nil {
+		acct.Policy.Rules = []PolicyRule{}
+	}
+	return acct.Policy, nil
+}
+
+// SetPolicy validates and stores the org's policy, audited as
+// POLICY_UPDATED in the same transaction.
+func (s *Service) SetPolicy(ctx context.Context, caller Caller, p Policy) (Policy, error) {
+	if !caller.Admin {
+		return Policy{}, Errorf(CodeInsufficientScope, "changing the policy needs billing:admin")
+	}
+	if err := p.validate(s.catalog); err != nil {
+		return Policy{}, Errorf(CodeInvalidRequest, "invalid policy: %v", err)
+	}
+	if p.Rules == nil {
+		p.Rules = []PolicyRule{}
+	}
+	if _, _, err := s.account(ctx, caller.Org); err != nil {
+		return Policy{}, err
+	}
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.SavePolicy(ctx, caller.Org, p, caller.Principal); err != nil {
+			return err
+		}
+		return tx.Record(ctx, Record{Events: []AuditEvent{s.event(caller, "", EventPolicyUpdated, "", "")}})
+	})
+	if err != nil {
+		return Policy{}, storeError("save policy", err)
+	}
+	return p, nil
 }

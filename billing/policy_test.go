@@ -78,3 +78,21 @@ func TestPolicyValidate(t *testing.T) {
 		t.Errorf("valid policy refused: %v", err)
 	}
 }
+
+// TestPolicyOrderWithVerify: allow < confirm < verify < approve < deny;
+// of the matching rules the most restrictive wins, whatever their order.
+func TestPolicyOrderWithVerify(t *testing.T) {
+	order := []Action{ActionAllow, ActionConfirm, ActionVerify, ActionApprove, ActionDeny}
+	for i := range order {
+		for j := range order {
+			p := Policy{Rules: []PolicyRule{{Name: "a", Action: order[i]}, {Name: "b", Action: order[j]}}}
+			want := order[max(i, j)]
+			if got, _ := p.decide(changeFacts{op: OpDowngrade, to: "free"}); got != want {
+				t.Errorf("rules %s then %s: decide = %s, want %s", order[i], order[j], got, want)
+			}
+		}
+	}
+	if err := (PolicyRule{Name: "v", Action: ActionVerify}).validate(Catalog{}); err != nil {
+		t.Fatalf("verify is not a valid action: %v", err)
+	}
+}

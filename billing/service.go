@@ -21,6 +21,7 @@ type Service struct {
 	execTimeout   time.Duration
 	limits        RateLimits
 	publicBaseURL string
+	acrValues     []string
 	log           *slog.Logger
 	evidence      EvidenceStore
 	receipts      ReceiptSigner
@@ -43,7 +44,10 @@ type Config struct {
 	Limits RateLimits
 	// PublicBaseURL is where billingd is reached; approval links point there.
 	PublicBaseURL string
-	Logger        *slog.Logger
+	// VerifyACRValues, when set, are the acr values the verify level
+	// accepts (VERIFY_ACR_VALUES, e.g. a passkey's); empty: any.
+	VerifyACRValues []string
+	Logger          *slog.Logger
 	// Evidence reads audit exports and receipts (default: Store, when it
 	// implements EvidenceStore).
 	Evidence EvidenceStore
@@ -87,7 +91,7 @@ func NewService(cfg Config) (*Service, error) {
 	return &Service{
 		store: cfg.Store, payments: cfg.Payments, catalog: cfg.Catalog,
 		ttl: cfg.TokenTTL, skew: cfg.ClockSkew, execTimeout: cfg.ExecutionTimeout, limits: cfg.Limits,
-		publicBaseURL: strings.TrimSuffix(cfg.PublicBaseURL, "/"), log: cfg.Logger,
+		publicBaseURL: strings.TrimSuffix(cfg.PublicBaseURL, "/"), acrValues: cfg.VerifyACRValues, log: cfg.Logger,
 		evidence: cfg.Evidence, receipts: cfg.Receipts, livemode: cfg.Livemode,
 	}, nil
 }
@@ -117,11 +121,16 @@ type ChangeResult struct {
 	Details         *Details  `json:"details,omitempty"`
 	// ApprovalRequired: the org's policy wants another person's approval,
 	// given at ApprovalURL, before the second call can execute.
-	ApprovalRequired bool              `json:"approval_required,omitempty"`
-	ApprovalURL      string            `json:"approval_url,omitempty"`
-	TTLSeconds       int               `json:"ttl_seconds,omitempty"`
-	ExpiresAt        *time.Time        `json:"expires_at,omitempty"`
-	Subscription     *SubscriptionView `json:"subscription,omitempty"`
+	ApprovalRequired bool   `json:"approval_required,omitempty"`
+	ApprovalURL      string `json:"approval_url,omitempty"`
+	// VerificationRequired: the org's policy wants the person who asked to
+	// sign in again at the identity provider (at VerifyURL, or with a
+	// step-up access token) before the second call can execute.
+	VerificationRequired bool              `json:"verification_required,omitempty"`
+	VerifyURL            string            `json:"verify_url,omitempty"`
+	TTLSeconds           int               `json:"ttl_seconds,omitempty"`
+	ExpiresAt            *time.Time        `json:"expires_at,omitempty"`
+	Subscription         *SubscriptionView `json:"subscription,omitempty"`
 	// Receipt is the signed receipt of the executed change (second call).
 	Receipt string `json:"receipt,omitempty"`
 }
@@ -240,8 +249,14 @@ func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Ope
 		Summary: summarize(displayNameOr(acct.Org), op, from, to, terms),
 	}
 	ttl := s.ttl
-	if action == ActionApprove {
+	switch action {
+	case ActionApprove:
 		c.Approval = ApprovalPending
+	case ActionVerify:
+		c.VerifyRequired = true
+	}
+	if action == ActionApprove || action == ActionVerify {
+		// A person has to act on a page: the policy may give them longer.
 		ttl = max(ttl, time.Duration(acct.Policy.ApprovalWindowSeconds)*time.Second)
 	}
 	c, err := s.store.IssueConfirmation(ctx, c, ttl, s.event(caller, op, EventTokenIssued, "", ""))
@@ -322,6 +337,9 @@ func (s *Service) proposal(c Confirmation, token string) ChangeResult {
 	}
 	if c.Approval == ApprovalPending {
 		r.ApprovalRequired, r.ApprovalURL = true, s.approvalURL(c.ID)
+	}
+	if c.VerifyRequired {
+		r.VerificationRequired, r.VerifyURL = true, s.verifyURL(c.ID)
 	}
 	return r
 }

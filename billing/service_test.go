@@ -233,7 +233,10 @@ func (tx *memTx) LockByToken(_ context.Context, org, principal string, tokenHash
 
 func (tx *memTx) LockUnsettled(_ context.Context, idle time.Duration) (Confirmation, Account, time.Time, error) {
 	for _, c := range tx.state.confirmations {
-		if c.Status == StatusExecuting && tx.state.attemptedAt[c.ID].Before(tx.store.now.Add(-idle)) {
+		// Not after (rather than before): the fake's clock stands still, and
+		// a transaction later than the attempt must see it as idle, as the
+		// database's does (the store contract checks this).
+		if c.Status == StatusExecuting && !tx.state.attemptedAt[c.ID].After(tx.store.now.Add(-idle)) {
 			return c, tx.state.accounts[c.Org], tx.store.now, nil
 		}
 	}
@@ -306,7 +309,19 @@ func (tx *memTx) Record(_ context.Context, r Record) error {
 	}
 	if r.Approval != nil {
 		c := tx.state.confirmations[r.ConfirmationID]
-		c.Approval, c.Approver = r.Approval.State, r.Approval.Approver
+		c.Approval, c.Approver, c.ApproverAuth = r.Approval.State, r.Approval.Approver, r.Approval.Auth
+		tx.state.confirmations[r.ConfirmationID] = c
+	}
+	if r.RequireVerification || r.Verification != nil {
+		c := tx.state.confirmations[r.ConfirmationID]
+		c.VerifyRequired = c.VerifyRequired || r.RequireVerification
+		if v := r.Verification; v != nil {
+			recorded := *v
+			if recorded.VerifiedAt.IsZero() {
+				recorded.VerifiedAt = tx.store.now
+			}
+			c.Verification = &recorded
+		}
 		tx.state.confirmations[r.ConfirmationID] = c
 	}
 	if r.Attempt != nil {

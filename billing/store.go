@@ -111,6 +111,10 @@ type Record struct {
 	Subscription   *Subscription // nil leaves the subscription alone; Version is bumped
 	// Approval records an approver's decision.
 	Approval *ApprovalDecision
+	// Verification records the requester's fresh authentication.
+	Verification *Verification
+	// RequireVerification puts the confirmation under the verify level.
+	RequireVerification bool
 	// SyncedSubscription only records SyncedAt: the provider confirmed the
 	// subscription as billingd has it.
 	SyncedSubscription *Subscription
@@ -128,4 +132,6 @@ type Record struct {
 type ApprovalDecision struct {
 	State    Approval
 	Approver string
+	// Auth is the approver's authentication when deciding.
+	Auth Authentication
 }

@@ -19,6 +19,13 @@ type Caller struct {
 	Admin     bool   // holds billing:admin
 	Agent     bool   // the call came through an agent channel (MCP)
 	RequestID string // for the audit log
+	// AuthTime is when the person last authenticated at the identity
+	// provider, by the access token's auth_time (zero: unknown). The verify
+	// level executes a second call only after an authentication newer than
+	// the confirmation (RFC 9470 step-up).
+	AuthTime time.Time
+	// ACR is that authentication's context class (acr), "" when unknown.
+	ACR string
 }
 
 // Org is a customer organisation with its Stripe customer.
@@ -119,8 +126,15 @@ type Confirmation struct {
 	Status    Status
 	Approval  Approval
 	Approver  string
-	CreatedAt time.Time
-	ExpiresAt time.Time
+	// ApproverAuth is how the approver had authenticated at the identity
+	// provider when deciding.
+	ApproverAuth Authentication
+	// VerifyRequired: the org's policy asked for the verify level.
+	VerifyRequired bool
+	// Verification is set once the requester proved a fresh sign-in.
+	Verification *Verification
+	CreatedAt    time.Time
+	ExpiresAt    time.Time
 	// Agent: issued to an agent (policy.isAgent at the first call). The
 	// confirmation stays an agent's whichever channel redeems it.
 	Agent bool
@@ -131,6 +145,27 @@ type Confirmation struct {
 	// owner who repeats the call.
 	Result *ChangeResult
 }
+
+// Authentication is what the identity provider said about a person's last
+// sign-in: when (auth_time) and how (acr).
+type Authentication struct {
+	AuthTime time.Time
+	ACR      string
+}
+
+// Verification is the recorded proof that the requester authenticated at
+// the identity provider after the confirmation was issued.
+type Verification struct {
+	VerifiedAt time.Time // the database's now when it was recorded
+	Method     string    // VerifiedByPage or VerifiedByStepUp
+	Authentication
+}
+
+// How a verification was made.
+const (
+	VerifiedByPage   = "page"    // fresh OIDC sign-in at verify_url, then Confirm
+	VerifiedByStepUp = "step_up" // the second call's access token (RFC 9470)
+)
 
 // Details is the machine-readable part of a proposal (the "details" object).
 type Details struct {
@@ -158,6 +193,7 @@ const (
 	EventApprovalGranted   = "APPROVAL_GRANTED"
 	EventApprovalRejected  = "APPROVAL_REJECTED"
 	EventPolicyUpdated     = "POLICY_UPDATED"
+	EventUserVerified      = "USER_VERIFIED"
 )
 
 // AuditEvent is one row of the audit log.

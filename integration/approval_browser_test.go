@@ -73,8 +73,9 @@ func TestApprovalPageInBrowser(t *testing.T) {
 	wantStatus(t, h.confirm(agent, "downgrade", "pro", down.ConfirmToken), http.StatusConflict, "approval_rejected")
 
 	// Self-approval: an admin's own change, refused on the page.
+	// Sam asks through an agent, then opens the page in person.
 	self := h.admin("apw", "sam")
-	own := h.proposeApprovalOf(self, "downgrade", "free")
+	own := h.proposeApprovalOf(h.user("apw", "sam"), "downgrade", "free")
 	b.signOut()
 	b.openApproval(h, own.ConfirmationID)
 	b.signIn(self)

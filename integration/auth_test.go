@@ -95,3 +95,26 @@ func TestKeyRotation(t *testing.T) {
 	}
 	wantStatus(t, h.do("GET", "/api/billing/plans", h.user("rot", "ron"), nil), http.StatusOK, "")
 }
+
+// TestInvisibleIdentityRefused: the token of issue 12, whose sub
+// "\u202enimda-omed" displays as "demo-admin" and whose azp
+// "\u200bdemo-agent" as "demo-agent", is refused like an invalid token on
+// REST and on /mcp, so it can never reach an approval page or the audit log
+// (contract §4).
+func TestInvisibleIdentityRefused(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("ghost", "Ghost", "pro")
+	forged := mint(t, h, devissuer.Claims{Subject: "\u202enimda-omed", Org: "ghost", Client: "\u200bdemo-agent",
+		Scopes: []string{"billing:read", "billing:write", "billing:admin"}, Audience: []string{h.url, h.url + "/mcp"}})
+	r := h.do("POST", "/api/billing/upgrade", forged, `{"to":"scale"}`)
+	wantStatus(t, r, http.StatusUnauthorized, "unauthorized")
+	if !strings.Contains(r.Header.Get("WWW-Authenticate"), `error="invalid_token"`) {
+		t.Fatalf("challenge %q", r.Header.Get("WWW-Authenticate"))
+	}
+	if r := h.mcpPost("", forged, initializeRequest); r.Status != http.StatusUnauthorized {
+		t.Fatalf("/mcp answered %d: %s", r.Status, r.Body)
+	}
+	for _, e := range h.auditEvents("ghost") {
+		t.Fatalf("the forged token left an audit event: %+v", e)
+	}
+}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // TestChaosInvariant: two replicas, many concurrent handshakes, a Stripe
@@ -74,32 +74,32 @@ type chaos struct {
 	rng *rand.Rand
 }
 
-func (c *chaos) pick(e stripefake.Endpoint) stripefake.Fault {
+func (c *chaos) pick(e stripepaytest.Endpoint) stripepaytest.Fault {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.rng.IntN(100)
 	switch e {
-	case stripefake.UpdateSubscription:
+	case stripepaytest.UpdateSubscription:
 		switch {
 		case n < 10:
-			return stripefake.ServerError
+			return stripepaytest.ServerError
 		case n < 20:
-			return stripefake.LoseResponse
+			return stripepaytest.LoseResponse
 		case n < 28:
-			return stripefake.Delay(1500 * time.Millisecond) // longer than STRIPE_TIMEOUT
+			return stripepaytest.Delay(1500 * time.Millisecond) // longer than STRIPE_TIMEOUT
 		case n < 34:
-			return stripefake.Delay(300 * time.Millisecond)
+			return stripepaytest.Delay(300 * time.Millisecond)
 		case n < 38:
-			return stripefake.DropConnection
+			return stripepaytest.DropConnection
 		case n < 42:
-			return stripefake.Stall(700 * time.Millisecond)
+			return stripepaytest.Stall(700 * time.Millisecond)
 		}
-	case stripefake.GetSubscription, stripefake.CreatePreview:
+	case stripepaytest.GetSubscription, stripepaytest.CreatePreview:
 		if n < 10 {
-			return stripefake.ServerError
+			return stripepaytest.ServerError
 		}
 	}
-	return stripefake.NoFault
+	return stripepaytest.NoFault
 }
 
 // chaosClient is one org's user: it proposes a random change, then confirms

@@ -65,7 +65,7 @@ func TestDev(t *testing.T) {
 		if !strings.Contains(out, `Demo org   demo "Demo Org", on pro`) {
 			t.Errorf("demo org not seeded on pro:\n%s", out)
 		}
-		if !strings.Contains(out, "Stripe     the Stripe fake (internal/stripefake) at http://127.0.0.1:") {
+		if !strings.Contains(out, "Stripe     the Stripe fake (internal/stripepay/stripepaytest) at http://127.0.0.1:") {
 			t.Errorf("the welcome text does not name the Stripe fake:\n%s", out)
 		}
 		line := printedLine(t, out, "curl -s -X POST "+base+"/api/billing/upgrade")

@@ -20,7 +20,7 @@ import (
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/evidence"
 	"github.com/billingd/billingd/internal/receipt"
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // executedWithReceipt is the body of a second call that executed.
@@ -369,7 +369,7 @@ func TestReceiptOverMCP(t *testing.T) {
 func TestReceiptAfterSettling(t *testing.T) {
 	h := newHarness(t, withFakeStripe(), withEnv("SETTLE_INTERVAL", "300ms"))
 	acct, tok, p := h.pendingUpgrade("settled")
-	h.fake.FailNext(stripefake.ServerError)
+	h.fake.FailNext(stripepaytest.ServerError)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
 	h.eventually(10*time.Second, "the reconciler executes the change", func() bool { return h.subscription(tok) == "scale" })
 	h.wantStripeChanges(acct, 1)

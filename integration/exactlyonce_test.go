@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // TestConcurrentSecondCalls: fifty second calls with one token at once:
@@ -91,7 +91,7 @@ func TestLostResponseRetry(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("lost")
 
-	h.fake.FailNext(stripefake.LoseResponse)
+	h.fake.FailNext(stripepaytest.LoseResponse)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
 	if sub := h.subscription(tok); sub != "pro" {
 		t.Fatalf("billingd recorded %s without an answer from Stripe", sub)
@@ -121,7 +121,7 @@ func TestStripeTimeoutRetry(t *testing.T) {
 	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "1s"))
 	acct, tok, p := h.pendingUpgrade("slow")
 
-	h.fake.FailNext(stripefake.Delay(3 * time.Second))
+	h.fake.FailNext(stripepaytest.Delay(3 * time.Second))
 	start := time.Now()
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
 	if waited := time.Since(start); waited > 2500*time.Millisecond {
@@ -138,7 +138,7 @@ func TestDeclinedCard(t *testing.T) {
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("poor")
 
-	h.fake.FailNext(stripefake.DeclineCard)
+	h.fake.FailNext(stripepaytest.DeclineCard)
 	r := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
 	wantStatus(t, r, http.StatusPaymentRequired, "payment_failed")
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_invalid")
@@ -159,7 +159,7 @@ func TestStripeServerError(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("flaky")
-	h.fake.FailNext(stripefake.ServerError)
+	h.fake.FailNext(stripepaytest.ServerError)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
 	h.wantStripeChanges(acct, 0)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
@@ -181,7 +181,7 @@ func TestStripeConnectionReset(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("reset")
-	h.fake.FailNext(stripefake.DropConnection)
+	h.fake.FailNext(stripepaytest.DropConnection)
 	r := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
 	if r.Status == http.StatusServiceUnavailable {
 		r = h.confirm(tok, "upgrade", "scale", p.ConfirmToken)

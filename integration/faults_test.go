@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // tcpProxy stands between billingd and PostgreSQL so that a test can cut the
@@ -217,7 +217,7 @@ func TestKilledBetweenStripeAndCommit(t *testing.T) {
 	addr := freeAddr(t)
 	first := h.startServe(addr)
 
-	h.fake.FailNext(stripefake.Delay(10 * time.Second)) // the change is made, the answer held back
+	h.fake.FailNext(stripepaytest.Delay(10 * time.Second)) // the change is made, the answer held back
 	go func() { _, _ = confirmAt(t, addr, tok, p.ConfirmToken) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID) == 0 {
@@ -252,7 +252,7 @@ func TestGracefulShutdown(t *testing.T) {
 	addr := freeAddr(t)
 	s := h.startServe(addr)
 
-	h.fake.FailNext(stripefake.Delay(1500 * time.Millisecond))
+	h.fake.FailNext(stripepaytest.Delay(1500 * time.Millisecond))
 	result := make(chan int, 1)
 	go func() {
 		status, err := confirmAt(t, addr, tok, p.ConfirmToken)

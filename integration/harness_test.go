@@ -17,7 +17,7 @@ import (
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/devissuer"
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 	"github.com/billingd/billingd/internal/testenv"
 )
 
@@ -32,21 +32,29 @@ type harness struct {
 	// metricsURL is the base URL of the metrics listener (METRICS_ADDR).
 	metricsURL string
 	env        map[string]string
-	fake       *stripefake.Server // nil when running against stripe-mock
+	fake       *stripepaytest.Server // nil when running against stripe-mock
 	// offSpecRequests: the requests are deliberately outside the OpenAPI
 	// description; only the answers are validated (see offSpec).
 	offSpecRequests bool
+	// tokenPaste: the pages offer the pasted-token sign-in (billingd dev's);
+	// most browser tests sign in that way.
+	tokenPaste bool
 }
 
 type harnessOptions struct {
 	fakeStripe   bool
 	poolMaxConns int
 	env          map[string]string
+	noPaste      bool
 }
+
+// withoutTokenPaste serves the pages as billingd serve does: sign-in at
+// the identity provider only, no pasted tokens.
+func withoutTokenPaste() option { return func(o *harnessOptions) { o.noPaste = true } }
 
 type option func(*harnessOptions)
 
-// withFakeStripe runs against internal/stripefake, which keeps state, honours
+// withFakeStripe runs against internal/stripepay/stripepaytest, which keeps state, honours
 // idempotency keys and injects faults, instead of stripe-mock.
 func withFakeStripe() option { return func(o *harnessOptions) { o.fakeStripe = true } }
 
@@ -62,7 +70,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	h := &harness{t: t, db: testenv.NewDatabase(t)}
+	h := &harness{t: t, db: testenv.NewDatabase(t), tokenPaste: !o.noPaste}
 	h.issuer = startIssuer(t)
 	stripeURL := h.stripeBase(o.fakeStripe)
 	ln := listen(t)
@@ -70,6 +78,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	h.env = map[string]string{
 		"DATABASE_URL": h.db.URL, "STRIPE_SECRET_KEY": "sk_test_billingd", "STRIPE_API_BASE": stripeURL,
 		"OAUTH_ISSUER": h.issuer.IssuerURL(), "PUBLIC_BASE_URL": h.url, "LISTEN_ADDR": ln.Addr().String(),
+		"OIDC_CLIENT_ID":   testClientID,
 		"MIGRATE_ON_START": "false", "STRIPE_TIMEOUT": "5s",
 		// A billingd serve started from this environment (startServe) takes
 		// any free metrics port: tests and worktrees run side by side.
@@ -108,6 +117,7 @@ func (h *harness) serve(ln net.Listener) (*app.App, string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	cfg.DevTokenPaste = h.tokenPaste
 	a, err := app.New(context.Background(), cfg, app.Options{LogOutput: testLogWriter{h.t}})
 	if err != nil {
 		h.t.Fatal(err)
@@ -136,6 +146,9 @@ func listen(t *testing.T) net.Listener {
 	return ln
 }
 
+// testClientID is the harness's OIDC client for the pages' sign-in.
+const testClientID = "billingd-test-pages"
+
 func startIssuer(t *testing.T) *devissuer.Issuer {
 	t.Helper()
 	iss, err := devissuer.New("")
@@ -154,7 +167,7 @@ func (h *harness) stripeBase(fake bool) string {
 	if !fake {
 		return testenv.StripeMock(h.t)
 	}
-	h.fake = stripefake.New()
+	h.fake = stripepaytest.New()
 	for _, p := range billing.DefaultPlans() {
 		h.fake.SetPrice(p.StripePriceID, p.AmountCents, p.Currency)
 	}
@@ -182,11 +195,18 @@ func (h *harness) createOrg(id, name, plan string) billing.Account {
 	return acct
 }
 
-// token mints an access token for principal in org with the given scopes.
+// token mints an access token for principal in org with the given scopes,
+// as the agent client test-agent.
 func (h *harness) token(org, principal string, scopes ...string) string {
 	h.t.Helper()
+	return h.tokenOf("test-agent", org, principal, scopes...)
+}
+
+// tokenOf mints an access token of client for principal in org.
+func (h *harness) tokenOf(client, org, principal string, scopes ...string) string {
+	h.t.Helper()
 	tok, err := h.issuer.Mint(devissuer.Claims{
-		Subject: principal, Org: org, Client: "test-agent", Scopes: scopes, Audience: []string{h.env["PUBLIC_BASE_URL"]},
+		Subject: principal, Org: org, Client: client, Scopes: scopes, Audience: []string{h.env["PUBLIC_BASE_URL"]},
 	})
 	if err != nil {
 		h.t.Fatal(err)
@@ -199,8 +219,10 @@ func (h *harness) user(org, principal string) string {
 	return h.token(org, principal, auth.ScopeRead, auth.ScopeWrite)
 }
 
+// admin is a person with every scope, through the client test-console:
+// not an agent, so it may approve other people's changes.
 func (h *harness) admin(org, principal string) string {
-	return h.token(org, principal, auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
+	return h.tokenOf("test-console", org, principal, auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
 }
 
 // response is an HTTP answer with its body read.

@@ -119,8 +119,11 @@ type changeOutcome struct {
 	Summary          string `json:"summary"`
 	ApprovalRequired bool   `json:"approval_required"`
 	ApprovalURL      string `json:"approval_url"`
-	Cancelled        bool   `json:"cancelled"`
-	Subscription     *struct {
+	// The verify level's.
+	VerificationRequired bool   `json:"verification_required"`
+	VerifyURL            string `json:"verify_url"`
+	Cancelled            bool   `json:"cancelled"`
+	Subscription         *struct {
 		Plan string `json:"plan"`
 	} `json:"subscription"`
 	Elicitation *struct {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/billingd/billingd/billing"
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // The money path under real faults (issue 10): each test here failed on the
@@ -24,11 +24,11 @@ import (
 func TestSecondCallsOnSmallPool(t *testing.T) {
 	// Not parallel: sixteen concurrent second calls on a two-connection pool, with a hang deadline.
 	h := newHarness(t, withFakeStripe(), withPoolMaxConns(2))
-	h.fake.SetChaos(func(e stripefake.Endpoint) stripefake.Fault {
-		if e == stripefake.UpdateSubscription {
-			return stripefake.Delay(200 * time.Millisecond) // locks held across a slow answer
+	h.fake.SetChaos(func(e stripepaytest.Endpoint) stripepaytest.Fault {
+		if e == stripepaytest.UpdateSubscription {
+			return stripepaytest.Delay(200 * time.Millisecond) // locks held across a slow answer
 		}
-		return stripefake.NoFault
+		return stripepaytest.NoFault
 	})
 	type call struct {
 		org, token string
@@ -76,7 +76,7 @@ func TestClientHangsUpDuringSlowStripe(t *testing.T) {
 	// Not parallel: a 300 ms client timeout must fall inside a 1.5 s Stripe answer.
 	h := newHarness(t, withFakeStripe())
 	acct, tok, p := h.pendingUpgrade("hangup")
-	h.fake.FailNext(stripefake.Delay(1500 * time.Millisecond))
+	h.fake.FailNext(stripepaytest.Delay(1500 * time.Millisecond))
 	if r, err := h.tryConfirm(300*time.Millisecond, tok, "upgrade", "scale", p.ConfirmToken); err == nil {
 		t.Fatalf("the client should have given up, got %d %s", r.Status, r.Body)
 	}
@@ -95,7 +95,7 @@ func TestUnknownOutcomeSettledWithoutRetry(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("SETTLE_INTERVAL", "300ms"))
 	acct, tok, p := h.pendingUpgrade("orphan")
-	h.fake.FailNext(stripefake.LoseResponse)
+	h.fake.FailNext(stripepaytest.LoseResponse)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
 	h.eventually(10*time.Second, "the reconciler records the change", func() bool { return h.subscription(tok) == "scale" })
 	h.wantStripeChanges(acct, 1)
@@ -113,11 +113,11 @@ func TestStripeServerErrorSettledByReconciler(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("SETTLE_INTERVAL", "300ms"))
 	acct, tok, p := h.pendingUpgrade("fivehundred")
-	h.fake.FailNext(stripefake.ServerError)
+	h.fake.FailNext(stripepaytest.ServerError)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
 	h.eventually(10*time.Second, "the reconciler executes the change", func() bool { return h.subscription(tok) == "scale" })
 	h.wantStripeChanges(acct, 1)
-	if n := h.fake.RequestCount(stripefake.GetSubscription); n < 1 {
+	if n := h.fake.RequestCount(stripepaytest.GetSubscription); n < 1 {
 		t.Fatalf("settled without reading the subscription back (%d reads)", n)
 	}
 }
@@ -130,7 +130,7 @@ func TestWebhookSettlesUnknownOutcome(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("SETTLE_INTERVAL", "1h"))
 	acct, tok, p := h.pendingUpgrade("hooked")
-	h.fake.FailNext(stripefake.LoseResponse)
+	h.fake.FailNext(stripepaytest.LoseResponse)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
 	stripeSub, _ := h.fake.Subscription(acct.Subscription.StripeSubscriptionID)
 	if stripeSub.Metadata["billingd_confirmation_id"] != p.ConfirmationID {
@@ -248,7 +248,7 @@ func TestDeniedFirstCallsAreCheap(t *testing.T) {
 	if count["operation_denied"] != 5 || count["rate_limited"] != 15 {
 		t.Fatalf("answers %v, want 5 operation_denied then rate_limited", count)
 	}
-	if n := h.fake.RequestCount(stripefake.CreatePreview); n != 0 {
+	if n := h.fake.RequestCount(stripepaytest.CreatePreview); n != 0 {
 		t.Fatalf("denied first calls made %d Stripe previews", n)
 	}
 }

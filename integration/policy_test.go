@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/billingd/billingd/internal/auth"
 )
 
 // setPolicy replaces the org's policy as an admin and requires success.
@@ -112,7 +114,8 @@ func TestApprovalFlow(t *testing.T) {
 	h.createOrg("other", "Other", "pro")
 	h.setPolicy("appr", `{"agent_clients":["test-agent"],"approval_window_seconds":600,
 		"rules":[{"name":"agents need a human","caller":"agent","action":"approve"}]}`)
-	agent := h.admin("appr", "agent-principal") // even with admin scope, it cannot approve its own request
+	// Even with admin scope, an agent cannot approve its own request.
+	agent := h.token("appr", "agent-principal", auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
 	p := h.proposeApproval(agent, "scale")
 	if p.TTLSeconds != 600 {
 		t.Fatalf("ttl %d, want the approval window", p.TTLSeconds)
@@ -127,6 +130,13 @@ func TestApprovalFlow(t *testing.T) {
 	wantStatus(t, h.do("POST", path+"/approve", agent, nil), http.StatusForbidden, "operation_denied")
 	wantStatus(t, h.do("POST", path+"/approve", h.admin("other", "boss"), nil), http.StatusNotFound, "not_found")
 	wantStatus(t, h.do("POST", path+"/approve", h.user("appr", "clerk"), nil), http.StatusForbidden, "insufficient_scope")
+	// Another admin, but through an agent client: approvals come from people.
+	viaAgent := h.token("appr", "boss", auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
+	r = h.do("POST", path+"/approve", viaAgent, nil)
+	wantStatus(t, r, http.StatusForbidden, "operation_denied")
+	if !strings.Contains(string(r.Body), "approvals come from people") {
+		t.Fatalf("agent approval: %s", r.Body)
+	}
 
 	list := h.do("GET", "/api/billing/confirmations", h.admin("appr", "boss"), nil)
 	if !strings.Contains(string(list.Body), `"approval":"pending"`) || !strings.Contains(string(list.Body), `"client":"test-agent"`) {

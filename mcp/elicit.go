@@ -105,10 +105,10 @@ func elicitMode(res billing.ChangeResult, caps *sdk.ClientCapabilities) string {
 	}
 	e := caps.Elicitation
 	switch {
-	case res.ApprovalRequired && e.URL != nil:
+	case (res.ApprovalRequired || res.VerificationRequired) && e.URL != nil:
 		return modeURL
-	case res.ApprovalRequired:
-		return "" // a form cannot do what the approval page does
+	case res.ApprovalRequired || res.VerificationRequired:
+		return "" // a form cannot do what the approval or verification page does
 	case e.Form != nil || e.URL == nil: // {} is form, for clients older than 2025-11-25
 		return modeForm
 	}
@@ -117,6 +117,14 @@ func elicitMode(res billing.ChangeResult, caps *sdk.ClientCapabilities) string {
 
 // elicitParams is the dialog for p.
 func elicitParams(p pending) *sdk.ElicitParams {
+	if p.Mode == modeURL && p.Proposal.VerificationRequired {
+		// The page checks who opens it: the URL is never pre-authenticated.
+		return &sdk.ElicitParams{
+			Mode: modeURL, URL: p.Proposal.VerifyURL, ElicitationID: p.Proposal.ConfirmationID,
+			Message: p.Proposal.Summary + "\n\nThe organisation's policy requires you to sign in again and confirm this change " +
+				"on billingd's verification page before it can run.",
+		}
+	}
 	if p.Mode == modeURL {
 		return &sdk.ElicitParams{
 			Mode: modeURL, URL: p.Proposal.ApprovalURL, ElicitationID: p.Proposal.ConfirmationID,
@@ -280,6 +288,11 @@ func withdrawnText(action, id string) string {
 }
 
 func approvalText(res billing.ChangeResult) string {
+	if res.VerificationRequired {
+		return res.Summary + "\n\nThis change needs the user to sign in again and confirm it at " + res.VerifyURL +
+			"; the user has been shown that page. Once they confirmed there, call this tool again with the same \"to\" and the confirm_token " +
+			"(until then the answer is insufficient_user_authentication). If the user no longer wants it, call cancel_confirmation."
+	}
 	return res.Summary + "\n\nThis change needs approval by another billing administrator at " + res.ApprovalURL +
 		"; the user has been shown that page. Once it is approved, call this tool again with the same \"to\" and the confirm_token " +
 		"(until then the answer is approval_pending). If the user no longer wants it, call cancel_confirmation."

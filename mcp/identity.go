@@ -18,6 +18,10 @@ import (
 const (
 	extraOrg    = "org"
 	extraClient = "client"
+	// extraAuthTime and extraACR carry auth_time and acr for the verify
+	// level's step-up check.
+	extraAuthTime = "auth_time"
+	extraACR      = "acr"
 )
 
 // tokenInfo is the SDK's view of a verified access token. UserID is the
@@ -28,7 +32,8 @@ func tokenInfo(id auth.Identity) *sdkauth.TokenInfo {
 		Scopes:     id.Scopes,
 		Expiration: id.Expiry,
 		UserID:     id.Subject,
-		Extra:      map[string]any{extraOrg: id.Org, extraClient: id.Client},
+		Extra: map[string]any{extraOrg: id.Org, extraClient: id.Client,
+			extraAuthTime: id.AuthTime, extraACR: id.ACR},
 	}
 }
 
@@ -52,6 +57,8 @@ func callerOf(req *sdk.CallToolRequest, scope string) (billing.Caller, error) {
 	caller.Principal = info.UserID
 	caller.Org, _ = info.Extra[extraOrg].(string)
 	caller.Client, _ = info.Extra[extraClient].(string)
+	caller.AuthTime, _ = info.Extra[extraAuthTime].(time.Time)
+	caller.ACR, _ = info.Extra[extraACR].(string)
 	caller.Admin = slices.Contains(info.Scopes, auth.ScopeAdmin)
 	if caller.Org == "" {
 		return caller, billing.Errorf(billing.CodeUnauthorized, "the access token names no organisation")

@@ -26,16 +26,17 @@ type errorDetail struct {
 // the code and message are the contract's, and this adds what an agent
 // should do next, in the text block. Codes without an entry need no advice.
 var nextStep = map[billing.Code]string{
-	billing.CodeTokenExpired:        "Nothing was changed. If the user still wants the change, make the first call again and show them the new summary.",
-	billing.CodeTokenMismatch:       "Nothing was changed: the arguments differ from the first call, or something the summary stated has changed since. Make the first call again and show the user the new summary.",
-	billing.CodeTokenInvalid:        "This call changed nothing: the token is unknown, superseded, cancelled or was used for another request (repeating the exact call that executed returns its result with replayed: true). Call get_subscription to see the current plan; if the user still wants a change, make the first call again.",
-	billing.CodeUnknownPlan:         "Call list_plans for the valid plan ids.",
-	billing.CodeInvalidPlanChange:   "Use upgrade_plan for a more expensive plan and downgrade_plan for a cheaper one.",
-	billing.CodePaymentFailed:       "The plan was not changed; tell the user that the payment failed.",
-	billing.CodeUnauthorized:        "The access token is missing, invalid or expired: the user must sign in again.",
-	billing.CodeInsufficientScope:   "The access token does not grant this tool's scope: the user must authorise it.",
-	billing.CodeRateLimited:         "Wait a little before calling again.",
-	billing.CodeUpstreamUnavailable: "The outcome is not known yet: retry shortly with the same arguments (and the same confirm_token on a second call); billingd finds out whether the change was made and never makes it twice. Do not start a new first call.",
+	billing.CodeTokenExpired:                   "Nothing was changed. If the user still wants the change, make the first call again and show them the new summary.",
+	billing.CodeTokenMismatch:                  "Nothing was changed: the arguments differ from the first call, or something the summary stated has changed since. Make the first call again and show the user the new summary.",
+	billing.CodeTokenInvalid:                   "This call changed nothing: the token is unknown, superseded, cancelled or was used for another request (repeating the exact call that executed returns its result with replayed: true). Call get_subscription to see the current plan; if the user still wants a change, make the first call again.",
+	billing.CodeUnknownPlan:                    "Call list_plans for the valid plan ids.",
+	billing.CodeInvalidPlanChange:              "Use upgrade_plan for a more expensive plan and downgrade_plan for a cheaper one.",
+	billing.CodePaymentFailed:                  "The plan was not changed; tell the user that the payment failed.",
+	billing.CodeUnauthorized:                   "The access token is missing, invalid or expired: the user must sign in again.",
+	billing.CodeInsufficientUserAuthentication: "Nothing was changed. Show the user the address in the message: they must open it, sign in again and confirm there. Then call this tool again with the same \"to\" and confirm_token. You cannot do this for them.",
+	billing.CodeInsufficientScope:              "The access token does not grant this tool's scope: the user must authorise it.",
+	billing.CodeRateLimited:                    "Wait a little before calling again.",
+	billing.CodeUpstreamUnavailable:            "The outcome is not known yet: retry shortly with the same arguments (and the same confirm_token on a second call); billingd finds out whether the change was made and never makes it twice. Do not start a new first call.",
 }
 
 // success is a tool result carrying out as structuredContent (set by the SDK

@@ -30,12 +30,14 @@ const (
 		`consent_token_expired and consent_token_mismatch mean this token changed nothing: start again with a first call and show the new summary. ` +
 		`consent_token_invalid means this call changed nothing (the token is unknown, superseded, cancelled or already used by another request): call get_subscription to see the current plan before starting again. ` +
 		`If the user declines, call cancel_confirmation with the confirmation_id. ` +
+		`If the result has verification_required, the organisation wants proof that the user, not you, agreed: show the user the summary and the verify_url; ` +
+		`they open it, sign in again and confirm there. Only then does the second call execute; before that it fails with insufficient_user_authentication, whose message repeats the verify_url. ` +
 		`If the organisation is already on that plan, the result says noop and no token is issued. ` +
 		elicitationInstructions + appsInstructions
 	elicitationInstructions = `If your client supports elicitation, billingd may instead ask the user itself during the first call. ` +
 		`For a change that needs confirmation it shows the summary in a dialog: if the user accepts, the change is made in that same call ` +
 		`and the result has "ok": true; otherwise it has "cancelled": true, nothing changed, and you must not retry unless the user asks again. ` +
-		`For a change that needs approval it may send the user to the approval page; the result is then the usual proposal with approval_required. ` +
+		`For a change that needs approval or verification it may send the user to the approval or verification page; the result is then the usual proposal with approval_required or verification_required. ` +
 		`The result's "elicitation" field says which dialog was shown and what the user did.`
 )
 

@@ -8,6 +8,7 @@ import (
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/httpedge"
+	"github.com/billingd/billingd/internal/websession"
 )
 
 const callerKey = "caller"
@@ -18,7 +19,13 @@ const callerKey = "caller"
 func (s *server) require(scope string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			id, err := s.bearer.Authenticate(c.Request())
+			r := c.Request()
+			if _, presented := httpedge.BearerToken(r); !presented && r.Header.Get("Authorization") == "" {
+				if ws := s.session(c); ws != nil {
+					return s.withSession(c, next, ws, scope)
+				}
+			}
+			id, err := s.bearer.Authenticate(r)
 			if err != nil {
 				return s.challenge(c, scope, err)
 			}
@@ -28,10 +35,26 @@ func (s *server) require(scope string) echo.MiddlewareFunc {
 			c.Set(callerKey, billing.Caller{
 				Org: id.Org, Principal: id.Subject, Client: id.Client,
 				Admin: id.HasScope(auth.ScopeAdmin), RequestID: requestID(c),
+				AuthTime: id.AuthTime, ACR: id.ACR,
 			})
 			return next(c)
 		}
 	}
+}
+
+// withSession serves an API request made by a signed-in page: the same
+// scopes as the access token the sign-in produced, and the CSRF checks of
+// a cookie-authenticated request.
+func (s *server) withSession(c echo.Context, next echo.HandlerFunc, ws *websession.Session, scope string) error {
+	caller, id := sessionCaller(ws, requestID(c))
+	if !id.HasScope(scope) {
+		return billing.Errorf(billing.CodeInsufficientScope, "your sign-in does not grant the %s scope", scope)
+	}
+	if err := s.checkCSRF(c, ws); err != nil {
+		return err
+	}
+	c.Set(callerKey, caller)
+	return next(c)
 }
 
 // challenge puts the bearer challenge for scope on the refusal err.

@@ -43,12 +43,13 @@ const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; c
 // holds what both pages' scripts share (API calls, sign-in, countdowns).
 var dashboardAssets = []string{"common.js", "receipt.js", "dashboard.js", "approval.js", "dashboard.css"}
 
-func mountDashboard(e *echo.Echo) {
+func mountDashboard(e *echo.Echo, s *server) {
 	version := assetVersion()
+	data := pageData{AssetVersion: version, TokenPaste: s.TokenPaste, SignIn: s.SignIn != nil}
 	// Per-route middleware, not a Group: an Echo group with middleware also
 	// claims every unmatched path under its prefix, here all of them.
-	e.GET("/", renderPage(dashboardPage, version), dashboardHeaders)
-	e.GET("/approvals/:id", renderPage(approvalPage, version), dashboardHeaders)
+	e.GET("/", renderPage(dashboardPage, data), dashboardHeaders)
+	e.GET("/approvals/:id", renderPage(approvalPage, data), dashboardHeaders)
 	e.GET("/assets/:name", serveAsset, dashboardHeaders)
 }
 
@@ -67,11 +68,18 @@ func dashboardHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// renderPage serves a page template; the asset version is its only data.
-func renderPage(tmpl *template.Template, version string) echo.HandlerFunc {
+// pageData is what the page templates know: nothing from the request.
+type pageData struct {
+	AssetVersion string
+	TokenPaste   bool // billingd dev: the pasted-token sign-in form is offered
+	SignIn       bool // OIDC sign-in is configured
+}
+
+// renderPage serves a page template.
+func renderPage(tmpl *template.Template, data pageData) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		var page bytes.Buffer
-		if err := tmpl.Execute(&page, struct{ AssetVersion string }{version}); err != nil {
+		if err := tmpl.Execute(&page, data); err != nil {
 			return err
 		}
 		return c.HTMLBlob(http.StatusOK, page.Bytes())

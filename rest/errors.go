@@ -21,6 +21,10 @@ func (s *server) errorHandler(err error, c echo.Context) {
 	if httpedge.StatusOf(err) >= 500 {
 		s.log.ErrorContext(c.Request().Context(), "request failed", "request_id", requestID(c), "code", billing.ErrorCode(err), "err", err)
 	}
+	if stepUp := billing.StepUpOf(err); stepUp != nil {
+		metadata := s.PublicBaseURL + "/.well-known/oauth-protected-resource"
+		c.Response().Header().Set("WWW-Authenticate", httpedge.StepUpChallenge(stepUp, metadata))
+	}
 	httpedge.WriteError(c.Response(), c.Request(), err)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/httpedge"
 	"github.com/billingd/billingd/internal/requestid"
+	"github.com/billingd/billingd/internal/websession"
 )
 
 // Verifier checks bearer access tokens.
@@ -40,6 +41,13 @@ type Config struct {
 	// ReceiptKeys is the JWKS of the receipt verification keys, served at
 	// /.well-known/jwks.json.
 	ReceiptKeys any
+	// SignIn signs people in on the pages (OIDC); nil: no sign-in.
+	SignIn SignIn
+	// Sessions keeps sign-ins and page sessions.
+	Sessions websession.Store
+	// TokenPaste lets the pages sign in with a pasted bearer token: billingd
+	// dev only.
+	TokenPaste bool
 }
 
 // Observer receives the outcome of each handshake call, for metrics.
@@ -55,6 +63,9 @@ type server struct {
 	// that matched none is measured as "unmatched" rather than by a path
 	// the client chose.
 	routes map[string]bool
+	// crossOrigin refuses cross-origin state changes made with the session
+	// cookie.
+	crossOrigin *http.CrossOriginProtection
 }
 
 // New returns the HTTP handler with every route of the REST API. It is
@@ -62,7 +73,7 @@ type server struct {
 // its body, logs and measures it (by the route template this router names)
 // and sets the headers every response carries.
 func New(cfg Config) *echo.Echo {
-	s := &server{Config: cfg, log: cfg.Logger}
+	s := &server{Config: cfg, log: cfg.Logger, crossOrigin: http.NewCrossOriginProtection()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -95,7 +106,8 @@ func New(cfg Config) *echo.Echo {
 	api.POST("/confirmations/:id/reject", s.decideApproval(false), admin)
 	e.POST("/webhooks/stripe", s.stripeWebhook)
 	e.GET("/openapi.yaml", openAPI)
-	mountDashboard(e)
+	mountDashboard(e, s)
+	mountSignIn(e, s)
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {
 		s.routes[r.Path] = true

@@ -34,7 +34,7 @@ type options struct {
 }
 
 // Stripe stand-ins: canned answers (fastest), the stateful in-process fake
-// (internal/stripefake), or stripe-mock (the real wire format, slowest).
+// (internal/stripepay/stripepaytest), or stripe-mock (the real wire format, slowest).
 const (
 	stripeCanned = "canned"
 	stripeFake   = "fake"
@@ -49,7 +49,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		o.serverURL = defaultServerURL
 	}
 	fs.StringVar(&o.dbName, "db", "billingd_bench", "bench database, dropped and recreated on the BENCH_DATABASE_URL server")
-	fs.StringVar(&o.stripe, "stripe", stripeCanned, "Stripe stand-in: canned, fake (internal/stripefake) or mock (stripe-mock)")
+	fs.StringVar(&o.stripe, "stripe", stripeCanned, "Stripe stand-in: canned, fake (internal/stripepay/stripepaytest) or mock (stripe-mock)")
 	fs.IntVar(&o.orgs, "orgs", 1000, "orgs to seed")
 	fs.IntVar(&o.principals, "principals", 20, "principals (JWT subjects) per org, at most 99; enough that none reaches billingd's rate limit")
 	clients := fs.String("clients", "1,4,16,64", "concurrent clients for the throughput rows")

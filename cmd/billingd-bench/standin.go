@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/billingd/billingd/billing"
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // startStripe serves the Stripe stand-in the options ask for and sets
@@ -27,7 +27,7 @@ func (e *env) startStripe(ctx context.Context) error {
 	case stripeMock:
 		return e.startStripeMock(ctx)
 	case stripeFake:
-		fake := stripefake.New()
+		fake := stripepaytest.New()
 		for _, p := range billing.DefaultPlans() {
 			fake.SetPrice(p.StripePriceID, p.AmountCents, p.Currency)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/billingd/billingd/internal/httpedge"
 	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/receipt"
+	"github.com/billingd/billingd/internal/signin"
 	"github.com/billingd/billingd/internal/stripepay"
 	"github.com/billingd/billingd/internal/telemetry"
 	"github.com/billingd/billingd/mcp"
@@ -47,6 +48,8 @@ type App struct {
 	// /.well-known/jwks.json.
 	Receipts *receipt.Keys
 	verifier *auth.Verifier
+	// signIn signs people in on the pages; nil without OIDC_CLIENT_ID.
+	signIn rest.SignIn
 }
 
 // Options replaces parts of the default assembly (tests, benchmarks).
@@ -99,6 +102,16 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 		a.Close()
 		return nil, fmt.Errorf("access-token verifier: %w", err)
 	}
+	if cfg.OIDCClientID != "" {
+		client, err := signin.New(ctx, signin.Config{Issuer: cfg.OAuthIssuer, ClientID: cfg.OIDCClientID,
+			ClientSecret: cfg.OIDCClientSecret, RedirectURL: cfg.PublicBaseURL + "/auth/callback",
+			Resource: cfg.PublicBaseURL, ClockSkew: cfg.ConfirmClockSkew})
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("OIDC sign-in (OIDC_CLIENT_ID): %w", err)
+		}
+		a.signIn = client
+	}
 	a.Handler = a.edge()
 	a.MetricsHandler = MetricsHandler(a.Metrics)
 	return a, nil
@@ -111,6 +124,7 @@ func (a *App) edge() http.Handler {
 		Service: a.Service, Verifier: a.verifier, PublicBaseURL: a.Config.PublicBaseURL, Issuer: a.Config.OAuthIssuer,
 		ParseWebhook: webhookParser(a.Config.StripeWebhookSecret), Ready: a.Store.Ready, Logger: a.Log,
 		Observer: a.Metrics, ReceiptKeys: a.Receipts.JWKS(),
+		SignIn: a.signIn, Sessions: a.Store, TokenPaste: a.Config.DevTokenPaste,
 	})
 	edge := httpedge.New(httpedge.Config{
 		Logger: a.Log, Observer: a.Metrics,
@@ -214,7 +228,8 @@ func newService(cfg config.Config, store billing.Store, payments billing.Payment
 	return billing.NewService(billing.Config{
 		Store: store, Payments: paymentsFor(cfg, payments), Catalog: catalog,
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
-		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL, Logger: log,
+		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL,
+		VerifyACRValues: cfg.VerifyACRValues, Logger: log,
 		Receipts: receipts, Livemode: cfg.StripeLivemode(),
 	})
 }

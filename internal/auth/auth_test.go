@@ -417,3 +417,80 @@ func mustRSAKey(t *testing.T) *rsa.PrivateKey {
 	}
 	return k
 }
+
+// TestInvisibleIdentityClaims: sub, the org claim, azp and client_id with
+// characters a person cannot see (or that display as something else) are
+// refused like an invalid token (contract §4). "\u202enimda-omed" displays
+// as "demo-admin"; "\u200bdemo-agent" as "demo-agent".
+func TestInvisibleIdentityClaims(t *testing.T) {
+	iss := startIssuer(t, devissuer.AlgES256, "")
+	v := newVerifier(t, config(iss))
+	hostile := map[string]string{
+		"bidi override":      "\u202enimda-omed",
+		"zero-width space":   "\u200bdemo-agent",
+		"zero-width joiner":  "demo\u200dadmin",
+		"bidi isolate":       "demo\u2066admin",
+		"byte order mark":    "\ufeffdemo-admin",
+		"soft hyphen":        "demo\u00adadmin",
+		"private use":        "demo\ue000admin",
+		"Hangul filler":      "demo\u3164admin",
+		"variation selector": "demo\ufe0fadmin",
+		"no-break space":     "demo\u00a0admin",
+		"ideographic space":  "demo\u3000admin",
+		"line separator":     "demo\u2028admin",
+		"tab":                "demo\tadmin",
+		"unassigned":         "demo\U000e0fffadmin",
+		"tag character":      "demo\U000e0041admin",
+	}
+	for name, value := range hostile {
+		for _, claim := range []string{"sub", "org_id", "azp", "client_id"} {
+			t.Run(name+"/"+claim, func(t *testing.T) {
+				c := validClaims()
+				c.Extra = map[string]any{claim: value}
+				_, err := v.Verify(context.Background(), mint(t, iss, c))
+				if !errors.Is(err, auth.ErrInvalidToken) {
+					t.Fatalf("%s %q accepted: %v", claim, value, err)
+				}
+			})
+		}
+	}
+	for _, fine := range []string{"demo-admin", "Zoë Ñúñez", "用户-42", "auth0|5f3c…", "user@example.com", "a b"} {
+		c := validClaims()
+		c.Subject = fine
+		if id := mustVerify(t, v, mint(t, iss, c)); id.Subject != fine {
+			t.Errorf("sub %q read as %q", fine, id.Subject)
+		}
+	}
+}
+
+// TestAuthenticationClaims: auth_time and acr reach the identity; a
+// malformed one refuses the token.
+func TestAuthenticationClaims(t *testing.T) {
+	iss := startIssuer(t, devissuer.AlgES256, "")
+	v := newVerifier(t, config(iss))
+	at := time.Now().Add(-time.Minute).Truncate(time.Second)
+	c := validClaims()
+	c.Extra = map[string]any{"auth_time": at.Unix(), "acr": "urn:example:passkey"}
+	id := mustVerify(t, v, mint(t, iss, c))
+	if !id.AuthTime.Equal(at) || id.ACR != "urn:example:passkey" {
+		t.Fatalf("auth_time %v acr %q, want %v and the passkey acr", id.AuthTime, id.ACR, at)
+	}
+	if id := mustVerify(t, v, mint(t, iss, validClaims())); !id.AuthTime.IsZero() || id.ACR != "" {
+		t.Fatalf("a token without them: auth_time %v acr %q", id.AuthTime, id.ACR)
+	}
+	for name, extra := range map[string]map[string]any{
+		"auth_time string": {"auth_time": "yesterday"},
+		"auth_time zero":   {"auth_time": 0},
+		"acr number":       {"acr": 2},
+		"acr empty":        {"acr": ""},
+		"acr invisible":    {"acr": "pass\u200bkey"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := validClaims()
+			c.Extra = extra
+			if _, err := v.Verify(context.Background(), mint(t, iss, c)); !errors.Is(err, auth.ErrInvalidToken) {
+				t.Fatalf("accepted: %v", err)
+			}
+		})
+	}
+}

@@ -21,6 +21,12 @@ type Identity struct {
 	Client  string    // azp, else client_id, else ""
 	Scopes  []string  // from scope, else scp
 	Expiry  time.Time // exp
+	// AuthTime is when the person last authenticated at the issuer
+	// (auth_time, RFC 9470); zero when the token does not say.
+	AuthTime time.Time
+	// ACR is the authentication context class of that authentication (acr),
+	// e.g. a phishing-resistant method; "" when the token does not say.
+	ACR string
 }
 
 // HasScope reports whether the token was granted exactly scope s. There is no
@@ -137,7 +143,31 @@ func (v *Verifier) identity(claims jwt.MapClaims) (Identity, error) {
 	if err != nil || exp == nil {
 		return Identity{}, reject("malformed exp", err)
 	}
-	return Identity{Subject: sub, Org: org, Client: client, Scopes: scopes, Expiry: exp.Time}, nil
+	authTime, acr, err := authentication(claims)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{Subject: sub, Org: org, Client: client, Scopes: scopes, Expiry: exp.Time,
+		AuthTime: authTime, ACR: acr}, nil
+}
+
+// authentication reads auth_time (a NumericDate) and acr (a string), both
+// optional. A malformed one refuses the token: a step-up decision must not
+// rest on a value billingd had to guess at.
+func authentication(claims jwt.MapClaims) (time.Time, string, error) {
+	var authTime time.Time
+	if v, present := claims["auth_time"]; present {
+		n, ok := v.(float64)
+		if !ok || n <= 0 || n > 1<<40 {
+			return time.Time{}, "", reject("malformed auth_time", nil)
+		}
+		authTime = time.Unix(int64(n), 0)
+	}
+	acr, present, ok := optionalString(claims, "acr")
+	if present && (!ok || acr == "") {
+		return time.Time{}, "", reject("malformed acr", nil)
+	}
+	return authTime, acr, nil
 }
 
 // requiredString returns claim name, which must be a non-empty string. The
@@ -161,31 +191,69 @@ func optionalString(claims jwt.MapClaims, name string) (s string, present, ok bo
 		return "", false, false
 	}
 	s, ok = v.(string)
-	return s, true, ok && safeIdentifier(s)
+	return s, true, ok && SafeIdentifier(s)
 }
 
 // maxIdentifierBytes bounds sub, org and client ids: they are stored with
 // every confirmation and audit event.
 const maxIdentifierBytes = 256
 
-// safeIdentifier reports whether an identity claim can be stored and shown
-// as is: bounded, valid UTF-8, without control characters (PostgreSQL
-// refuses NUL in text, and a newline or escape would forge log lines).
-func safeIdentifier(s string) bool {
+// SafeIdentifier reports whether an identity claim can be stored and shown
+// as is (contract §4): bounded, valid UTF-8, and made only of characters a
+// person sees. A person approving a change must see exactly who asked for it,
+// so control characters (PostgreSQL refuses NUL, a newline forges log lines),
+// format characters (zero-width joiners, bidirectional overrides that make
+// "\u202enimda-omed" display as "demo-admin"), private-use, surrogate and
+// unassigned code points, default-ignorable ones (Hangul fillers, variation
+// selectors) and every space but U+0020 are refused.
+func SafeIdentifier(s string) bool {
 	if len(s) > maxIdentifierBytes || !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
-		if unicode.IsControl(r) {
+		if !visible(r) {
 			return false
 		}
 	}
 	return true
 }
 
+// visible reports whether r is a character that shows as itself.
+func visible(r rune) bool {
+	switch {
+	case r == ' ':
+		return true
+	case r < 0x80:
+		return r > ' ' && r != 0x7f
+	case !unicode.IsGraphic(r), unicode.IsSpace(r), unicode.Is(unicode.Zs, r):
+		// IsGraphic leaves out Cc, Cf, Co, Cs and unassigned code points.
+		return false
+	case unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r), unicode.Is(unicode.Variation_Selector, r):
+		return false
+	case isInvisibleMark(r):
+		return false
+	}
+	return true
+}
+
+// isInvisibleMark lists the combining marks that render as nothing on
+// their own and are used to pad look-alike names.
+func isInvisibleMark(r rune) bool {
+	switch r {
+	case 0x034F, // combining grapheme joiner
+		0x17B4, 0x17B5, // Khmer inherent vowels
+		0x180B, 0x180C, 0x180D, 0x180F: // Mongolian free variation selectors
+		return true
+	}
+	return false
+}
+
 // clientID prefers azp (OpenID, RFC 9068 uses client_id; issuers differ) and
 // rejects a wrongly typed claim rather than guess which client called.
+// Both are checked when both are present: a hidden character in either is
+// a token built to mislead.
 func clientID(claims jwt.MapClaims) (string, error) {
+	client := ""
 	for _, name := range []string{"azp", "client_id"} {
 		s, present, ok := optionalString(claims, name)
 		if !present {
@@ -194,11 +262,11 @@ func clientID(claims jwt.MapClaims) (string, error) {
 		if !ok {
 			return "", reject("malformed "+name, nil)
 		}
-		if s != "" {
-			return s, nil
+		if client == "" {
+			client = s
 		}
 	}
-	return "", nil
+	return client, nil
 }
 
 // scopes reads scope (RFC 8693/9068: one space-separated string) or, when

@@ -50,6 +50,18 @@ type Config struct {
 	// MCP elicitations on protocol 2026-07-28; every replica needs the same
 	// one. Empty: each process makes its own (fine with one replica).
 	MCPRequestStateKey string
+	// OIDCClientID (OIDC_CLIENT_ID) is billingd's client at OAUTH_ISSUER for
+	// signing people in on the dashboard, approval and verification pages;
+	// empty: the pages cannot sign anyone in. OIDCClientSecret
+	// (OIDC_CLIENT_SECRET) makes it a confidential client.
+	OIDCClientID     string
+	OIDCClientSecret string
+	// VerifyACRValues (VERIFY_ACR_VALUES, comma-separated) are the acr values
+	// the verify level accepts, e.g. a passkey's; empty: any.
+	VerifyACRValues []string
+	// DevTokenPaste lets the pages sign in with a pasted bearer token; only
+	// billingd dev sets it.
+	DevTokenPaste bool
 	// MCPReplicaID (MCP_REPLICA_ID) names this replica at the front of every
 	// MCP session id it issues (protocol 2025-11-25), so that a reverse proxy
 	// routes each session to the one process that holds it
@@ -76,6 +88,9 @@ func Load(getenv func(string) string) (Config, error) {
 		LogFormat:           or(getenv("LOG_FORMAT"), "json"),
 		Plans:               billing.DefaultPlans(),
 		MCPRequestStateKey:  getenv("MCP_REQUEST_STATE_KEY"),
+		OIDCClientID:        getenv("OIDC_CLIENT_ID"),
+		OIDCClientSecret:    getenv("OIDC_CLIENT_SECRET"),
+		VerifyACRValues:     splitList(getenv("VERIFY_ACR_VALUES")),
 		MCPReplicaID:        getenv("MCP_REPLICA_ID"),
 	}
 	var errs []string
@@ -119,6 +134,14 @@ func Load(getenv func(string) string) (Config, error) {
 	c.SettleInterval = duration(getenv, "SETTLE_INTERVAL", 15*time.Second, 100*time.Millisecond, time.Hour, fail)
 	if n := len(c.MCPRequestStateKey); n > 0 && n < minStateKeyBytes {
 		fail("MCP_REQUEST_STATE_KEY", "want a random secret of at least %d bytes (e.g. openssl rand -base64 32), got %d", minStateKeyBytes, n)
+	}
+	if c.OIDCClientSecret != "" && c.OIDCClientID == "" {
+		fail("OIDC_CLIENT_SECRET", "set OIDC_CLIENT_ID too")
+	}
+	for _, v := range c.VerifyACRValues {
+		if strings.ContainsAny(v, "\"\\ ") {
+			fail("VERIFY_ACR_VALUES", "an acr value may not contain quotes, backslashes or spaces")
+		}
 	}
 	if c.MCPReplicaID != "" && !replicaIDPattern.MatchString(c.MCPReplicaID) {
 		fail("MCP_REPLICA_ID", "want 1 to 32 lower-case letters, digits and -, starting with a letter or digit")

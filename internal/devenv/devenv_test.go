@@ -15,7 +15,7 @@ import (
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/devissuer"
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 func TestIsLoopback(t *testing.T) {
@@ -201,7 +201,7 @@ func TestRenew(t *testing.T) {
 		{start.Add(period + time.Second), start.Add(period)},
 		{start.Add(95 * 24 * time.Hour), start.Add(3 * period)},
 	} {
-		sub := stripefake.Subscription{CurrentPeriodStart: start, CurrentPeriodEnd: start.Add(period)}
+		sub := stripepaytest.Subscription{CurrentPeriodStart: start, CurrentPeriodEnd: start.Add(period)}
 		renew(&sub, tc.now)
 		if !sub.CurrentPeriodStart.Equal(tc.wantStart) || sub.CurrentPeriodEnd.Sub(sub.CurrentPeriodStart) != period {
 			t.Errorf("at %v: period %v – %v, want from %v", tc.now, sub.CurrentPeriodStart, sub.CurrentPeriodEnd, tc.wantStart)

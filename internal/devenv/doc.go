@@ -2,7 +2,7 @@
 // billingd dev (contract §9): a PostgreSQL (DATABASE_URL when set, else a
 // private cluster made with the installed initdb, else a testcontainers one
 // when Docker runs), a Stripe stand-in unless STRIPE_SECRET_KEY is set (the
-// stateful internal/stripefake served on loopback by this process, or
+// stateful internal/stripepay/stripepaytest served on loopback by this process, or
 // stripe-mock) and a development token issuer. It then seeds a demo org and
 // prints how to reach the server: the dashboard, curl commands with tokens,
 // and MCP client configurations.

@@ -201,7 +201,7 @@ func (e *Env) startStripe(ctx context.Context) error {
 	return nil
 }
 
-// startFakeStripe serves internal/stripefake in this process, its state
+// startFakeStripe serves internal/stripepay/stripepaytest in this process, its state
 // kept next to the database.
 func (e *Env) startFakeStripe() error {
 	f, err := startFakeStripe(e.Config.Plans, e.stateDir, e.progress)
@@ -211,7 +211,7 @@ func (e *Env) startFakeStripe() error {
 	e.stops = append(e.stops, f.stop)
 	e.fake = f
 	e.Config.StripeSecretKey, e.Config.StripeAPIBase = stripeMockKey, f.base
-	e.Stripe = "the Stripe fake (internal/stripefake) at " + f.base + ", state in " + f.statePath +
+	e.Stripe = "the Stripe fake (internal/stripepay/stripepaytest) at " + f.base + ", state in " + f.statePath +
 		" (keeps subscriptions, honours idempotency keys, prorates from the period; --stripe=mock for stripe-mock)"
 	e.step("Stripe fake on %s", f.base)
 	return nil
@@ -234,8 +234,20 @@ func (e *Env) startIssuer() error {
 	go func() { _ = srv.Serve(ln) }()
 	e.stops = append(e.stops, srv.Close)
 	iss.SetIssuerURL("http://" + ln.Addr().String())
+	// The login page's demo people (DEVELOPMENT ONLY): the agent's user,
+	// who verifies their own changes, and an admin, who approves others'.
+	iss.SetUsers(
+		devissuer.User{Subject: AgentSubject, Org: DemoOrg, Scopes: agentScopes, Label: "the person the demo agent acts for"},
+		devissuer.User{Subject: AdminSubject, Org: DemoOrg, Scopes: adminScopes, Label: "an administrator who approves"},
+	)
+	iss.SetDefaultAudience(e.Config.OAuthAudiences[0])
 	e.Issuer = iss
 	e.Config.OAuthIssuer, e.Config.OAuthJWKSURL = iss.IssuerURL(), iss.JWKSURL()
+	if e.Config.OIDCClientID == "" {
+		e.Config.OIDCClientID = DevClientID
+	}
+	// Pasting a bearer token into the pages is for billingd dev only.
+	e.Config.DevTokenPaste = true
 	e.step("development token issuer (DEVELOPMENT ONLY) on %s", iss.IssuerURL())
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/billingd/billingd/billing"
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // StripeStandIn names what billingd dev answers Stripe's API with when
@@ -21,7 +21,7 @@ import (
 type StripeStandIn string
 
 const (
-	// StripeFake is internal/stripefake, served by billingd dev itself: it
+	// StripeFake is internal/stripepay/stripepaytest, served by billingd dev itself: it
 	// keeps customers and subscriptions (across restarts too), honours
 	// idempotency keys and prorates from the real period, so the demo
 	// shows today's dates and real amounts. The default.
@@ -46,7 +46,7 @@ func ParseStripeStandIn(s string) (StripeStandIn, error) {
 
 // fakeStateFile holds the fake's customers and subscriptions, next to the
 // database whose orgs point at them.
-const fakeStateFile = "stripefake.json"
+const fakeStateFile = "stripe-fake.json"
 
 // demoSubscriptionAge is how long ago the demo org's subscription started,
 // on the fake: a plan bought a moment ago prorates to its whole price
@@ -57,7 +57,7 @@ const demoSubscriptionAge = 12*24*time.Hour + 8*time.Hour
 // every request that may change it, so that a billingd killed outright
 // (SIGKILL) loses nothing the database already points at.
 type fakeStripe struct {
-	fake      *stripefake.Server
+	fake      *stripepaytest.Server
 	statePath string
 	srv       *http.Server
 	base      string
@@ -68,7 +68,7 @@ type fakeStripe struct {
 // startFakeStripe serves the fake with the prices of plans and the state
 // saved in dir, if any.
 func startFakeStripe(plans []billing.Plan, dir string, progress io.Writer) (*fakeStripe, error) {
-	f := &fakeStripe{fake: stripefake.New(), statePath: filepath.Join(dir, fakeStateFile), progress: progress}
+	f := &fakeStripe{fake: stripepaytest.New(), statePath: filepath.Join(dir, fakeStateFile), progress: progress}
 	for _, p := range plans {
 		f.fake.SetPrice(p.StripePriceID, p.AmountCents, p.Currency)
 	}
@@ -119,7 +119,7 @@ func (f *fakeStripe) load() error {
 	if err != nil {
 		return fmt.Errorf("read the Stripe fake's state: %w", err)
 	}
-	var st stripefake.State
+	var st stripepaytest.State
 	if err := json.Unmarshal(data, &st); err != nil {
 		return fmt.Errorf("read the Stripe fake's state %s: %w (remove it, and the database, to start afresh)", f.statePath, err)
 	}
@@ -133,7 +133,7 @@ func (f *fakeStripe) load() error {
 
 // renew moves sub's current period forward, a period at a time, until it
 // holds now.
-func renew(sub *stripefake.Subscription, now time.Time) {
+func renew(sub *stripepaytest.Subscription, now time.Time) {
 	length := sub.CurrentPeriodEnd.Sub(sub.CurrentPeriodStart)
 	for length > 0 && now.After(sub.CurrentPeriodEnd) {
 		sub.CurrentPeriodStart, sub.CurrentPeriodEnd = sub.CurrentPeriodEnd, sub.CurrentPeriodEnd.Add(length)

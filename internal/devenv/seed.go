@@ -18,6 +18,8 @@ const (
 	AgentClient  = "demo-agent" // azp of the agent token: recorded in the audit log
 	AgentSubject = "demo-user"  // the person the agent acts for
 	AdminSubject = "demo-admin"
+	// DevClientID is billingd dev's OIDC client for the pages' sign-in.
+	DevClientID = "billingd-dev-pages"
 )
 
 // accounts reads an org's account; *postgres.Store is one.

@@ -128,7 +128,8 @@ func mcpServers(server any) (string, error) {
 var welcomeText = template.Must(template.New("welcome").Parse(`
 billingd dev is ready. DEVELOPMENT ONLY: its token issuer signs whatever it is asked to.
 
-  Dashboard  {{.BaseURL}}/   (sign in with a token below)
+  Dashboard  {{.BaseURL}}/   (Sign in: the dev login page lets you pick demo-user or demo-admin;
+                               pasting a token below works too, in billingd dev only)
   Demo org   {{.Account.Org.ID}} "{{.Account.Org.Name}}", on {{.Account.Subscription.Plan}}
   Database   {{.Database}}
   Stripe     {{.Stripe}}
@@ -154,6 +155,15 @@ The handshake, as the agent:
 The audit log, as the admin:
 
   curl -s '{{.BaseURL}}/api/billing/audit?limit=10' -H 'Authorization: Bearer {{.AdminToken}}'
+
+Sign-in, verify and approve in the browser (DEVELOPMENT ONLY login page, loopback only):
+
+  Verify: make the org ask for a fresh sign-in on every change, as the admin,
+    curl -s -X PUT {{.BaseURL}}/api/billing/policy -H 'Authorization: Bearer {{.AdminToken}}' -d '{"rules":[{"name":"prove it is you","action":"verify"}],"approval_window_seconds":600}'
+  then make the first call as the agent (above): the answer has a verify_url. Open it, sign
+  in as {{.AgentSubject}} on the dev login page, read the summary and press Confirm; the agent's
+  second call then executes. Signed in as anyone else, the page refuses.
+  Approve: use "action":"approve" instead, open the approval_url and sign in as {{.AdminSubject}}.
 
 MCP client configuration (.mcp.json, ~/.cursor/mcp.json, ...), over HTTP:
 

@@ -61,6 +61,11 @@ type Issuer struct {
 	url      string
 	current  signingKey
 	previous *signingKey // the key retired by the last Rotate, still published
+
+	// The OpenID provider part (authorize.go).
+	users           []User
+	grants          map[string]grant // by authorization code
+	defaultAudience string
 }
 
 // signingKey is one key pair with the kid it is published under.

@@ -16,11 +16,19 @@ const (
 )
 
 // metadata is the subset of RFC 8414 / OpenID Connect Discovery a resource
-// server needs to verify tokens. The issuer has no authorization or token
-// endpoint: tokens come from Mint, not from an OAuth flow.
+// server needs to verify tokens and a relying party needs to sign people in
+// (authorize.go).
 type metadata struct {
-	Issuer  string `json:"issuer"`
-	JWKSURI string `json:"jwks_uri"`
+	Issuer                   string   `json:"issuer"`
+	JWKSURI                  string   `json:"jwks_uri"`
+	AuthorizationEndpoint    string   `json:"authorization_endpoint"`
+	TokenEndpoint            string   `json:"token_endpoint"`
+	ResponseTypes            []string `json:"response_types_supported"`
+	SubjectTypes             []string `json:"subject_types_supported"`
+	IDTokenAlgs              []string `json:"id_token_signing_alg_values_supported"`
+	CodeChallengeMethods     []string `json:"code_challenge_methods_supported"`
+	GrantTypes               []string `json:"grant_types_supported"`
+	TokenEndpointAuthMethods []string `json:"token_endpoint_auth_methods_supported"`
 }
 
 // Handler serves the issuer's metadata and JWK Set. Mount it at the root of
@@ -35,16 +43,28 @@ func (i *Issuer) Handler() http.Handler {
 }
 
 func (i *Issuer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	issuer := i.IssuerURL()
+	base := issuerPath(issuer)
+	switch {
+	case r.URL.Path == base+authorizePath && (r.Method == http.MethodGet || r.Method == http.MethodPost):
+		i.serveAuthorize(w, r)
+		return
+	case r.URL.Path == base+tokenPath && r.Method == http.MethodPost:
+		i.serveToken(w, r)
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	issuer := i.IssuerURL()
-	base := issuerPath(issuer)
 	switch r.URL.Path {
 	case oauthMetadataDoc + base, openIDConfigDoc + base, base + openIDConfigDoc:
-		writeJSON(w, metadata{Issuer: issuer, JWKSURI: issuer + jwksPath})
+		writeJSON(w, metadata{Issuer: issuer, JWKSURI: issuer + jwksPath,
+			AuthorizationEndpoint: issuer + authorizePath, TokenEndpoint: issuer + tokenPath,
+			ResponseTypes: []string{"code"}, SubjectTypes: []string{"public"}, IDTokenAlgs: []string{i.alg},
+			CodeChallengeMethods: []string{"S256"}, GrantTypes: []string{"authorization_code"},
+			TokenEndpointAuthMethods: []string{"none", "client_secret_basic", "client_secret_post"}})
 	case base + jwksPath:
 		i.serveJWKS(w)
 	default:

@@ -93,3 +93,15 @@ func Challenge(r *http.Request, metadata string, err error, scopes ...string) st
 	}
 	return fmt.Sprintf(`Bearer resource_metadata="%s", scope="%s"`, metadata, scope)
 }
+
+// StepUpChallenge is RFC 9470's challenge for the verify level: the person
+// must authenticate again (max_age=0), with one of the acr values when the
+// operator requires some.
+func StepUpChallenge(st *billing.StepUp, metadata string) string {
+	value := `Bearer error="insufficient_user_authentication", ` +
+		`error_description="the person who asked must sign in again; or confirm at the verify_url", max_age=0`
+	if len(st.ACRValues) > 0 {
+		value += fmt.Sprintf(`, acr_values="%s"`, strings.Join(st.ACRValues, " "))
+	}
+	return value + fmt.Sprintf(`, resource_metadata="%s"`, metadata)
+}

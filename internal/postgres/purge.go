@@ -27,5 +27,14 @@ func (s *Store) PurgeFinished(ctx context.Context, retention time.Duration, batc
 			SELECT id FROM stripe_events WHERE received_at < now() - interval '7 days' LIMIT $1)`, batch); err != nil {
 		return 0, fmt.Errorf("purge stripe events: %w", classify(err))
 	}
+	// Expired sign-ins and page sessions are of no use to anyone.
+	if _, err := s.pool.Exec(ctx, `DELETE FROM web_logins WHERE state_hash IN (
+			SELECT state_hash FROM web_logins WHERE expires_at < now() LIMIT $1)`, batch); err != nil {
+		return 0, fmt.Errorf("purge sign-ins: %w", classify(err))
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM web_sessions WHERE id_hash IN (
+			SELECT id_hash FROM web_sessions WHERE expires_at < now() LIMIT $1)`, batch); err != nil {
+		return 0, fmt.Errorf("purge sessions: %w", classify(err))
+	}
 	return tag.RowsAffected(), nil
 }

@@ -21,15 +21,62 @@ const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c
 	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
-	c.agent, c.attempt, c.result, c.livemode`
+	c.agent, c.attempt, c.result,
+	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode, ` + verificationColumns
+
+// verificationColumns are the verify level's columns of a confirmation c.
+const verificationColumns = `c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.verified_auth_time, coalesce(c.verified_acr, '')`
 
 func scanConfirmation(c *billing.Confirmation) []any {
 	t := &c.Terms
-	return []any{&c.ID, &c.TokenHash, &c.Org, &c.Principal, &c.Client, &c.Operation, &c.Status,
+	return append([]any{&c.ID, &c.TokenHash, &c.Org, &c.Principal, &c.Client, &c.Operation, &c.Status,
 		&t.FromPlan, &t.ToPlan, &t.FromPriceID, &t.ToPriceID, &t.FromAmountCents, &t.ToAmountCents, &t.Currency,
 		&t.ProrationDate, &t.SubscriptionVer, &t.AmountDueCents, &t.CreditCents, &t.NextChargeAt,
 		&c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.Approval, &c.Approver,
-		&c.Agent, &c.Attempt, &c.Result, &t.Livemode}
+		&c.Agent, &c.Attempt, &c.Result,
+		optionalTime{&c.ApproverAuth.AuthTime}, &c.ApproverAuth.ACR, &t.Livemode}, scanVerification(c)...)
+}
+
+// scanVerification scans verificationColumns; Verification stays nil until
+// the row has verified_at.
+func scanVerification(c *billing.Confirmation) []any {
+	v := &billing.Verification{}
+	return []any{&c.VerifyRequired, verifiedAt{c: c, v: v}, &v.Method, optionalTime{&v.AuthTime}, &v.ACR}
+}
+
+// optionalTime scans a nullable timestamptz; NULL is the zero time.
+type optionalTime struct{ t *time.Time }
+
+func (o optionalTime) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*o.t = time.Time{}
+	case time.Time:
+		*o.t = v
+	default:
+		return fmt.Errorf("timestamptz: unexpected %T", src)
+	}
+	return nil
+}
+
+// verifiedAt scans verified_at and links the verification to the
+// confirmation when it is set.
+type verifiedAt struct {
+	c *billing.Confirmation
+	v *billing.Verification
+}
+
+func (s verifiedAt) Scan(src any) error {
+	if src == nil {
+		s.c.Verification = nil
+		return nil
+	}
+	if err := (optionalTime{&s.v.VerifiedAt}).Scan(src); err != nil {
+		return err
+	}
+	s.c.Verification = s.v
+	return nil
 }
 
 // LockByToken implements billing.Tx. The subscription row is locked with the
@@ -134,8 +181,16 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID, nullTime(sub.SyncedAt))
 	}
 	if a := r.Approval; a != nil {
-		batch.Queue(`UPDATE confirmations SET approval = $2, approver = $3 WHERE id = $1`,
-			r.ConfirmationID, string(a.State), a.Approver)
+		batch.Queue(`UPDATE confirmations SET approval = $2, approver = $3, approver_auth_time = $4, approver_acr = NULLIF($5, '')
+			WHERE id = $1`, r.ConfirmationID, string(a.State), a.Approver, nullTime(a.Auth.AuthTime), a.Auth.ACR)
+	}
+	if r.RequireVerification {
+		batch.Queue(`UPDATE confirmations SET verify_required = true WHERE id = $1`, r.ConfirmationID)
+	}
+	if v := r.Verification; v != nil {
+		batch.Queue(`UPDATE confirmations SET verified_at = coalesce($2, now()), verified_method = $3,
+			verified_auth_time = $4, verified_acr = NULLIF($5, '') WHERE id = $1`,
+			r.ConfirmationID, nullTime(v.VerifiedAt), v.Method, nullTime(v.AuthTime), v.ACR)
 	}
 	if sub := r.SyncedSubscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET synced_at = $2 WHERE org = $1`, sub.Org, nullTime(sub.SyncedAt))

@@ -17,7 +17,7 @@ import (
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/billingd/billingd/billing"
-	"github.com/billingd/billingd/internal/stripefake"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 	"github.com/billingd/billingd/internal/testenv"
 )
 
@@ -259,7 +259,7 @@ func mockChange(chargeNow bool) billing.PlanChange {
 	}
 }
 
-// Against stripefake: real arithmetic and the failures stripe-mock cannot
+// Against stripepaytest (the Stripe fake): real arithmetic and the failures stripe-mock cannot
 // produce.
 
 const (
@@ -272,7 +272,7 @@ const (
 var periodStart = time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 
 type fakeEnv struct {
-	fake *stripefake.Server
+	fake *stripepaytest.Server
 	p    *Provider
 	cust billing.CreatedCustomer
 }
@@ -281,7 +281,7 @@ type fakeEnv struct {
 // created through the provider.
 func newFakeEnv(t *testing.T, cfg Config) fakeEnv {
 	t.Helper()
-	fake := stripefake.New()
+	fake := stripepaytest.New()
 	fake.SetClock(func() time.Time { return periodStart })
 	fake.SetPrice(pricePro, 1900, "usd")
 	fake.SetPrice(priceScale, 4900, "usd")
@@ -399,15 +399,15 @@ func TestFakeErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		fault   *stripefake.Fault
+		fault   *stripepaytest.Fault
 		timeout time.Duration
 		edit    func(*billing.PlanChange)
 		want    error
 	}{
-		{name: "declined card", fault: ptr(stripefake.DeclineCard), want: billing.ErrPaymentDeclined},
-		{name: "server error", fault: ptr(stripefake.ServerError), want: billing.ErrUnavailable},
-		{name: "lost response", fault: ptr(stripefake.LoseResponse), want: billing.ErrUnavailable},
-		{name: "timeout", fault: ptr(stripefake.Delay(10 * time.Second)), timeout: 100 * time.Millisecond, want: billing.ErrUnavailable},
+		{name: "declined card", fault: ptr(stripepaytest.DeclineCard), want: billing.ErrPaymentDeclined},
+		{name: "server error", fault: ptr(stripepaytest.ServerError), want: billing.ErrUnavailable},
+		{name: "lost response", fault: ptr(stripepaytest.LoseResponse), want: billing.ErrUnavailable},
+		{name: "timeout", fault: ptr(stripepaytest.Delay(10 * time.Second)), timeout: 100 * time.Millisecond, want: billing.ErrUnavailable},
 		{name: "unknown price", edit: func(c *billing.PlanChange) { c.NewPriceID = "price_nope" }, want: billing.ErrProviderRejected},
 		{name: "unknown subscription", edit: func(c *billing.PlanChange) { c.SubscriptionID = "sub_nope" }, want: billing.ErrProviderRejected},
 		{name: "foreign item", edit: func(c *billing.PlanChange) { c.ItemID = "si_nope" }, want: billing.ErrProviderRejected},
@@ -432,7 +432,7 @@ func TestFakeErrors(t *testing.T) {
 func TestFakeContextCancelled(t *testing.T) {
 	t.Parallel()
 	env := newFakeEnv(t, Config{})
-	env.fake.FailNext(stripefake.Delay(10 * time.Second))
+	env.fake.FailNext(stripepaytest.Delay(10 * time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := env.p.ApplyPlanChange(ctx, env.change(priceScale, true), "conf_1:apply")

@@ -1,7 +1,10 @@
-// billingd pages: what the dashboard and the approval page share. Both sign
-// in with a pasted access token and drive the public REST API exactly as any
-// other client would: the server enforces every rule, a page only shows what
-// the API answers.
+// billingd pages: what the dashboard and the approval page share. People
+// sign in at the organisation's identity provider (/auth/login, OpenID
+// Connect); the server keeps the session and names it with an HttpOnly
+// cookie, and every state-changing call carries the session's CSRF token.
+// Under billingd dev a pasted access token works too. Either way the pages
+// drive the public REST API exactly as any other client would: the server
+// enforces every rule, a page only shows what the API answers.
 //
 // Every value that comes from the server (or from the address bar) is
 // written with textContent or setAttribute, never parsed as HTML, so a plan
@@ -18,6 +21,10 @@ function accessToken() {
   return sessionStorage.getItem(TOKEN_KEY) || "";
 }
 
+// signedIn is /auth/session's answer: who is signed in with the cookie and
+// the CSRF token of their calls.
+let signedIn = { signed_in: false };
+
 // api calls the REST API and never throws: a network failure is status 0.
 // clockOffset is how far the server's clock is ahead of this browser's (see
 // localDeadline).
@@ -25,8 +32,14 @@ async function api(method, path, body) {
   const init = {
     method,
     cache: "no-store",
-    headers: { Accept: "application/json", Authorization: "Bearer " + accessToken() },
+    credentials: "same-origin",
+    headers: { Accept: "application/json" },
   };
+  if (accessToken()) {
+    init.headers.Authorization = "Bearer " + accessToken();
+  } else if (signedIn.signed_in && method !== "GET") {
+    init.headers["X-CSRF-Token"] = signedIn.csrf_token;
+  }
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -138,12 +151,19 @@ async function signIn(event) {
   }
 }
 
-function signOut(message, isError) {
+async function signOut(message, isError) {
+  if (!accessToken() && signedIn.signed_in) {
+    await api("POST", "/auth/logout");
+    signedIn = { signed_in: false };
+  }
   sessionStorage.removeItem(TOKEN_KEY);
   showSignedIn(false);
   page.clear();
   (isError ? fail : say)(message);
-  $("token").focus();
+  const first = $("token") || $("oidc-sign-in");
+  if (first) {
+    first.focus();
+  }
 }
 
 // tokenRefused signs out when any of the answers refused the token.
@@ -151,17 +171,26 @@ function tokenRefused(responses) {
   if (!responses.some((r) => r.status === 401)) {
     return false;
   }
-  signOut("The access token was refused: it may have expired or be meant for another server. Paste a new one.", true);
+  signOut("Your sign-in was refused: it may have expired. Sign in again.", true);
   return true;
 }
 
 // startPage wires sign-in and sign-out and shows the page for a token this
 // tab already holds.
-function startPage(part) {
+async function startPage(part) {
   page = part;
-  $("sign-in-form").addEventListener("submit", signIn);
+  if ($("sign-in-form")) {
+    $("sign-in-form").addEventListener("submit", signIn);
+  }
+  if ($("oidc-sign-in")) {
+    $("oidc-sign-in").setAttribute("href", "/auth/login?return_to=" + encodeURIComponent(location.pathname));
+  }
   $("sign-out").addEventListener("click", () => signOut("Signed out."));
-  if (accessToken()) {
+  const who = await api("GET", "/auth/session");
+  if (who.ok && who.data) {
+    signedIn = who.data;
+  }
+  if (accessToken() || signedIn.signed_in) {
     page.load();
   } else {
     showSignedIn(false);

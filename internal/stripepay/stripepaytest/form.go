@@ -1,4 +1,4 @@
-package stripefake
+package stripepaytest
 
 import (
 	"maps"
@@ -43,7 +43,7 @@ func parseItems(form url.Values, prefix string) ([]itemParam, error) {
 				}
 				items[i].quantity, items[i].hasQuantity = q, true
 			default:
-				return nil, errParamInvalid(param(name), "stripefake does not support %s", param(name))
+				return nil, errParamInvalid(param(name), "the Stripe fake does not support %s", param(name))
 			}
 		}
 	}

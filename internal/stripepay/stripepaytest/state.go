@@ -1,4 +1,4 @@
-package stripefake
+package stripepaytest
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package stripefake_test
+package stripepaytest_test
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/billingd/billingd/billing"
-	"github.com/billingd/billingd/internal/stripefake"
 	"github.com/billingd/billingd/internal/stripepay"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 const (
@@ -35,7 +35,7 @@ var (
 )
 
 type env struct {
-	fake *stripefake.Server
+	fake *stripepaytest.Server
 	url  string
 	p    *stripepay.Provider
 	org  billing.CreatedCustomer
@@ -45,7 +45,7 @@ type env struct {
 // stripepay.
 func newEnv(t *testing.T, cfg stripepay.Config) env {
 	t.Helper()
-	fake := stripefake.New()
+	fake := stripepaytest.New()
 	fake.SetClock(func() time.Time { return start })
 	fake.SetPrice(priceFree, 0, "usd")
 	fake.SetPrice(pricePro, 1900, "usd")
@@ -200,15 +200,15 @@ func TestLostResponseThenRetry(t *testing.T) {
 	noKeepAlive := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	tests := []struct {
 		name  string
-		fault stripefake.Fault
+		fault stripepaytest.Fault
 		cfg   stripepay.Config
 	}{
-		{"500 instead of the answer", stripefake.LoseResponse, stripepay.Config{}},
+		{"500 instead of the answer", stripepaytest.LoseResponse, stripepay.Config{}},
 		// Without keep-alives: Go's Transport would otherwise resend the
 		// request itself on a reused connection (it carries an
 		// Idempotency-Key) and hide the loss.
-		{"connection closed", stripefake.DropConnection, stripepay.Config{HTTPClient: noKeepAlive}},
-		{"client timeout", stripefake.Delay(10 * time.Second), stripepay.Config{Timeout: 100 * time.Millisecond}},
+		{"connection closed", stripepaytest.DropConnection, stripepay.Config{HTTPClient: noKeepAlive}},
+		{"client timeout", stripepaytest.Delay(10 * time.Second), stripepay.Config{Timeout: 100 * time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,7 +268,7 @@ func TestSameKeyOtherRequest(t *testing.T) {
 func TestConcurrentSameKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, stripepay.Config{})
-	e.fake.FailNext(stripefake.Stall(time.Minute)) // held until its client gives up
+	e.fake.FailNext(stripepaytest.Stall(time.Minute)) // held until its client gives up
 	ctx, giveUp := context.WithCancel(context.Background())
 	defer giveUp()
 	firstErr := make(chan error, 1)
@@ -301,11 +301,11 @@ func TestConcurrentSameKey(t *testing.T) {
 func TestRefusalsAreReplayed(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		fault stripefake.Fault
+		fault stripepaytest.Fault
 		want  error
 	}{
-		{stripefake.DeclineCard, billing.ErrPaymentDeclined},
-		{stripefake.ServerError, billing.ErrUnavailable},
+		{stripepaytest.DeclineCard, billing.ErrPaymentDeclined},
+		{stripepaytest.ServerError, billing.ErrUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want.Error(), func(t *testing.T) {
@@ -347,7 +347,7 @@ func TestInvalidParamsNotSaved(t *testing.T) {
 func TestFailNextAt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, stripepay.Config{})
-	e.fake.FailNextAt(stripefake.CreatePreview, stripefake.ServerError)
+	e.fake.FailNextAt(stripepaytest.CreatePreview, stripepaytest.ServerError)
 	change := e.change(priceScale)
 	if _, err := e.p.PreviewPlanChange(context.Background(), change); !errors.Is(err, billing.ErrUnavailable) {
 		t.Fatalf("faulty preview: %v, want ErrUnavailable", err)

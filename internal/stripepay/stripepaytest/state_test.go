@@ -1,4 +1,4 @@
-package stripefake_test
+package stripepaytest_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/billingd/billingd/billing"
-	"github.com/billingd/billingd/internal/stripefake"
 	"github.com/billingd/billingd/internal/stripepay"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // TestStateRestore: a new fake restored from another's State, even through
@@ -24,12 +24,12 @@ func TestStateRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st stripefake.State
+	var st stripepaytest.State
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatal(err)
 	}
 
-	fake := stripefake.New()
+	fake := stripepaytest.New()
 	fake.SetClock(func() time.Time { return start })
 	fake.SetPrice(pricePro, 1900, "usd")
 	fake.SetPrice(priceScale, 4900, "usd")

@@ -1,4 +1,4 @@
-package stripefake
+package stripepaytest
 
 import (
 	"net/http"
@@ -157,7 +157,7 @@ func (s *Server) createPreview(r *http.Request) (any, error) {
 	f := r.PostForm
 	subID := f.Get("subscription")
 	if subID == "" {
-		return nil, errParamInvalid("subscription", "stripefake previews changes to an existing subscription only")
+		return nil, errParamInvalid("subscription", "the Stripe fake previews changes to an existing subscription only")
 	}
 	params, err := parseItems(f, "subscription_details[items]")
 	if err != nil {
@@ -211,7 +211,7 @@ func (s *Server) itemChanges(sub *Subscription, params []itemParam, prefix strin
 	for i, p := range params {
 		param := func(name string) string { return prefix + "[" + strconv.Itoa(i) + "][" + name + "]" }
 		if p.id == "" {
-			return nil, errParamInvalid(param("id"), "stripefake supports only changes to existing items; %s is required", param("id"))
+			return nil, errParamInvalid(param("id"), "the Stripe fake supports only changes to existing items; %s is required", param("id"))
 		}
 		index := sub.itemIndex(p.id)
 		if index < 0 {

@@ -1,5 +1,6 @@
-// Package stripefake is an in-process fake of the few Stripe endpoints
-// billingd uses, for tests and benchmarks.
+// Package stripepaytest is an in-process fake of the few Stripe endpoints
+// billingd uses, for tests, benchmarks and billingd dev. It lives next to
+// the adapter it stands in for, as net/http/httptest does.
 //
 // Unlike stripe-mock, which is stateless and ignores idempotency keys, the
 // fake keeps customers and subscriptions in memory and honours
@@ -25,7 +26,7 @@
 // never renew, price swaps as the only subscription update, no invoices or
 // charges kept. Any request needs an Authorization header with some bearer
 // key; which one is not checked.
-package stripefake
+package stripepaytest
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package stripefake
+package stripepaytest
 
 // maxStoredKeys bounds the saved responses. Stripe keeps a key for at least
 // 24 hours; a long benchmark would then hold every response it ever got

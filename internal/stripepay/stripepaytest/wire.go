@@ -1,4 +1,4 @@
-package stripefake
+package stripepaytest
 
 // The JSON shapes of Stripe's objects, cut down to the fields stripe-go's
 // types need for what billingd reads. Timestamps are Unix seconds.

@@ -1,0 +1,339 @@
+// Package billingtest holds what tests of billing.Store implementations
+// share: a contract suite that the in-memory fake (billing's own tests) and
+// the PostgreSQL store (internal/postgres) both run, so the fake the
+// handshake's unit tests rely on cannot drift from the real store.
+package billingtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+)
+
+// NewStore returns an empty store for one test.
+type NewStore func(t *testing.T) billing.Store
+
+// RunStoreContract runs the behaviour every billing.Store must have against
+// stores made by newStore. It reads time only from what the store returns
+// (its clock may be the database's or a frozen one).
+func RunStoreContract(t *testing.T, newStore NewStore) {
+	cases := []struct {
+		name string
+		run  func(t *testing.T, s billing.Store)
+	}{
+		{"account not found", testAccountNotFound},
+		{"account round trip", testAccountRoundTrip},
+		{"issue supersedes only the caller's own pending confirmation", testIssueSupersedes},
+		{"a token is found only by its owner", testLockByTokenOwner},
+		{"a failed transaction leaves no trace", testRollback},
+		{"record: executed with attempt, answer and a new subscription version", testRecordExecuted},
+		{"unsettled: seen by the other confirmations of the org and by the reconciler", testUnsettled},
+		{"counts: recent activity and executed changes, on the store and in a transaction", testCounts},
+		{"audit log newest first, paged", testAuditPaging},
+		{"provider events are processed once", testEventsOnce},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, newStore(t)) })
+	}
+}
+
+var ctx = context.Background()
+
+// Account returns an org on pro with its subscription, as the contract
+// seeds it.
+func Account(org string) billing.Account {
+	return billing.Account{
+		Org: billing.Org{ID: org, Name: "Org " + org, StripeCustomerID: "cus_" + org},
+		Subscription: billing.Subscription{Org: org, StripeSubscriptionID: "sub_" + org, StripeItemID: "si_" + org,
+			Plan: "pro", Status: "active", CurrentPeriodEnd: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), Version: 1},
+	}
+}
+
+func seed(t *testing.T, s billing.Store, org string) billing.Account {
+	t.Helper()
+	a := Account(org)
+	if err := s.CreateAccount(ctx, a); err != nil {
+		t.Fatalf("create account: %v", err)
+	}
+	return a
+}
+
+// pending is a confirmation of principal's, bound to token.
+func pending(org, principal, id, token string) billing.Confirmation {
+	h := sha256.Sum256([]byte(token))
+	return billing.Confirmation{
+		ID: id, TokenHash: h[:], Org: org, Principal: principal, Client: "agent", Operation: billing.OpUpgrade,
+		Status: billing.StatusPending, Summary: "Upgrade " + org,
+		Terms: billing.Terms{FromPlan: "pro", ToPlan: "scale", FromPriceID: "price_pro", ToPriceID: "price_scale",
+			FromAmountCents: 1900, ToAmountCents: 4900, Currency: "usd", ProrationDate: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
+			SubscriptionVer: 1, AmountDueCents: 1742, NextChargeAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)},
+	}
+}
+
+func hashOf(token string) []byte {
+	h := sha256.Sum256([]byte(token))
+	return h[:]
+}
+
+func issue(t *testing.T, s billing.Store, c billing.Confirmation) billing.Confirmation {
+	t.Helper()
+	got, err := s.IssueConfirmation(ctx, c, time.Minute, billing.AuditEvent{Event: billing.EventTokenIssued,
+		Org: c.Org, Principal: c.Principal, Client: c.Client, Operation: string(c.Operation), Outcome: "ok", RequestID: "req"})
+	if err != nil {
+		t.Fatalf("issue %s: %v", c.ID, err)
+	}
+	return got
+}
+
+func testAccountNotFound(t *testing.T, s billing.Store) {
+	if _, _, err := s.Account(ctx, "nobody"); !errors.Is(err, billing.ErrNotFound) {
+		t.Fatalf("err = %v, want ErrNotFound", err)
+	}
+}
+
+func testAccountRoundTrip(t *testing.T, s billing.Store) {
+	want := seed(t, s, "round")
+	got, now, err := s.Account(ctx, "round")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.IsZero() || got.Org != want.Org || got.Subscription.Plan != "pro" || got.Subscription.Org != "round" ||
+		!got.Subscription.CurrentPeriodEnd.Equal(want.Subscription.CurrentPeriodEnd) || got.Unsettled {
+		t.Fatalf("account %+v at %s, want %+v", got, now, want)
+	}
+}
+
+func testIssueSupersedes(t *testing.T, s billing.Store) {
+	seed(t, s, "sup")
+	first := issue(t, s, pending("sup", "alice", "cfm_first", "tok-first"))
+	if !first.ExpiresAt.After(first.CreatedAt) || first.ExpiresAt.Sub(first.CreatedAt) != time.Minute {
+		t.Fatalf("created %s expires %s, want a minute apart", first.CreatedAt, first.ExpiresAt)
+	}
+	issue(t, s, pending("sup", "bob", "cfm_bob", "tok-bob"))
+	issue(t, s, pending("sup", "alice", "cfm_second", "tok-second"))
+	list, err := s.PendingConfirmations(ctx, "sup", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, c := range list {
+		ids[c.ID] = true
+	}
+	if len(ids) != 2 || !ids["cfm_second"] || !ids["cfm_bob"] {
+		t.Fatalf("pending %v, want cfm_second and cfm_bob", ids)
+	}
+	mine, err := s.PendingConfirmations(ctx, "sup", "alice")
+	if err != nil || len(mine) != 1 || mine[0].ID != "cfm_second" {
+		t.Fatalf("alice's pending %+v, %v", mine, err)
+	}
+	events, err := s.AuditEvents(ctx, "sup", 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(events); got != "TOKEN_ISSUED TOKEN_REVOKED:superseded TOKEN_ISSUED TOKEN_ISSUED" {
+		t.Fatalf("audit (newest first) %s", got)
+	}
+}
+
+func testLockByTokenOwner(t *testing.T, s billing.Store) {
+	seed(t, s, "own")
+	issue(t, s, pending("own", "alice", "cfm_own", "tok-own"))
+	err := s.InTx(ctx, func(tx billing.Tx) error {
+		if _, _, _, err := tx.LockByToken(ctx, "own", "mallory", hashOf("tok-own")); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("another principal: %v, want ErrNotFound", err)
+		}
+		c, a, now, err := tx.LockByToken(ctx, "own", "alice", hashOf("tok-own"))
+		if err != nil {
+			return err
+		}
+		if c.ID != "cfm_own" || c.Status != billing.StatusPending || c.Terms.AmountDueCents != 1742 ||
+			a.Org.ID != "own" || a.Subscription.Version != 1 || now.IsZero() || a.Unsettled {
+			return fmt.Errorf("locked %+v / %+v at %s", c, a, now)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testRollback(t *testing.T, s billing.Store) {
+	seed(t, s, "rb")
+	issue(t, s, pending("rb", "alice", "cfm_rb", "tok-rb"))
+	boom := errors.New("boom")
+	err := s.InTx(ctx, func(tx billing.Tx) error {
+		sub := Account("rb").Subscription
+		sub.Plan = "scale"
+		if err := tx.Record(ctx, billing.Record{ConfirmationID: "cfm_rb", Status: billing.StatusExecuted, Subscription: &sub,
+			Events: []billing.AuditEvent{{Event: billing.EventOperationExecuted, Org: "rb", Principal: "alice"}}}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("InTx = %v, want fn's error", err)
+	}
+	a, _, _ := s.Account(ctx, "rb")
+	list, _ := s.PendingConfirmations(ctx, "rb", "")
+	events, _ := s.AuditEvents(ctx, "rb", 10, 0)
+	if a.Subscription.Plan != "pro" || a.Subscription.Version != 1 || len(list) != 1 || names(events) != "TOKEN_ISSUED" {
+		t.Fatalf("after rollback: plan %s v%d, %d pending, audit %s", a.Subscription.Plan, a.Subscription.Version, len(list), names(events))
+	}
+}
+
+func testRecordExecuted(t *testing.T, s billing.Store) {
+	seed(t, s, "rec")
+	issue(t, s, pending("rec", "alice", "cfm_rec", "tok-rec"))
+	attempt := 2
+	result := billing.ChangeResult{OK: true, Subscription: &billing.SubscriptionView{Plan: "scale", Status: "active",
+		CurrentPeriodEnd: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}}
+	sub := Account("rec").Subscription
+	sub.Plan, sub.StripeItemID = "scale", "si_new"
+	inTx(t, s, func(tx billing.Tx) error {
+		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_rec", Status: billing.StatusExecuted, Subscription: &sub,
+			Attempt: &attempt, Result: &result,
+			Events: []billing.AuditEvent{{Event: billing.EventOperationExecuted, Org: "rec", Principal: "alice", ConfirmationID: "cfm_rec", Outcome: "ok"}}})
+	})
+	inTx(t, s, func(tx billing.Tx) error {
+		c, a, _, err := tx.LockByToken(ctx, "rec", "alice", hashOf("tok-rec"))
+		if err != nil {
+			return err
+		}
+		if c.Status != billing.StatusExecuted || c.Attempt != 2 || c.Result == nil || c.Result.Subscription.Plan != "scale" ||
+			a.Subscription.Plan != "scale" || a.Subscription.Version != 2 || a.Subscription.StripeItemID != "si_new" {
+			return fmt.Errorf("after record: %+v (result %+v) / %+v", c, c.Result, a.Subscription)
+		}
+		return nil
+	})
+	if list, _ := s.PendingConfirmations(ctx, "rec", ""); len(list) != 0 {
+		t.Fatalf("an executed confirmation is still listed as pending: %+v", list)
+	}
+}
+
+func testUnsettled(t *testing.T, s billing.Store) {
+	seed(t, s, "uns")
+	issue(t, s, pending("uns", "alice", "cfm_exec", "tok-exec"))
+	issue(t, s, pending("uns", "bob", "cfm_other", "tok-other"))
+	zero := 0
+	inTx(t, s, func(tx billing.Tx) error {
+		if _, _, _, err := tx.LockUnsettled(ctx, 0); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("nothing executing yet: %v, want ErrNotFound", err)
+		}
+		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_exec", Status: billing.StatusExecuting, Attempt: &zero})
+	})
+	if a, _, err := s.Account(ctx, "uns"); err != nil || !a.Unsettled {
+		t.Fatalf("account while a change is executing: unsettled %t, %v", a.Unsettled, err)
+	}
+	inTx(t, s, func(tx billing.Tx) error {
+		_, a, _, err := tx.LockByToken(ctx, "uns", "bob", hashOf("tok-other"))
+		if err != nil || !a.Unsettled {
+			return fmt.Errorf("bob's confirmation while alice's executes: unsettled %t, %v", a.Unsettled, err)
+		}
+		_, a, _, err = tx.LockByToken(ctx, "uns", "alice", hashOf("tok-exec"))
+		if err != nil || a.Unsettled {
+			return fmt.Errorf("the executing confirmation itself: unsettled %t, %v", a.Unsettled, err)
+		}
+		return nil
+	})
+	inTx(t, s, func(tx billing.Tx) error {
+		if _, _, _, err := tx.LockUnsettled(ctx, time.Hour); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("attempted just now, idle an hour: %v, want ErrNotFound", err)
+		}
+		c, a, _, err := tx.LockUnsettled(ctx, 0)
+		if err != nil || c.ID != "cfm_exec" || a.Org.ID != "uns" {
+			return fmt.Errorf("reconciler found %+v / %s: %v", c.ID, a.Org.ID, err)
+		}
+		return nil
+	})
+}
+
+func testCounts(t *testing.T, s billing.Store) {
+	seed(t, s, "cnt")
+	issue(t, s, pending("cnt", "alice", "cfm_c1", "tok-c1"))
+	if err := s.AppendAudit(ctx,
+		billing.AuditEvent{Event: billing.EventOperationDenied, Org: "cnt", Principal: "alice", Reason: "daily limit"},
+		billing.AuditEvent{Event: billing.EventOperationDenied, Org: "cnt", Principal: "alice", ConfirmationID: "cfm_c1", Reason: "policy"},
+		billing.AuditEvent{Event: billing.EventTokenRejected, Org: "cnt", Principal: "alice", Reason: "invalid"},
+		billing.AuditEvent{Event: billing.EventOperationExecuted, Org: "cnt", Principal: "alice", ConfirmationID: "cfm_c1"},
+		billing.AuditEvent{Event: billing.EventTokenIssued, Org: "cnt", Principal: "bob"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.RecentActivity(ctx, "cnt", "alice", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Issued counts the token and the first call refused without one; a
+	// denial at execution (with a confirmation) is not a first call.
+	if a.Issued != 2 || a.Rejected != 1 || a.OldestIssued.IsZero() || a.OldestRejected.IsZero() || a.Now.IsZero() {
+		t.Fatalf("recent activity %+v, want 2 issued and 1 rejected", a)
+	}
+	n, err := s.ExecutedSince(ctx, "cnt", time.Hour)
+	if err != nil || n != 1 {
+		t.Fatalf("executed since, on the store: %d, %v", n, err)
+	}
+	inTx(t, s, func(tx billing.Tx) error {
+		if n, err := tx.ExecutedSince(ctx, "cnt", time.Hour); err != nil || n != 1 {
+			return fmt.Errorf("executed since, in a transaction: %d, %v", n, err)
+		}
+		return nil
+	})
+}
+
+func testAuditPaging(t *testing.T, s billing.Store) {
+	seed(t, s, "page")
+	for i := range 5 {
+		if err := s.AppendAudit(ctx, billing.AuditEvent{Event: billing.EventPolicyUpdated, Org: "page", Reason: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := s.AuditEvents(ctx, "page", 2, 0)
+	if err != nil || len(first) != 2 || first[0].Reason != "4" || first[1].Reason != "3" {
+		t.Fatalf("first page %+v, %v", first, err)
+	}
+	next, err := s.AuditEvents(ctx, "page", 10, first[1].ID)
+	if err != nil || len(next) != 3 || next[0].Reason != "2" || next[2].Reason != "0" {
+		t.Fatalf("next page %+v, %v", next, err)
+	}
+	if other, _ := s.AuditEvents(ctx, "elsewhere", 10, 0); len(other) != 0 {
+		t.Fatalf("another org sees %+v", other)
+	}
+}
+
+func testEventsOnce(t *testing.T, s billing.Store) {
+	for i, want := range []bool{true, false} {
+		inTx(t, s, func(tx billing.Tx) error {
+			first, err := tx.MarkEventProcessed(ctx, "evt_once")
+			if err != nil || first != want {
+				return fmt.Errorf("delivery %d: first %t, %v; want %t", i+1, first, err, want)
+			}
+			return nil
+		})
+	}
+}
+
+func inTx(t *testing.T, s billing.Store, fn func(billing.Tx) error) {
+	t.Helper()
+	if err := s.InTx(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func names(events []billing.AuditEvent) string {
+	out := ""
+	for i, e := range events {
+		if i > 0 {
+			out += " "
+		}
+		out += e.Event
+		if e.Reason != "" {
+			out += ":" + e.Reason
+		}
+	}
+	return out
+}

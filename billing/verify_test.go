@@ -1,0 +1,131 @@
+package billing
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// newVerifyFixture is the handshake under a policy whose every change needs
+// the verify level (acrValues: VERIFY_ACR_VALUES).
+func newVerifyFixture(t *testing.T, action Action, acrValues ...string) handshakeFixture {
+	t.Helper()
+	acct := testAccount()
+	acct.Policy = Policy{AgentClients: []string{"bot"}, Rules: []PolicyRule{{Name: "r", Action: action}}}
+	store := newMemStore(dbNow, acct)
+	provider := &memProvider{preview: Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, periodEnd: periodEnd}
+	svc, err := NewService(Config{Store: store, Payments: provider, Catalog: testCatalog(t, DefaultPlans()),
+		TokenTTL: time.Minute, PublicBaseURL: "https://billing.example", VerifyACRValues: acrValues})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return handshakeFixture{svc: svc, store: store, provider: provider}
+}
+
+// TestVerifyStepUp: the second call executes only with the requester's
+// authentication at or after the confirmation (RFC 9470); otherwise
+// insufficient_user_authentication with the verification page.
+func TestVerifyStepUp(t *testing.T) {
+	f := newVerifyFixture(t, ActionVerify)
+	agent := Caller{Org: "org_vb", Principal: "vera", Client: "bot"}
+	p := f.propose(t, agent, OpUpgrade, "scale")
+	if !p.VerificationRequired || p.VerifyURL != "https://billing.example/verify/"+p.ConfirmationID {
+		t.Fatalf("proposal %+v", p)
+	}
+	for name, authTime := range map[string]time.Time{"no auth_time": {}, "stale": dbNow.Add(-time.Minute)} {
+		stale := agent
+		stale.AuthTime = authTime
+		_, err := f.confirm(stale, OpUpgrade, "scale", p.ConfirmToken)
+		wantCode(t, err, CodeInsufficientUserAuthentication)
+		if st := StepUpOf(err); st == nil || st.VerifyURL != p.VerifyURL {
+			t.Fatalf("%s: step-up %+v", name, st)
+		}
+	}
+	fresh := agent
+	fresh.AuthTime, fresh.ACR = dbNow, "pwd"
+	if _, err := f.confirm(fresh, OpUpgrade, "scale", p.ConfirmToken); err != nil {
+		t.Fatalf("fresh step-up: %v", err)
+	}
+	if v := f.confirmation(t, p.ConfirmationID).Verification; v == nil || v.Method != VerifiedByStepUp || !v.AuthTime.Equal(dbNow) {
+		t.Fatalf("verification %+v", v)
+	}
+}
+
+// TestVerifyACR: with VERIFY_ACR_VALUES, a fresh authentication must also
+// be of one of those classes.
+func TestVerifyACR(t *testing.T) {
+	f := newVerifyFixture(t, ActionVerify, "urn:passkey")
+	caller := Caller{Org: "org_vb", Principal: "vera", AuthTime: dbNow, ACR: "urn:password"}
+	p := f.propose(t, caller, OpUpgrade, "scale")
+	_, err := f.confirm(caller, OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, CodeInsufficientUserAuthentication)
+	if st := StepUpOf(err); len(st.ACRValues) != 1 || st.ACRValues[0] != "urn:passkey" {
+		t.Fatalf("acr values %+v", st)
+	}
+	caller.ACR = "urn:passkey"
+	if _, err := f.confirm(caller, OpUpgrade, "scale", p.ConfirmToken); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerifyPageRules: the page's checks: only the requester, signed in
+// after the confirmation; confirming lets the agent's stale call execute;
+// declining cancels.
+func TestVerifyPageRules(t *testing.T) {
+	ctx := context.Background()
+	f := newVerifyFixture(t, ActionVerify)
+	agent := Caller{Org: "org_vb", Principal: "vera", Client: "bot"}
+	p := f.propose(t, agent, OpUpgrade, "scale")
+	fresh := Authentication{AuthTime: dbNow}
+
+	_, err := f.svc.VerificationView(ctx, Person{Subject: "mallory", Org: "org_vb", Auth: fresh}, p.ConfirmationID)
+	wantCode(t, err, CodeOperationDenied)
+	_, err = f.svc.VerificationView(ctx, Person{Subject: "vera", Org: "other", Auth: fresh}, p.ConfirmationID)
+	wantCode(t, err, CodeNotFound)
+	_, err = f.svc.Verify(ctx, Person{Subject: "vera", Org: "org_vb", Auth: Authentication{AuthTime: dbNow.Add(-time.Hour)}}, p.ConfirmationID, true)
+	wantCode(t, err, CodeInsufficientUserAuthentication)
+
+	vera := Person{Subject: "vera", Org: "org_vb", Auth: fresh}
+	view, err := f.svc.VerificationView(ctx, vera, p.ConfirmationID)
+	if err != nil || view.Summary != p.Summary {
+		t.Fatalf("view %+v: %v", view, err)
+	}
+	if _, err := f.svc.Verify(ctx, vera, p.ConfirmationID, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.confirm(agent, OpUpgrade, "scale", p.ConfirmToken); err != nil {
+		t.Fatalf("the agent's call after the page: %v", err)
+	}
+
+	down := f.propose(t, agent, OpDowngrade, "pro")
+	if _, err := f.svc.Verify(ctx, vera, down.ConfirmationID, false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.confirm(agent, OpDowngrade, "pro", down.ConfirmToken)
+	wantCode(t, err, CodeTokenInvalid)
+}
+
+// TestApproversArePeople: an approval over MCP (Agent) or from an agent
+// client is refused; a person's is recorded with their auth_time and acr.
+func TestApproversArePeople(t *testing.T) {
+	ctx := context.Background()
+	f := newVerifyFixture(t, ActionApprove)
+	p := f.propose(t, Caller{Org: "org_vb", Principal: "vera", Client: "bot"}, OpUpgrade, "scale")
+	for name, approver := range map[string]Caller{
+		"over MCP":          {Org: "org_vb", Principal: "boss", Admin: true, Agent: true},
+		"agent client":      {Org: "org_vb", Principal: "boss", Admin: true, Client: "bot"},
+		"the requester":     {Org: "org_vb", Principal: "vera", Admin: true, Client: "console"},
+		"without the scope": {Org: "org_vb", Principal: "boss", Client: "console"},
+	} {
+		if _, err := f.svc.Approve(ctx, approver, p.ConfirmationID); err == nil {
+			t.Fatalf("%s: approved", name)
+		}
+	}
+	boss := Caller{Org: "org_vb", Principal: "boss", Admin: true, Client: "console", AuthTime: dbNow, ACR: "urn:passkey"}
+	if _, err := f.svc.Approve(ctx, boss, p.ConfirmationID); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.confirmation(t, p.ConfirmationID); c.Approver != "boss" || !c.ApproverAuth.AuthTime.Equal(dbNow) || c.ApproverAuth.ACR != "urn:passkey" {
+		t.Fatalf("approval recorded as %+v", c)
+	}
+}

@@ -1,0 +1,69 @@
+// Package websession holds the records of people signed in on billingd's
+// pages: a sign-in in progress (Login) and a signed-in browser (Session).
+// Both live in PostgreSQL (internal/postgres), so that any replica can take
+// the callback of a sign-in another replica started, and any replica can
+// serve the next page. Browsers hold random values in cookies; only their
+// SHA-256 is stored.
+package websession
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"time"
+)
+
+// ErrNotFound: no such login or session, or it expired.
+var ErrNotFound = errors.New("websession: not found")
+
+// Login is a sign-in in progress.
+type Login struct {
+	StateHash    []byte // SHA-256 of the state sent to the identity provider
+	BrowserHash  []byte // SHA-256 of the cookie that binds the sign-in to the browser
+	Nonce        string
+	CodeVerifier string // PKCE
+	ReturnTo     string // a path on billingd
+	VerifyID     string // the confirmation a verification sign-in is for, or ""
+	CreatedAt    time.Time
+	TTL          time.Duration
+}
+
+// Session is a signed-in browser.
+type Session struct {
+	IDHash   []byte
+	CSRF     string // the synchronizer token of the session's forms and API calls
+	Org      string
+	Subject  string
+	Client   string // billingd's OIDC client, the access token's azp
+	Scopes   []string
+	AuthTime time.Time
+	ACR      string
+	// VerifyID is the confirmation this session's sign-in was a fresh
+	// authentication for (the verification page), with that sign-in's
+	// auth_time and acr.
+	VerifyID       string
+	VerifyAuthTime time.Time
+	VerifyACR      string
+	ExpiresAt      time.Time
+}
+
+// Store keeps logins and sessions.
+type Store interface {
+	SaveLogin(ctx context.Context, l Login) error
+	// TakeLogin deletes and returns the unexpired login: a state is used once.
+	TakeLogin(ctx context.Context, stateHash []byte) (Login, error)
+	SaveSession(ctx context.Context, s Session) error
+	// Session returns the unexpired session.
+	Session(ctx context.Context, idHash []byte) (Session, error)
+	DeleteSession(ctx context.Context, idHash []byte) error
+}
+
+// NewSecret is a random cookie value.
+func NewSecret() string { return rand.Text() + rand.Text() }
+
+// Hash is how a secret is stored.
+func Hash(secret string) []byte {
+	sum := sha256.Sum256([]byte(secret))
+	return sum[:]
+}
