@@ -105,4 +105,3 @@ func (s *Service) recordApproval(ctx context.Context, tx Tx, approver Caller, c 
 	}
 	return viewOfConfirmation(c), err
 }
-

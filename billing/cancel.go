@@ -48,4 +48,3 @@ func (s *Service) Cancel(ctx context.Context, caller Caller, id string) (CancelR
 	}
 	return CancelResult{ID: id, Status: StatusCancelled}, nil
 }
-

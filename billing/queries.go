@@ -105,4 +105,3 @@ func (s *Service) AuditLog(ctx context.Context, caller Caller, limit int, before
 	}
 	return events, nil
 }
-
