@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"sync"
@@ -295,18 +294,7 @@ func (h *harness) confirmWithin(d time.Duration, token, op, to, confirmToken str
 
 // tryConfirm makes a second call with a client that gives up after d.
 func (h *harness) tryConfirm(d time.Duration, token, op, to, confirmToken string) (response, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	body := `{"to":"` + to + `","confirm_token":"` + confirmToken + `"}`
-	req, _ := http.NewRequestWithContext(ctx, "POST", h.url+"/api/billing/"+op, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	return readResponse(resp)
+	return h.tryChange(d, token, op, `{"to":"`+to+`","confirm_token":"`+confirmToken+`"}`)
 }
 
 // eventually polls cond until it holds or d has passed.
