@@ -35,6 +35,10 @@ build: ## build ./bin/billingd
 # writes node_modules/.package-lock.json, so a lock file change reinstalls.
 NPM_CLIENT := integration/npmclient
 NPM_CLIENT_INSTALLED := $(NPM_CLIENT)/node_modules/.package-lock.json
+# mcp/appview's pinned npm packages (see `make view` below). Defined before
+# the test rule: make expands a rule's prerequisites when it reads the rule.
+APP_VIEW := mcp/appview
+APP_VIEW_INSTALLED := $(APP_VIEW)/node_modules/.package-lock.json
 
 # Integration tests spend most of their time waiting (PostgreSQL, Stripe
 # stand-in delays, token expiry), so four run at once even on 2 cores
@@ -53,8 +57,6 @@ $(NPM_CLIENT_INSTALLED): $(NPM_CLIENT)/package-lock.json
 # its lock file; view.html is committed, so building billingd needs no npm.
 # `make view` rebuilds it after a change to view.src.html or the pin, and
 # TestViewMatchesPinnedSource checks that the committed file is that build.
-APP_VIEW := mcp/appview
-APP_VIEW_INSTALLED := $(APP_VIEW)/node_modules/.package-lock.json
 
 $(APP_VIEW_INSTALLED): $(APP_VIEW)/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --prefix $(APP_VIEW) --no-audit --no-fund; \

@@ -72,7 +72,7 @@ func (s *Service) redeem(ctx context.Context, tx Tx, caller Caller, req ChangeRe
 	if refused, err := s.policyAtExecution(ctx, tx, caller, c, acct.Policy); refused != nil || err != nil {
 		return redemption{outcome: refused}, err
 	}
-	return s.execute(ctx, tx, caller, c, acct)
+	return s.execute(ctx, tx, caller, c, acct, now)
 }
 
 // sameRequest reports whether a second call repeats the one c was issued
@@ -130,12 +130,12 @@ func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c
 // execute calls the provider for a valid confirmation and records what
 // happened: executed, failed (a definite refusal), or executing (the outcome
 // is unknown and will be settled).
-func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account) (redemption, error) {
+func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time) (redemption, error) {
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
 	applied, err := s.apply(ctx, c, acct)
 	validated := s.event(caller, c.Operation, EventTokenValidated, c.ID, "")
-	r, err := s.recordAttempt(ctx, tx, caller, c, acct, applied, err, validated)
+	r, err := s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, validated)
 	r.attempted = &c
 	return r, err
 }
@@ -164,12 +164,13 @@ func (s *Service) apply(ctx context.Context, c Confirmation, acct Account) (Appl
 }
 
 // recordAttempt records the outcome of a provider request for c, with the
-// events given (TOKEN_VALIDATED on the first attempt).
-func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
+// events given (TOKEN_VALIDATED on the first attempt); now is the
+// transaction's database time.
+func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
 	applied AppliedChange, err error, events ...AuditEvent) (redemption, error) {
 	switch {
 	case err == nil:
-		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, applied, events...)
+		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied, events...)
 	case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		failure := providerError("apply plan change", err)
 		failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, string(ErrorCode(failure)))
@@ -188,9 +189,11 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 }
 
 // recordExecuted records c as executed: the new subscription, the answer to
-// replay and OPERATION_EXECUTED.
+// replay, OPERATION_EXECUTED and the signed receipt, which the answer (and so
+// every replay) carries. now, the transaction's database time, is the
+// receipt's executed_at (and the confirmation's finished_at).
 func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Confirmation, sub Subscription,
-	applied AppliedChange, events ...AuditEvent) (redemption, error) {
+	now time.Time, applied AppliedChange, events ...AuditEvent) (redemption, error) {
 	sub.Plan, sub.Status = c.Terms.ToPlan, applied.Status
 	if !applied.CurrentPeriodEnd.IsZero() {
 		sub.CurrentPeriodEnd = applied.CurrentPeriodEnd
@@ -199,9 +202,18 @@ func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Co
 		sub.StripeItemID = applied.ItemID
 	}
 	result := ChangeResult{OK: true, Subscription: viewOf(sub)}
+	// The change was made: a receipt that cannot be signed must not stop it
+	// being recorded.
+	rcpt, err := s.receiptFor(c, sub, now)
+	if err != nil {
+		s.log.Error("executed change recorded without a receipt", "confirmation_id", c.ID, "err", err)
+	}
+	if rcpt != nil {
+		result.Receipt = rcpt.Receipt
+	}
 	executed := s.event(caller, c.Operation, EventOperationExecuted, c.ID, "")
-	err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusExecuted, Subscription: &sub,
-		Attempt: &c.Attempt, Result: &result, Events: append(events, executed)})
+	err = tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusExecuted, Subscription: &sub,
+		Attempt: &c.Attempt, Result: &result, Receipt: rcpt, Events: append(events, executed)})
 	return redemption{result: result}, err
 }
 
@@ -316,7 +328,7 @@ func (s *Service) termsHold(t Terms, sub Subscription) bool {
 		sub.Plan == t.FromPlan && sub.Version == t.SubscriptionVer &&
 		from.StripePriceID == t.FromPriceID && from.AmountCents == t.FromAmountCents &&
 		to.StripePriceID == t.ToPriceID && to.AmountCents == t.ToAmountCents &&
-		to.Currency == t.Currency
+		to.Currency == t.Currency && t.Livemode == s.livemode
 }
 
 const msgSubscriptionChanged = "the subscription or prices changed since the summary was made; the token is now void"

@@ -97,7 +97,7 @@ func (s *Service) settleFromEvent(ctx context.Context, tx Tx, acct Account, ev S
 	if ev.ConfirmationID == "" || ev.Deleted {
 		return false, nil
 	}
-	c, _, err := tx.LockByID(ctx, acct.Org.ID, ev.ConfirmationID)
+	c, now, err := tx.LockByID(ctx, acct.Org.ID, ev.ConfirmationID)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
@@ -113,7 +113,7 @@ func (s *Service) settleFromEvent(ctx context.Context, tx Tx, acct Account, ev S
 	sub.SyncedAt = ev.Created
 	caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "webhook"}
 	applied := AppliedChange{Status: ev.Status, CurrentPeriodEnd: ev.CurrentPeriodEnd, ItemID: ev.ItemID}
-	if _, err := s.recordExecuted(ctx, tx, caller, c, sub, applied); err != nil {
+	if _, err := s.recordExecuted(ctx, tx, caller, c, sub, now, applied); err != nil {
 		return false, err
 	}
 	sub.Plan, sub.Version = c.Terms.ToPlan, sub.Version+1 // what recordExecuted made it

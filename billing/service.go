@@ -23,6 +23,9 @@ type Service struct {
 	publicBaseURL string
 	acrValues     []string
 	log           *slog.Logger
+	evidence      EvidenceStore
+	receipts      ReceiptSigner
+	livemode      bool
 }
 
 // Config wires a Service.
@@ -45,6 +48,14 @@ type Config struct {
 	// accepts (VERIFY_ACR_VALUES, e.g. a passkey's); empty: any.
 	VerifyACRValues []string
 	Logger          *slog.Logger
+	// Evidence reads audit exports and receipts (default: Store, when it
+	// implements EvidenceStore).
+	Evidence EvidenceStore
+	// Receipts signs the receipt of every executed change; nil: none.
+	Receipts ReceiptSigner
+	// Livemode: the payment provider moves real money. When false, every
+	// summary says so and details and receipts carry livemode false.
+	Livemode bool
 }
 
 // Limits of the handshake's settings; configuration outside them is refused.
@@ -74,10 +85,14 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if ev, ok := cfg.Store.(EvidenceStore); ok && cfg.Evidence == nil {
+		cfg.Evidence = ev
+	}
 	return &Service{
 		store: cfg.Store, payments: cfg.Payments, catalog: cfg.Catalog,
 		ttl: cfg.TokenTTL, skew: cfg.ClockSkew, execTimeout: cfg.ExecutionTimeout, limits: cfg.Limits,
 		publicBaseURL: strings.TrimSuffix(cfg.PublicBaseURL, "/"), acrValues: cfg.VerifyACRValues, log: cfg.Logger,
+		evidence: cfg.Evidence, receipts: cfg.Receipts, livemode: cfg.Livemode,
 	}, nil
 }
 
@@ -116,6 +131,8 @@ type ChangeResult struct {
 	TTLSeconds           int               `json:"ttl_seconds,omitempty"`
 	ExpiresAt            *time.Time        `json:"expires_at,omitempty"`
 	Subscription         *SubscriptionView `json:"subscription,omitempty"`
+	// Receipt is the signed receipt of the executed change (second call).
+	Receipt string `json:"receipt,omitempty"`
 }
 
 // Proposed reports whether the result is a first-call proposal.
@@ -214,7 +231,9 @@ func (s *Service) quote(ctx context.Context, acct Account, from, to Plan, op Ope
 		return Terms{}, wrapErr(CodeInternal, "internal error",
 			fmt.Errorf("preview currency %q differs from catalog %q", preview.Currency, to.Currency))
 	}
-	return termsFor(acct.Subscription, from, to, change, preview), nil
+	terms := termsFor(acct.Subscription, from, to, change, preview)
+	terms.Livemode = s.livemode
+	return terms, nil
 }
 
 // issue stores the confirmation for terms. A change that needs approval may
@@ -302,7 +321,7 @@ func detailsOf(t Terms) Details {
 	return Details{
 		From: t.FromPlan, To: t.ToPlan,
 		AmountDueNowCents: t.AmountDueCents, CreditCents: t.CreditCents, Currency: t.Currency,
-		EffectiveAt: t.ProrationDate.UTC(), NextChargeAt: t.NextChargeAt.UTC(),
+		EffectiveAt: t.ProrationDate.UTC(), NextChargeAt: t.NextChargeAt.UTC(), Livemode: t.Livemode,
 	}
 }
 

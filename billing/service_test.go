@@ -58,7 +58,8 @@ func newHandshakeFixture(t *testing.T) handshakeFixture {
 	t.Helper()
 	store := billingtest.NewStore(dbNow, testAccount())
 	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, PeriodEnd: periodEnd}
-	svc, err := billing.NewService(billing.Config{Store: store, Payments: provider, Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute})
+	svc, err := billing.NewService(billing.Config{Store: store, Payments: provider, Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute,
+		Livemode: true})
 	if err != nil {
 		t.Fatalf("NewService: %v", err)
 	}
@@ -204,7 +205,7 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 		t.Errorf("summary =\n  %q\nwant\n  %q", res.Summary, upgradeSummary)
 	}
 	wantDetails := billing.Details{From: "pro", To: "scale", AmountDueNowCents: 1742, Currency: "usd",
-		EffectiveAt: dbNow.Truncate(time.Second), NextChargeAt: periodEnd}
+		EffectiveAt: dbNow.Truncate(time.Second), NextChargeAt: periodEnd, Livemode: true}
 	if res.Details == nil || *res.Details != wantDetails {
 		t.Errorf("details = %+v, want %+v", res.Details, wantDetails)
 	}
@@ -240,7 +241,7 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 	}
 	wantTerms := billing.Terms{FromPlan: "pro", ToPlan: "scale", FromPriceID: "price_billingd_pro", ToPriceID: "price_billingd_scale",
 		FromAmountCents: 1900, ToAmountCents: 4900, Currency: "usd", ProrationDate: dbNow.Truncate(time.Second),
-		SubscriptionVer: 1, AmountDueCents: 1742, NextChargeAt: periodEnd}
+		SubscriptionVer: 1, AmountDueCents: 1742, NextChargeAt: periodEnd, Livemode: true}
 	if c.Terms != wantTerms {
 		t.Errorf("terms = %+v, want %+v", c.Terms, wantTerms)
 	}
@@ -713,10 +714,42 @@ func TestChangePlanUpperCaseCatalogCurrency(t *testing.T) {
 	for i := range plans {
 		plans[i].Currency = "USD"
 	}
-	svc, err := billing.NewService(billing.Config{Store: f.store, Payments: f.provider, Catalog: testCatalog(t, plans), TokenTTL: time.Minute})
+	svc, err := billing.NewService(billing.Config{Store: f.store, Payments: f.provider, Catalog: testCatalog(t, plans), TokenTTL: time.Minute,
+		Livemode: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = svc.ChangePlan(context.Background(), alice, billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale"})
 	wantCode(t, err, "")
+}
+
+// TestTestModeIsStatedAndBound: with a test-mode key the summary says so and
+// details carry livemode false; a token issued in one mode does not execute
+// in the other.
+func TestTestModeIsStatedAndBound(t *testing.T) {
+	f := newHandshakeFixture(t)
+	testSvc, err := billing.NewService(billing.Config{Store: f.store, Payments: f.provider, Catalog: testCatalog(t, billing.DefaultPlans()),
+		TokenTTL: time.Minute, Livemode: false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := testSvc.ChangePlan(context.Background(), alice, billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(res.Summary, " Test mode: no real money moves.") || res.Details.Livemode {
+		t.Fatalf("test-mode proposal: %q, livemode %t", res.Summary, res.Details.Livemode)
+	}
+	live := f.propose(t, alice, billing.OpUpgrade, "scale")
+	if strings.Contains(live.Summary, "Test mode") || !live.Details.Livemode {
+		t.Fatalf("live proposal: %q, livemode %t", live.Summary, live.Details.Livemode)
+	}
+	// The live service issued the live token; the test-mode service must
+	// refuse it, and nothing reaches the provider.
+	_, err = testSvc.ChangePlan(context.Background(), alice,
+		billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale", ConfirmToken: live.ConfirmToken})
+	wantCode(t, err, billing.CodeTokenMismatch)
+	if n := len(f.provider.ApplyCalls()); n != 0 {
+		t.Fatalf("%d changes reached the provider", n)
+	}
 }

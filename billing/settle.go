@@ -45,16 +45,16 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	defer cancel()
 	applied, err := s.apply(ctx, c, acct)
 	if err == nil || !errors.Is(err, ErrProviderFailed) {
-		return s.recordAttempt(ctx, tx, caller, c, acct, applied, err)
+		return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err)
 	}
 	// The provider finished the request with a server error: read back.
 	state, readErr := s.payments.ReadSubscription(ctx, acct.Subscription.StripeSubscriptionID)
 	if readErr != nil {
-		return s.recordAttempt(ctx, tx, caller, c, acct, AppliedChange{}, readErr)
+		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, readErr)
 	}
 	to, _ := s.catalog.Plan(c.Terms.ToPlan)
 	if state.ConfirmationID == c.ID && state.PriceID == to.StripePriceID {
-		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, appliedFrom(state))
+		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, appliedFrom(state))
 	}
 	// Certainly not applied: the request that failed is over and the
 	// subscription does not show it.
@@ -65,7 +65,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 			tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed, Attempt: &c.Attempt, Events: []AuditEvent{failed}})
 	}
 	applied, err = s.apply(ctx, c, acct)
-	return s.recordAttempt(ctx, tx, caller, c, acct, applied, err)
+	return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err)
 }
 
 func appliedFrom(p ProviderSubscription) AppliedChange {

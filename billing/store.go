@@ -123,7 +123,9 @@ type Record struct {
 	Attempt *int
 	// Result, set with Status executed, is the answer to replay.
 	Result *ChangeResult
-	Events []AuditEvent
+	// Receipt is the signed receipt of the change this step executed.
+	Receipt *StoredReceipt
+	Events  []AuditEvent
 }
 
 // ApprovalDecision is an approver's answer.

@@ -22,15 +22,25 @@ func summarize(orgName string, op Operation, from, to Plan, t Terms) string {
 	if to.AmountCents == 0 {
 		next = fmt.Sprintf("no charges from %s.", date)
 	}
-	if op == OpUpgrade {
-		return fmt.Sprintf("%s Pro-rated to today: %s due now; %s", head, formatMoney(t.AmountDueCents, t.Currency), next)
-	}
-	if t.CreditCents > 0 {
-		return fmt.Sprintf("%s Nothing is charged now; a pro-rated credit of %s goes to the next invoice; %s",
+	var text string
+	switch {
+	case op == OpUpgrade:
+		text = fmt.Sprintf("%s Pro-rated to today: %s due now; %s", head, formatMoney(t.AmountDueCents, t.Currency), next)
+	case t.CreditCents > 0:
+		text = fmt.Sprintf("%s Nothing is charged now; a pro-rated credit of %s goes to the next invoice; %s",
 			head, formatMoney(t.CreditCents, t.Currency), next)
+	default:
+		text = fmt.Sprintf("%s Nothing is charged now; %s", head, next)
 	}
-	return fmt.Sprintf("%s Nothing is charged now; %s", head, next)
+	if !t.Livemode {
+		text += " " + TestModeNotice
+	}
+	return text
 }
+
+// TestModeNotice ends every summary made with a test-mode payment key
+// (contract §11), so nobody mistakes a rehearsal for a charge.
+const TestModeNotice = "Test mode: no real money moves."
 
 const maxDisplayNameRunes = 80
 

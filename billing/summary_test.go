@@ -31,6 +31,7 @@ func TestSummarize(t *testing.T) {
 		from, to string
 		edit     func(from, to *Plan) // optional changes to the plans
 		terms    Terms
+		testMode bool
 		want     string
 	}{
 		{
@@ -81,10 +82,21 @@ func TestSummarize(t *testing.T) {
 			terms: Terms{AmountDueCents: 5, Currency: "usd", NextChargeAt: time.Date(2027, 1, 3, 12, 0, 0, 0, time.UTC)},
 			want:  "Upgrade Acme from Pro ($19/mo) to Scale ($49/mo). Pro-rated to today: $0.05 due now; first full Scale charge on Jan 3, 2027.",
 		},
+		{
+			name: "test mode", org: "Vector Build", op: OpUpgrade, from: "pro", to: "scale", testMode: true,
+			terms: Terms{AmountDueCents: 1742, Currency: "usd", NextChargeAt: may30},
+			want:  "Upgrade Vector Build from Pro ($19/mo) to Scale ($49/mo). Pro-rated to today: $17.42 due now; first full Scale charge on May 30, 2026. Test mode: no real money moves.",
+		},
+		{
+			name: "test mode downgrade", org: "Vector Build", op: OpDowngrade, from: "scale", to: "pro", testMode: true,
+			terms: Terms{Currency: "usd", NextChargeAt: may30},
+			want:  "Downgrade Vector Build from Scale ($49/mo) to Pro ($19/mo). Nothing is charged now; first full Pro charge on May 30, 2026. Test mode: no real money moves.",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			from, to := testPlan(t, tt.from), testPlan(t, tt.to)
+			tt.terms.Livemode = !tt.testMode
 			if tt.edit != nil {
 				tt.edit(&from, &to)
 			}

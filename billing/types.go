@@ -108,6 +108,9 @@ type Terms struct {
 	AmountDueCents  int64     // charged now (upgrade)
 	CreditCents     int64     // credited on the next invoice (downgrade)
 	NextChargeAt    time.Time
+	// Livemode: the change moves real money (a live Stripe key). A token
+	// issued in one mode never executes in the other.
+	Livemode bool
 }
 
 // Confirmation is a stored first call.
@@ -173,6 +176,9 @@ type Details struct {
 	Currency          string    `json:"currency"`
 	EffectiveAt       time.Time `json:"effective_at"`
 	NextChargeAt      time.Time `json:"next_charge_at"`
+	// Livemode is false when the change is made with a test-mode key: no
+	// real money moves.
+	Livemode bool `json:"livemode"`
 }
 
 // Event names of the audit log (contract §8).

@@ -16,7 +16,7 @@ const approvalPath = "/approvals/cfm_AAAAAAAAAAAAAAAAAAAAAA"
 func TestDashboardServed(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	paths := []string{"/", approvalPath, "/assets/common.js", "/assets/dashboard.js", "/assets/approval.js", "/assets/dashboard.css"}
+	paths := []string{"/", approvalPath, "/assets/common.js", "/assets/receipt.js", "/assets/dashboard.js", "/assets/approval.js", "/assets/dashboard.css"}
 	for _, path := range paths {
 		r := h.do("GET", path, "", nil)
 		wantStatus(t, r, http.StatusOK, "")
@@ -33,7 +33,7 @@ func TestDashboardServed(t *testing.T) {
 			t.Errorf("%s: headers %v", path, r.Header)
 		}
 	}
-	wantOwnScripts(t, h.do("GET", "/", "", nil), "common.js", "dashboard.js")
+	wantOwnScripts(t, h.do("GET", "/", "", nil), "common.js", "receipt.js", "dashboard.js")
 	wantOwnScripts(t, h.do("GET", approvalPath, "", nil), "common.js", "approval.js")
 	if ct := h.do("GET", "/assets/dashboard.js", "", nil).Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/javascript") {
 		t.Errorf("script served as %q", ct)

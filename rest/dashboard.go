@@ -41,7 +41,7 @@ const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; c
 
 // dashboardAssets are the files served under /assets/, by name. common.js
 // holds what both pages' scripts share (API calls, sign-in, countdowns).
-var dashboardAssets = []string{"common.js", "dashboard.js", "approval.js", "dashboard.css"}
+var dashboardAssets = []string{"common.js", "receipt.js", "dashboard.js", "approval.js", "dashboard.css"}
 
 func mountDashboard(e *echo.Echo, s *server) {
 	version := assetVersion()

@@ -38,6 +38,9 @@ type Config struct {
 	// Observer, when set, is told about every handshake call. Requests are
 	// measured by the edge (internal/httpedge).
 	Observer Observer
+	// ReceiptKeys is the JWKS of the receipt verification keys, served at
+	// /.well-known/jwks.json.
+	ReceiptKeys any
 	// SignIn signs people in on the pages (OIDC); nil: no sign-in.
 	SignIn SignIn
 	// Sessions keeps sign-ins and page sessions.
@@ -84,6 +87,7 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/readyz", s.readyz)
 	e.GET("/.well-known/oauth-protected-resource", s.resourceMetadata(""))
 	e.GET("/.well-known/oauth-protected-resource/mcp", s.resourceMetadata("/mcp"))
+	e.GET("/.well-known/jwks.json", s.receiptKeys)
 
 	api := e.Group("/api/billing")
 	read, write, admin := s.require(auth.ScopeRead), s.require(auth.ScopeWrite), s.require(auth.ScopeAdmin)
@@ -94,6 +98,8 @@ func New(cfg Config) *echo.Echo {
 	api.GET("/confirmations", s.confirmations, read)
 	api.POST("/confirmations/:id/cancel", s.cancel, write)
 	api.GET("/audit", s.audit, admin)
+	api.GET("/audit/export", s.auditExport, admin)
+	api.GET("/confirmations/:id/receipt", s.receipt, read)
 	api.GET("/policy", s.getPolicy, admin)
 	api.PUT("/policy", s.putPolicy, admin)
 	api.POST("/confirmations/:id/approve", s.decideApproval(true), admin)

@@ -61,6 +61,7 @@ func commands() []command {
 		{"plans", "plans list: print the plan catalog as JSON", plansCmd},
 		{"mcp", "mcp stdio: MCP over stdio for local agents", mcpCmd},
 		{"dev", "run everything on one machine with no configuration", devCmd},
+		{"audit", "audit verify [--jwks URL|FILE] FILE|-: check an audit export's chain and receipts", auditCmd},
 	}
 }
 

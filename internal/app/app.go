@@ -22,6 +22,7 @@ import (
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/httpedge"
 	"github.com/billingd/billingd/internal/postgres"
+	"github.com/billingd/billingd/internal/receipt"
 	"github.com/billingd/billingd/internal/signin"
 	"github.com/billingd/billingd/internal/stripepay"
 	"github.com/billingd/billingd/internal/telemetry"
@@ -43,7 +44,10 @@ type App struct {
 	Pool           *pgxpool.Pool
 	Log            *slog.Logger
 	Metrics        *telemetry.Metrics
-	verifier       *auth.Verifier
+	// Receipts signs receipts; its public keys are served at
+	// /.well-known/jwks.json.
+	Receipts *receipt.Keys
+	verifier *auth.Verifier
 	// signIn signs people in on the pages; nil without OIDC_CLIENT_ID.
 	signIn rest.SignIn
 }
@@ -83,7 +87,11 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	a.Metrics = telemetry.New()
 	a.Metrics.ObservePool(pool)
 	payments := a.Metrics.ObservePayments(paymentsFor(cfg, opts.Payments), a.Log)
-	if a.Service, err = NewService(cfg, a.Store, payments, a.Log); err != nil {
+	if a.Receipts, err = receipt.Load(ctx, cfg.ReceiptSigningKeys, a.Store); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if a.Service, err = newService(cfg, a.Store, payments, a.Log, a.Receipts); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -115,8 +123,8 @@ func (a *App) edge() http.Handler {
 	api := rest.New(rest.Config{
 		Service: a.Service, Verifier: a.verifier, PublicBaseURL: a.Config.PublicBaseURL, Issuer: a.Config.OAuthIssuer,
 		ParseWebhook: webhookParser(a.Config.StripeWebhookSecret), Ready: a.Store.Ready, Logger: a.Log,
-		Observer: a.Metrics,
-		SignIn:   a.signIn, Sessions: a.Store, TokenPaste: a.Config.DevTokenPaste,
+		Observer: a.Metrics, ReceiptKeys: a.Receipts.JWKS(),
+		SignIn: a.signIn, Sessions: a.Store, TokenPaste: a.Config.DevTokenPaste,
 	})
 	edge := httpedge.New(httpedge.Config{
 		Logger: a.Log, Observer: a.Metrics,
@@ -204,8 +212,15 @@ func MigrateUp(databaseURL string) error {
 }
 
 // NewService builds the handshake service on store and payments (nil: the
-// Stripe provider from the configuration).
+// Stripe provider from the configuration), for commands that execute no
+// change (it signs no receipts).
 func NewService(cfg config.Config, store billing.Store, payments billing.PaymentProvider, log *slog.Logger) (*billing.Service, error) {
+	return newService(cfg, store, payments, log, nil)
+}
+
+// newService is NewService signing receipts with receipts.
+func newService(cfg config.Config, store billing.Store, payments billing.PaymentProvider, log *slog.Logger,
+	receipts billing.ReceiptSigner) (*billing.Service, error) {
 	catalog, err := billing.NewCatalog(cfg.Plans)
 	if err != nil {
 		return nil, fmt.Errorf("plan catalog: %w", err)
@@ -215,6 +230,7 @@ func NewService(cfg config.Config, store billing.Store, payments billing.Payment
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
 		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL,
 		VerifyACRValues: cfg.VerifyACRValues, Logger: log,
+		Receipts: receipts, Livemode: cfg.StripeLivemode(),
 	})
 }
 

@@ -399,6 +399,16 @@ func TestRequire(t *testing.T) {
 	}
 }
 
+func TestStripeLivemode(t *testing.T) {
+	for key, live := range map[string]bool{
+		"sk_test_abc": false, "rk_test_abc": false, "sk_live_abc": true, "rk_live_abc": true,
+	} {
+		if got := (Config{StripeSecretKey: key}).StripeLivemode(); got != live {
+			t.Errorf("StripeLivemode(%s) = %t, want %t", key, got, live)
+		}
+	}
+}
+
 // TestLoadMetricsAddr: METRICS_ADDR is host:port, off disables the metrics
 // listener, anything else stops the process naming the variable.
 func TestLoadMetricsAddr(t *testing.T) {

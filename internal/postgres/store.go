@@ -108,10 +108,10 @@ WITH superseded AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
-		approval, agent, verify_required)
+		approval, agent, verify_required, livemode)
 	SELECT $1, $6, $2, $3, $4, $5, 'pending',
 		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond',
-		NULLIF($24, ''), $25, $26
+		NULLIF($24, ''), $25, $26, $27
 	FROM (SELECT count(*) FROM superseded) AS after_supersede
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -129,7 +129,7 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 		t.FromPlan, t.ToPlan, t.FromPriceID, t.ToPriceID, t.FromAmountCents, t.ToAmountCents, t.Currency,
 		t.ProrationDate, t.SubscriptionVer, t.AmountDueCents, t.CreditCents, t.NextChargeAt, c.Summary,
 		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome, string(c.Approval), c.Agent,
-		c.VerifyRequired}
+		c.VerifyRequired, t.Livemode}
 	// Concurrent first calls of one caller must supersede one another in
 	// turn: each takes a transaction-scoped advisory lock on (org, principal,
 	// operation) first. Statements of one batch share an implicit transaction

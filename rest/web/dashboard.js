@@ -83,9 +83,10 @@ async function refresh() {
 }
 
 function clearPage() {
-  for (const id of ["plans", "pending", "approvals-list", "audit-events"]) {
+  for (const id of ["plans", "pending", "approvals-list", "audit-events", "receipt-claims"]) {
     $(id).replaceChildren();
   }
+  $("receipt").hidden = true;
   stopApprovalsTimer();
 }
 
@@ -232,9 +233,22 @@ function renderAudit(events) {
   $("audit").hidden = events === null;
   const rows = (events || []).map((e) => {
     const row = el("tr");
-    for (const value of [when(e.at), e.event, e.principal, e.client, e.operation, e.confirmation_id, e.outcome, e.reason]) {
+    for (const value of [when(e.at), e.event, e.principal, e.client, e.operation]) {
       row.append(el("td", value));
     }
+    const confirmation = el("td", e.confirmation_id);
+    if (e.event === "OPERATION_EXECUTED" && e.confirmation_id) {
+      // Every executed change links to its signed receipt.
+      const link = el("button", "Receipt", {
+        type: "button",
+        class: "link",
+        "data-focus-key": "receipt:" + e.confirmation_id,
+        "aria-label": `Show the receipt of ${e.confirmation_id}`,
+      });
+      link.addEventListener("click", () => showReceipt(e.confirmation_id));
+      confirmation.append(" ", link);
+    }
+    row.append(confirmation, el("td", e.outcome), el("td", e.reason));
     return row;
   });
   $("audit-events").replaceChildren(...rows);
@@ -331,7 +345,8 @@ async function confirmChange() {
   p.busy = false;
   if (res.ok) {
     p.settled = true;
-    p.outcome = { message: `Done: the plan is now ${p.plan.name}.`, isError: false };
+    p.outcome = { message: `Done: the plan is now ${p.plan.name}.`, isError: false,
+      receiptOf: res.data && res.data.receipt ? p.proposal.confirmation_id : "" };
     $("confirm-dialog").close("confirmed");
     return;
   }
@@ -368,6 +383,10 @@ async function dialogClosed() {
   }
   if (await refresh()) {
     (p.outcome.isError ? fail : say)(p.outcome.message);
+    if (p.outcome.receiptOf) {
+      await showReceipt(p.outcome.receiptOf);
+      say(p.outcome.message);
+    }
   }
 }
 

@@ -35,10 +35,10 @@ WITH superseded AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
-		approval, agent, verify_required)
+		approval, agent, verify_required, livemode)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
 		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
-		NULLIF(:approval, ''), :agent, :verify_required
+		NULLIF(:approval, ''), :agent, :verify_required, :livemode
 	FROM (SELECT count(*) FROM superseded) AS after_supersede
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -62,7 +62,7 @@ SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result,
-	c.approver_auth_time, coalesce(c.approver_acr, ''), c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
 	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
 	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now()

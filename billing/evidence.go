@@ -1,0 +1,152 @@
+package billing
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ReceiptClaims are what a receipt states about an executed change (contract
+// §11). A receipt is signed by billingd, so anyone holding the published keys
+// can check it without trusting billingd's database.
+type ReceiptClaims struct {
+	Issuer            string    `json:"iss"`
+	Subject           string    `json:"sub"` // the requester
+	IssuedAt          int64     `json:"iat"`
+	Org               string    `json:"org"`
+	Client            string    `json:"client"`
+	ConfirmationID    string    `json:"confirmation_id"`
+	Operation         Operation `json:"operation"`
+	From              string    `json:"from"`
+	To                string    `json:"to"`
+	AmountDueNowCents int64     `json:"amount_due_now_cents"`
+	Currency          string    `json:"currency"`
+	ProrationDate     time.Time `json:"proration_date"`
+	// SummarySHA256 is the hex SHA-256 of the exact summary text the person
+	// was shown before agreeing.
+	SummarySHA256        string     `json:"summary_sha256"`
+	Approver             string     `json:"approver,omitempty"`
+	VerifiedAt           *time.Time `json:"verified_at,omitempty"`
+	StripeSubscriptionID string     `json:"stripe_subscription_id"`
+	IdempotencyKey       string     `json:"idempotency_key"`
+	Livemode             bool       `json:"livemode"`
+	ExecutedAt           time.Time  `json:"executed_at"`
+}
+
+// SummaryHash is the summary_sha256 of a summary text.
+func SummaryHash(summary string) string {
+	sum := sha256.Sum256([]byte(summary))
+	return hex.EncodeToString(sum[:])
+}
+
+// ReceiptSigner turns claims into a signed receipt (a compact JWS). It is
+// declared here so that billing needs no JOSE library.
+type ReceiptSigner interface {
+	SignReceipt(ReceiptClaims) (string, error)
+}
+
+// ChainedEvent is an audit event with its place in the org's hash chain, as
+// the export writes it: one JSON object per line, oldest first, with the
+// receipt of an OPERATION_EXECUTED event inline.
+type ChainedEvent struct {
+	AuditEvent
+	Seq      int64  `json:"seq"`
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
+	Receipt  string `json:"receipt,omitempty"`
+}
+
+// StoredReceipt is a receipt as the store keeps it.
+type StoredReceipt struct {
+	ConfirmationID string
+	Org            string
+	Principal      string
+	Summary        string // the summary the person agreed to
+	Receipt        string
+}
+
+// EvidenceStore reads what a dispute needs. Receipts and audit events outlive
+// the confirmations they describe.
+type EvidenceStore interface {
+	// ExportAudit calls fn with each of the org's events in chain order.
+	ExportAudit(ctx context.Context, org string, fn func(ChainedEvent) error) error
+	// Receipt reads the org's receipt of a confirmation; ErrNotFound if none.
+	Receipt(ctx context.Context, org, confirmationID string) (StoredReceipt, error)
+}
+
+// ReceiptView is a receipt as clients get it, with the summary the person
+// agreed to: its SHA-256 is the receipt's summary_sha256.
+type ReceiptView struct {
+	ConfirmationID string `json:"confirmation_id"`
+	Summary        string `json:"summary"`
+	Receipt        string `json:"receipt"`
+}
+
+// ExportAudit calls fn with each event of the caller's org, oldest first,
+// with its chain hashes and, for executed changes, the receipt. The caller
+// must hold billing:admin (checked by the transport, like AuditLog). An
+// error from fn stops the export and is returned as is.
+func (s *Service) ExportAudit(ctx context.Context, caller Caller, fn func(ChainedEvent) error) error {
+	if s.evidence == nil {
+		return Errorf(CodeNotFound, "audit export is not available")
+	}
+	var fnErr error
+	err := s.evidence.ExportAudit(ctx, caller.Org, func(e ChainedEvent) error {
+		fnErr = fn(e)
+		return fnErr
+	})
+	if err != nil && fnErr == nil {
+		return storeError("export audit log", err)
+	}
+	return err
+}
+
+// Receipt returns the receipt of one of the org's executed confirmations, to
+// the person who asked for the change or to an admin of the org; anyone else
+// is told it does not exist.
+func (s *Service) Receipt(ctx context.Context, caller Caller, confirmationID string) (ReceiptView, error) {
+	notFound := Errorf(CodeNotFound, "no receipt for this confirmation")
+	if s.evidence == nil || confirmationID == "" {
+		return ReceiptView{}, notFound
+	}
+	r, err := s.evidence.Receipt(ctx, caller.Org, confirmationID)
+	if errors.Is(err, ErrNotFound) {
+		return ReceiptView{}, notFound
+	}
+	if err != nil {
+		return ReceiptView{}, storeError("read receipt", err)
+	}
+	if r.Principal != caller.Principal && !caller.Admin {
+		return ReceiptView{}, notFound
+	}
+	return ReceiptView{ConfirmationID: r.ConfirmationID, Summary: r.Summary, Receipt: r.Receipt}, nil
+}
+
+// receiptFor signs the receipt of confirmation c, executed at executedAt on
+// subscription sub, for the transaction that records the execution. No
+// signer configured (unit tests): no receipt.
+func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.Time) (*StoredReceipt, error) {
+	if s.receipts == nil {
+		return nil, nil
+	}
+	claims := ReceiptClaims{
+		Issuer: s.publicBaseURL, Subject: c.Principal, IssuedAt: executedAt.Unix(), Org: c.Org, Client: c.Client,
+		ConfirmationID: c.ID, Operation: c.Operation, From: c.Terms.FromPlan, To: c.Terms.ToPlan,
+		AmountDueNowCents: c.Terms.AmountDueCents, Currency: c.Terms.Currency,
+		ProrationDate: c.Terms.ProrationDate.UTC(), SummarySHA256: SummaryHash(c.Summary), Approver: c.Approver,
+		StripeSubscriptionID: sub.StripeSubscriptionID, IdempotencyKey: idempotencyKey(c),
+		Livemode: c.Terms.Livemode, ExecutedAt: executedAt.UTC(),
+	}
+	if v := c.Verification; v != nil && !v.VerifiedAt.IsZero() {
+		at := v.VerifiedAt.UTC()
+		claims.VerifiedAt = &at
+	}
+	jws, err := s.receipts.SignReceipt(claims)
+	if err != nil {
+		return nil, fmt.Errorf("sign receipt: %w", err)
+	}
+	return &StoredReceipt{ConfirmationID: c.ID, Org: c.Org, Principal: c.Principal, Summary: c.Summary, Receipt: jws}, nil
+}

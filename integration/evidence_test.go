@@ -1,0 +1,436 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/evidence"
+	"github.com/billingd/billingd/internal/receipt"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
+)
+
+// executedWithReceipt is the body of a second call that executed.
+type executedWithReceipt struct {
+	OK      bool   `json:"ok"`
+	Receipt string `json:"receipt"`
+}
+
+// upgradeWithReceipt runs a whole upgrade for principal and returns the
+// proposal and the receipt of the second call's answer.
+func (h *harness) upgradeWithReceipt(org, principal string) (proposal, string) {
+	h.t.Helper()
+	tok := h.user(org, principal)
+	p := h.propose(tok, "upgrade", "scale")
+	r := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
+	wantStatus(h.t, r, http.StatusOK, "")
+	var done executedWithReceipt
+	r.decode(h.t, &done)
+	if !done.OK || done.Receipt == "" {
+		h.t.Fatalf("second call without a receipt: %s", r.Body)
+	}
+	return p, done.Receipt
+}
+
+// receiptKeys reads the published receipt keys.
+func (h *harness) receiptKeys() jose.JSONWebKeySet {
+	h.t.Helper()
+	r := h.do("GET", "/.well-known/jwks.json", "", nil)
+	wantStatus(h.t, r, http.StatusOK, "")
+	var set jose.JSONWebKeySet
+	r.decode(h.t, &set)
+	if len(set.Keys) == 0 {
+		h.t.Fatalf("no receipt keys published: %s", r.Body)
+	}
+	for _, k := range set.Keys {
+		if !k.IsPublic() {
+			h.t.Fatal("a private key is published")
+		}
+	}
+	return set
+}
+
+// TestReceipts: an executed change's receipt verifies with the published
+// keys, states what the person saw (the summary's hash) and what Stripe was
+// asked to do, fails when one byte changes, and is readable by its owner and
+// the org's admins only.
+func TestReceipts(t *testing.T) {
+	h := newHarness(t)
+	acct := h.createOrg("vector", "Vector Build", "pro")
+	p, jws := h.upgradeWithReceipt("vector", "alice")
+	keys := h.receiptKeys()
+
+	// The owner's repeated second call replays the answer, receipt included.
+	replay := h.confirm(h.user("vector", "alice"), "upgrade", "scale", p.ConfirmToken)
+	wantStatus(t, replay, http.StatusOK, "")
+	var replayed struct {
+		Replayed bool   `json:"replayed"`
+		Receipt  string `json:"receipt"`
+	}
+	replay.decode(t, &replayed)
+	if !replayed.Replayed || replayed.Receipt != jws {
+		t.Fatalf("replay: %s", replay.Body)
+	}
+
+	c, err := receipt.Verify(jws, keys)
+	if err != nil {
+		t.Fatalf("receipt does not verify with the published keys: %v", err)
+	}
+	sum := sha256.Sum256([]byte(p.Summary))
+	want := billing.ReceiptClaims{
+		Issuer: h.url, Subject: "alice", Org: "vector", Client: "test-agent", ConfirmationID: p.ConfirmationID,
+		Operation: billing.OpUpgrade, From: "pro", To: "scale", AmountDueNowCents: p.Details.AmountDueNowCents,
+		Currency: "usd", SummarySHA256: hex.EncodeToString(sum[:]),
+		StripeSubscriptionID: acct.Subscription.StripeSubscriptionID, Livemode: false,
+	}
+	got := c
+	got.IssuedAt, got.ProrationDate, got.ExecutedAt, got.IdempotencyKey = 0, want.ProrationDate, want.ExecutedAt, ""
+	if got != want {
+		t.Fatalf("receipt claims\n got %+v\nwant %+v", got, want)
+	}
+	if c.IdempotencyKey == "" || c.ExecutedAt.IsZero() || !c.ProrationDate.Equal(p.Details.EffectiveAt) {
+		t.Fatalf("receipt claims %+v", c)
+	}
+
+	// One byte changed in the payload: no longer valid.
+	parts := strings.Split(jws, ".")
+	payload := []byte(parts[1])
+	payload[len(payload)/2] ^= 0x01
+	if _, err := receipt.Verify(parts[0]+"."+string(payload)+"."+parts[2], keys); err == nil {
+		t.Fatal("a receipt with a changed byte verified")
+	}
+
+	path := "/api/billing/confirmations/" + p.ConfirmationID + "/receipt"
+	for _, tc := range []struct {
+		name, token string
+		status      int
+	}{
+		{"owner", h.token("vector", "alice", auth.ScopeRead), http.StatusOK},
+		{"admin of the org", h.admin("vector", "carol"), http.StatusOK},
+		{"another person of the org", h.user("vector", "mallory"), http.StatusNotFound},
+		{"admin of another org", h.admin("other", "alice"), http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := h.do("GET", path, tc.token, nil)
+			wantStatus(t, r, tc.status, "")
+			if tc.status != http.StatusOK {
+				if r.errorCode(t) != "not_found" {
+					t.Fatalf("%s", r.Body)
+				}
+				return
+			}
+			var body billing.ReceiptView
+			r.decode(t, &body)
+			if body.Receipt != jws || body.ConfirmationID != p.ConfirmationID || body.Summary != p.Summary {
+				t.Fatalf("receipt endpoint: %s", r.Body)
+			}
+		})
+	}
+	wantStatus(t, h.do("GET", "/api/billing/confirmations/cfm_nope/receipt", h.admin("vector", "carol"), nil),
+		http.StatusNotFound, "not_found")
+}
+
+// TestReceiptKeyRotation: with a new key listed first, new receipts are
+// signed with it and receipts signed with the old key still verify with the
+// published set.
+func TestReceiptKeyRotation(t *testing.T) {
+	dir := t.TempDir()
+	oldKey, newKey := filepath.Join(dir, "old.pem"), filepath.Join(dir, "new.pem")
+	for _, path := range []string{oldKey, newKey} {
+		pemData, err := receipt.GenerateKeyPEM()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, pemData, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newHarness(t, withEnv("RECEIPT_SIGNING_KEYS", oldKey))
+	h.createOrg("vector", "Vector Build", "pro")
+	_, before := h.upgradeWithReceipt("vector", "alice")
+
+	rotated := *h
+	rotated.env = map[string]string{}
+	for k, v := range h.env {
+		rotated.env[k] = v
+	}
+	rotated.env["RECEIPT_SIGNING_KEYS"] = newKey + "," + oldKey
+	r := rotated.replica()
+	keys := r.receiptKeys()
+	if len(keys.Keys) != 2 {
+		t.Fatalf("%d keys published after the rotation, want 2", len(keys.Keys))
+	}
+	if _, err := receipt.Verify(before, keys); err != nil {
+		t.Fatalf("a receipt of the old key no longer verifies: %v", err)
+	}
+	p := r.propose(r.user("vector", "alice"), "downgrade", "pro")
+	res := r.confirm(r.user("vector", "alice"), "downgrade", "pro", p.ConfirmToken)
+	wantStatus(t, res, http.StatusOK, "")
+	var done executedWithReceipt
+	res.decode(t, &done)
+	after, err := jose.ParseSignedCompact(done.Receipt, receipt.Algorithms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kid := after.Signatures[0].Protected.KeyID; kid != keys.Keys[0].KeyID {
+		t.Fatalf("signed with %s, want the newest key %s", kid, keys.Keys[0].KeyID)
+	}
+	if _, err := receipt.Verify(done.Receipt, h.receiptKeys()); err == nil {
+		t.Fatal("a receipt of the new key verified with the old key set")
+	}
+}
+
+// TestSharedGeneratedReceiptKey: without RECEIPT_SIGNING_KEYS, replicas
+// publish and sign with the one key the first replica stored.
+func TestSharedGeneratedReceiptKey(t *testing.T) {
+	h := newHarness(t)
+	r := h.replica()
+	a, b := h.receiptKeys(), r.receiptKeys()
+	if len(a.Keys) != 1 || len(b.Keys) != 1 || a.Keys[0].KeyID != b.Keys[0].KeyID {
+		t.Fatalf("replicas publish different keys: %s vs %s", a.Keys[0].KeyID, b.Keys[0].KeyID)
+	}
+	h.createOrg("vector", "Vector Build", "pro")
+	_, jws := h.upgradeWithReceipt("vector", "alice")
+	if _, err := receipt.Verify(jws, b); err != nil {
+		t.Fatalf("the other replica's keys do not verify the receipt: %v", err)
+	}
+}
+
+// exportAudit fetches the org's audit export.
+func (h *harness) exportAudit(org string) []byte {
+	h.t.Helper()
+	r := h.do("GET", "/api/billing/audit/export", h.admin(org, "auditor"), nil)
+	wantStatus(h.t, r, http.StatusOK, "")
+	if ct := r.Header.Get("Content-Type"); ct != "application/jsonl" {
+		h.t.Fatalf("export Content-Type %q", ct)
+	}
+	return r.Body
+}
+
+// TestAuditExportAndVerify: the export is the org's chain oldest first with
+// receipts inline; billingd audit verify accepts it and rejects it, naming
+// the line, after a line is edited, deleted or moved.
+func TestAuditExportAndVerify(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("vector", "Vector Build", "pro")
+	h.createOrg("other", "Other", "pro")
+	_, jws := h.upgradeWithReceipt("vector", "alice")
+	h.upgradeWithReceipt("other", "bob")
+	p := h.propose(h.user("vector", "alice"), "downgrade", "pro")
+	wantStatus(t, h.confirm(h.user("vector", "alice"), "downgrade", "free", p.ConfirmToken), http.StatusConflict, "consent_token_mismatch")
+
+	export := h.exportAudit("vector")
+	lines := strings.Split(strings.TrimSuffix(string(export), "\n"), "\n")
+	var events []billing.ChainedEvent
+	for _, l := range lines {
+		var e billing.ChainedEvent
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("export line %q: %v", l, err)
+		}
+		events = append(events, e)
+	}
+	names := make([]string, len(events))
+	for i, e := range events {
+		names[i] = e.Event
+		if e.Org != "vector" || e.Seq != int64(i+1) {
+			t.Fatalf("line %d: %+v", i+1, e)
+		}
+		if (e.Receipt != "") != (e.Event == billing.EventOperationExecuted) {
+			t.Fatalf("line %d: receipt %q on %s", i+1, e.Receipt, e.Event)
+		}
+	}
+	if got := strings.Join(names, " "); got != "TOKEN_ISSUED TOKEN_VALIDATED OPERATION_EXECUTED TOKEN_ISSUED TOKEN_REJECTED" {
+		t.Fatalf("export events: %s", got)
+	}
+	if events[2].Receipt != jws {
+		t.Fatal("the export's receipt is not the one the second call returned")
+	}
+	// Only admins export.
+	wantStatus(t, h.do("GET", "/api/billing/audit/export", h.user("vector", "alice"), nil), http.StatusForbidden, "insufficient_scope")
+
+	dir := t.TempDir()
+	jwks, _ := json.Marshal(h.receiptKeys())
+	jwksFile := filepath.Join(dir, "jwks.json")
+	if err := os.WriteFile(jwksFile, jwks, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := cli{t: t, bin: billingdBinary(t), env: []string{"PATH=" + os.Getenv("PATH")}}
+	verify := func(name string, content []string, wantLine string) {
+		t.Helper()
+		file := filepath.Join(dir, name+".jsonl")
+		if err := os.WriteFile(file, []byte(strings.Join(content, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, code := c.run("audit", "verify", "--jwks", jwksFile, file)
+		if wantLine == "" {
+			if code != 0 || !strings.HasPrefix(stdout, "verified: org vector, 5 events, 1 receipts") {
+				t.Fatalf("%s: exit %d, stdout %q, stderr %q", name, code, stdout, stderr)
+			}
+			return
+		}
+		if code == 0 || !strings.Contains(stderr, wantLine+":") {
+			t.Fatalf("%s: exit %d, stderr %q, want it to name %s", name, code, stderr, wantLine)
+		}
+	}
+	verify("untouched", lines, "")
+
+	edited := append([]string(nil), lines...)
+	edited[1] = strings.Replace(edited[1], `"principal":"alice"`, `"principal":"bob"`, 1)
+	verify("edited", edited, "line 2")
+
+	deleted := append(append([]string(nil), lines[:3]...), lines[4:]...)
+	verify("deleted", deleted, "line 4")
+
+	reordered := append([]string(nil), lines...)
+	reordered[3], reordered[4] = reordered[4], reordered[3]
+	verify("reordered", reordered, "line 4")
+
+	forged := append([]string(nil), lines...)
+	forged[2] = strings.Replace(forged[2], jws, jws[:len(jws)-6]+"AAAAAA", 1)
+	verify("forged receipt", forged, "line 3")
+
+	// Over the same keys published at the URL, and from stdin.
+	cmd := exec.Command(c.bin, "audit", "verify", "--jwks", h.url+"/.well-known/jwks.json", "-")
+	cmd.Env, cmd.Stdin = c.env, bytes.NewReader(export)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "verified:") {
+		t.Fatalf("verify from stdin with the JWKS URL: %v: %s", err, out)
+	}
+}
+
+// TestTestModeStated: with a test-mode Stripe key, summaries over REST and
+// MCP end with the test-mode notice and details say livemode false; with a
+// live key there is no notice and livemode is true.
+func TestTestModeStated(t *testing.T) {
+	const notice = " Test mode: no real money moves."
+	h := newHarness(t) // sk_test_…
+	h.createOrg("vector", "Vector Build", "pro")
+	p := h.propose(h.user("vector", "alice"), "upgrade", "scale")
+	if !strings.HasSuffix(p.Summary, notice) || p.Details.Livemode {
+		t.Fatalf("REST test mode: %q, livemode %t", p.Summary, p.Details.Livemode)
+	}
+	cs := mcpConnect(t, h.url, h.mcpToken("vector", "bob", "claude-desktop", auth.ScopeRead, auth.ScopeWrite), "")
+	first := callTool(t, cs, "downgrade_plan", map[string]any{"to": "free"})
+	var mp proposal
+	wantSuccess(t, first, &mp)
+	if !strings.HasSuffix(mp.Summary, notice) || mp.Details.Livemode || texts(first)[0] != mp.Summary {
+		t.Fatalf("MCP test mode: %q, livemode %t", mp.Summary, mp.Details.Livemode)
+	}
+
+	live := newHarness(t, withFakeStripe(), withEnv("STRIPE_SECRET_KEY", "sk_live_billingd")) // stripe-mock refuses live keys
+	live.createOrg("vector", "Vector Build", "pro")
+	lp := live.propose(live.user("vector", "alice"), "upgrade", "scale")
+	if strings.Contains(lp.Summary, "Test mode") || !lp.Details.Livemode {
+		t.Fatalf("live key: %q, livemode %t", lp.Summary, lp.Details.Livemode)
+	}
+	lcs := mcpConnect(t, live.url, live.mcpToken("vector", "bob", "claude-desktop", auth.ScopeRead, auth.ScopeWrite), "")
+	var lmp proposal
+	wantSuccess(t, callTool(t, lcs, "downgrade_plan", map[string]any{"to": "free"}), &lmp)
+	if strings.Contains(lmp.Summary, "Test mode") || !lmp.Details.Livemode {
+		t.Fatalf("MCP live key: %q, livemode %t", lmp.Summary, lmp.Details.Livemode)
+	}
+}
+
+// TestReceiptOverMCP: an MCP second call carries the same kind of receipt
+// in structuredContent, and it verifies with the published keys.
+func TestReceiptOverMCP(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("vector", "Vector Build", "pro")
+	cs := mcpConnect(t, h.url, h.mcpToken("vector", "alice", "claude-desktop", auth.ScopeRead, auth.ScopeWrite), "")
+	var p proposal
+	wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), &p)
+	var done executedWithReceipt
+	wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}), &done)
+	c, err := receipt.Verify(done.Receipt, h.receiptKeys())
+	if err != nil {
+		t.Fatalf("MCP receipt: %v", err)
+	}
+	if c.ConfirmationID != p.ConfirmationID || c.Client != "claude-desktop" || c.SummarySHA256 != billing.SummaryHash(p.Summary) {
+		t.Fatalf("MCP receipt claims %+v", c)
+	}
+}
+
+// TestReceiptAfterSettling: a change whose Stripe answer was a saved 500 is
+// settled by the reconciler under the next idempotency key; its receipt
+// names that key, verifies, and the export (one chain, one receipt) checks
+// out. Stripe changed the subscription once.
+func TestReceiptAfterSettling(t *testing.T) {
+	h := newHarness(t, withFakeStripe(), withEnv("SETTLE_INTERVAL", "300ms"))
+	acct, tok, p := h.pendingUpgrade("settled")
+	h.fake.FailNext(stripepaytest.ServerError)
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
+	h.eventually(10*time.Second, "the reconciler executes the change", func() bool { return h.subscription(tok) == "scale" })
+	h.wantStripeChanges(acct, 1)
+
+	r := h.do("GET", "/api/billing/confirmations/"+p.ConfirmationID+"/receipt", tok, nil)
+	wantStatus(t, r, http.StatusOK, "")
+	var body billing.ReceiptView
+	r.decode(t, &body)
+	c, err := receipt.Verify(body.Receipt, h.receiptKeys())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.IdempotencyKey != "billingd-"+p.ConfirmationID+"-1" || c.SummarySHA256 != billing.SummaryHash(p.Summary) {
+		t.Fatalf("receipt after settling: %+v", c)
+	}
+	// The owner's retry is answered with the settled result and its receipt.
+	retry := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
+	wantStatus(t, retry, http.StatusOK, "")
+	var done executedWithReceipt
+	retry.decode(t, &done)
+	if done.Receipt != body.Receipt {
+		t.Fatalf("retry after settling: %s", retry.Body)
+	}
+	var export bytes.Buffer
+	export.Write(h.exportAudit("settled"))
+	rep, err := evidence.Verify(&export, h.receiptKeys())
+	if err != nil || rep.Receipts != 1 {
+		t.Fatalf("export after settling: %+v, %v", rep, err)
+	}
+}
+
+// TestModeBoundIntoToken: a token issued with a test-mode key is not
+// redeemed by a replica running with a live key (consent_token_mismatch),
+// and nothing reaches Stripe.
+func TestModeBoundIntoToken(t *testing.T) {
+	h := newHarness(t, withFakeStripe()) // sk_test_…
+	acct, tok, p := h.pendingUpgrade("modes")
+	live := *h
+	live.env = map[string]string{}
+	for k, v := range h.env {
+		live.env[k] = v
+	}
+	live.env["STRIPE_SECRET_KEY"] = "sk_live_billingd"
+	r := live.replica()
+	wantStatus(t, r.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_mismatch")
+	h.wantStripeChanges(acct, 0)
+}
+
+// TestAuditExportStreamsLongChains: an export longer than one flush (256
+// lines) streams whole and verifies.
+func TestAuditExportStreamsLongChains(t *testing.T) {
+	h := newHarness(t)
+	events := make([]billing.AuditEvent, 600)
+	for i := range events {
+		events[i] = billing.AuditEvent{Event: billing.EventTokenIssued, Org: "long", Principal: "alice", RequestID: "r"}
+	}
+	if err := h.app.Store.AppendAudit(context.Background(), events...); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := evidence.Verify(bytes.NewReader(h.exportAudit("long")), jose.JSONWebKeySet{})
+	if err != nil || rep.Events != 600 {
+		t.Fatalf("long export: %+v, %v", rep, err)
+	}
+}

@@ -1,0 +1,160 @@
+// Package evidence checks what billingd exports for disputes, offline: the
+// per-org hash chain of the audit log (the same canonical encoding the
+// database computes in migration 000006) and the signed receipts inline in
+// it. It is what `billingd audit verify` runs.
+package evidence
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/go-jose/go-jose/v4"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/receipt"
+)
+
+// GenesisHash is the prev_hash of an org's first event.
+var GenesisHash = strings.Repeat("0", 64)
+
+// chainVersion names the canonical encoding; a new encoding gets a new name.
+const chainVersion = "billingd-audit-v1"
+
+// timeLayout is how the record writes an event's time: UTC with the six
+// fractional digits PostgreSQL keeps.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+// Hash is an event's chain hash, version 1: the lowercase hex SHA-256 of
+// these fields, in this order, each written as the 8-byte big-endian length
+// of its UTF-8 bytes followed by the bytes:
+//
+//	"billingd-audit-v1", prev_hash, org, seq, id, at, event, principal,
+//	client, operation, confirmation_id, outcome, reason, request_id
+//
+// seq and id in decimal, at in UTC as 2006-01-02T15:04:05.000000Z. The
+// database computes the same (audit_event_hash in migration 000006).
+func Hash(e billing.ChainedEvent) string {
+	var rec []byte
+	for _, f := range []string{chainVersion, e.PrevHash, e.Org, strconv.FormatInt(e.Seq, 10),
+		strconv.FormatInt(e.ID, 10), e.At.UTC().Format(timeLayout), e.Event, e.Principal, e.Client,
+		e.Operation, e.ConfirmationID, e.Outcome, e.Reason, e.RequestID} {
+		rec = binary.BigEndian.AppendUint64(rec, uint64(len(f)))
+		rec = append(rec, f...)
+	}
+	sum := sha256.Sum256(rec)
+	return hex.EncodeToString(sum[:])
+}
+
+// Report describes a verified export.
+type Report struct {
+	Org      string
+	Events   int
+	Receipts int
+	// HeadSeq and HeadHash are the last event's position and hash. A chain
+	// cannot show that events after its end were cut off: compare the head
+	// with one recorded elsewhere (an earlier export, a ticket) to show that.
+	HeadSeq  int64
+	HeadHash string
+}
+
+// LineError names the first line that does not verify (1-based).
+type LineError struct {
+	Line   int
+	Reason string
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Reason) }
+
+// maxLine bounds one exported line (an event with its receipt).
+const maxLine = 1 << 20
+
+// Verify reads an export (JSON Lines, oldest first) and checks that it is one
+// unbroken chain of one org starting at its first event, that every hash is
+// the hash of its line, and that every receipt is signed by one of keys and
+// describes the event it is attached to. The first problem is returned as a
+// *LineError.
+func Verify(r io.Reader, keys jose.JSONWebKeySet) (Report, error) {
+	var rep Report
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), maxLine)
+	prev := billing.ChainedEvent{Hash: GenesisHash}
+	line := 0
+	for sc.Scan() {
+		line++
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			return rep, &LineError{line, "empty line"}
+		}
+		e, err := decodeLine(sc.Bytes())
+		if err != nil {
+			return rep, &LineError{line, err.Error()}
+		}
+		if reason := checkLink(prev, e, rep.Org); reason != "" {
+			return rep, &LineError{line, reason}
+		}
+		if e.Receipt != "" {
+			if err := checkReceipt(e, keys); err != nil {
+				return rep, &LineError{line, err.Error()}
+			}
+			rep.Receipts++
+		}
+		rep.Org, rep.Events, rep.HeadSeq, rep.HeadHash = e.Org, rep.Events+1, e.Seq, e.Hash
+		prev = e
+	}
+	if err := sc.Err(); err != nil {
+		return rep, &LineError{line + 1, "unreadable: " + err.Error()}
+	}
+	if line == 0 {
+		return rep, errors.New("the export is empty")
+	}
+	return rep, nil
+}
+
+func decodeLine(data []byte) (billing.ChainedEvent, error) {
+	var e billing.ChainedEvent
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return e, errors.New("not an exported event (bad JSON)")
+	}
+	if dec.More() {
+		return e, errors.New("more than one JSON value on the line")
+	}
+	return e, nil
+}
+
+// checkLink checks e against the line before it.
+func checkLink(prev, e billing.ChainedEvent, org string) string {
+	switch {
+	case org != "" && e.Org != org:
+		return "event of another org"
+	case e.Seq != prev.Seq+1:
+		return fmt.Sprintf("sequence %d where %d was expected: a line was removed, added or moved", e.Seq, prev.Seq+1)
+	case e.PrevHash != prev.Hash:
+		return "prev_hash is not the previous line's hash: a line was removed, added or moved"
+	case Hash(e) != e.Hash:
+		return "hash does not match the line's content: the line was changed"
+	}
+	return ""
+}
+
+// checkReceipt verifies a receipt and that it belongs to its line.
+func checkReceipt(e billing.ChainedEvent, keys jose.JSONWebKeySet) error {
+	c, err := receipt.Verify(e.Receipt, keys)
+	if err != nil {
+		return fmt.Errorf("receipt: %w", err)
+	}
+	if e.Event != billing.EventOperationExecuted || c.ConfirmationID != e.ConfirmationID || c.Org != e.Org ||
+		string(c.Operation) != e.Operation {
+		return errors.New("receipt does not describe this event")
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billingd/billingd/billing"
+)
+
+var _ billing.EvidenceStore = (*Store)(nil)
+
+// ExportAudit implements billing.EvidenceStore. One statement, so the export
+// is one consistent snapshot of the chain however long the reader takes.
+// The chain itself (seq, prev_hash, hash) is written by the audit_events
+// trigger of migration 000006, for every writer.
+func (s *Store) ExportAudit(ctx context.Context, org string, fn func(billing.ChainedEvent) error) error {
+	rows, err := s.pool.Query(ctx, `
+		SELECT e.id, e.at, e.event, e.org, e.principal, e.client, e.operation, e.confirmation_id, e.outcome,
+			e.reason, e.request_id, e.seq, e.prev_hash, e.hash, coalesce(r.receipt, '')
+		FROM audit_events e
+		LEFT JOIN receipts r ON e.event = 'OPERATION_EXECUTED' AND r.confirmation_id = e.confirmation_id AND r.org = e.org
+		WHERE e.org = $1 ORDER BY e.seq`, org)
+	if err != nil {
+		return fmt.Errorf("export audit log: %w", classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e billing.ChainedEvent
+		a := &e.AuditEvent
+		if err := rows.Scan(&a.ID, &a.At, &a.Event, &a.Org, &a.Principal, &a.Client, &a.Operation, &a.ConfirmationID,
+			&a.Outcome, &a.Reason, &a.RequestID, &e.Seq, &e.PrevHash, &e.Hash, &e.Receipt); err != nil {
+			return fmt.Errorf("export audit log: %w", classify(err))
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("export audit log: %w", classify(err))
+	}
+	return nil
+}
+
+// Receipt implements billing.EvidenceStore.
+func (s *Store) Receipt(ctx context.Context, org, confirmationID string) (billing.StoredReceipt, error) {
+	r := billing.StoredReceipt{ConfirmationID: confirmationID, Org: org}
+	err := s.pool.QueryRow(ctx, `SELECT principal, summary, receipt FROM receipts WHERE confirmation_id = $1 AND org = $2`,
+		confirmationID, org).Scan(&r.Principal, &r.Summary, &r.Receipt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.StoredReceipt{}, billing.ErrNotFound
+	}
+	if err != nil {
+		return billing.StoredReceipt{}, fmt.Errorf("read receipt: %w", classify(err))
+	}
+	return r, nil
+}
+
+// queueReceipt stores a receipt in the batch of the step that executed its
+// change.
+func queueReceipt(batch *pgx.Batch, r *billing.StoredReceipt) {
+	batch.Queue(`INSERT INTO receipts (confirmation_id, org, principal, summary, receipt) VALUES ($1, $2, $3, $4, $5)`,
+		r.ConfirmationID, r.Org, r.Principal, r.Summary, r.Receipt)
+}
+
+// sharedKeyName is the receipt_keys row of the generated key.
+const sharedKeyName = "generated"
+
+// SharedReceiptKey implements receipt.SharedKeyStore. Two statements on
+// purpose: INSERT … ON CONFLICT waits for a concurrent first replica's
+// insert to commit, and the SELECT after it, with a snapshot of its own,
+// then reads the winner's key.
+func (s *Store) SharedReceiptKey(ctx context.Context, candidatePEM []byte) ([]byte, error) {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO receipt_keys (name, private_key_pem) VALUES ($1, $2)
+		ON CONFLICT (name) DO NOTHING`, sharedKeyName, string(candidatePEM)); err != nil {
+		return nil, fmt.Errorf("store receipt key: %w", classify(err))
+	}
+	var stored string
+	if err := s.pool.QueryRow(ctx, `SELECT private_key_pem FROM receipt_keys WHERE name = $1`, sharedKeyName).
+		Scan(&stored); err != nil {
+		return nil, fmt.Errorf("read receipt key: %w", classify(err))
+	}
+	return []byte(stored), nil
+}

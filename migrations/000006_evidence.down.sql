@@ -1,0 +1,12 @@
+DROP TABLE receipt_keys;
+ALTER TABLE confirmations DROP COLUMN livemode;
+DROP TABLE receipts;
+DROP TRIGGER audit_events_append_only ON audit_events;
+DROP FUNCTION audit_events_append_only();
+DROP TRIGGER audit_events_chain ON audit_events;
+DROP FUNCTION audit_events_chain();
+DROP TABLE audit_chain_heads;
+DROP INDEX audit_events_chain_idx;
+ALTER TABLE audit_events DROP COLUMN hash, DROP COLUMN prev_hash, DROP COLUMN seq;
+DROP FUNCTION audit_event_hash(text, text, bigint, bigint, timestamptz, text, text, text, text, text, text, text, text);
+DROP FUNCTION audit_chain_field(text);

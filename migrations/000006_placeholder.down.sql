@@ -1,1 +1,0 @@
--- Placeholder for migration 000006 (another branch); the lead replaces it when merging.

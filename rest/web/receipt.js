@@ -1,0 +1,122 @@
+// billingd receipts in the dashboard: a receipt is fetched, decoded and its
+// signature checked here, in the page, with WebCrypto against the keys
+// billingd publishes at /.well-known/jwks.json, and the summary shown next
+// to it is checked against the receipt's summary_sha256. The page trusts
+// neither the receipt endpoint nor itself: a receipt that does not verify
+// says so.
+"use strict";
+
+function base64urlBytes(s) {
+  const b64 = s.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((s.length + 3) % 4);
+  return Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+}
+
+function hex(buffer) {
+  return Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+// webCryptoAlgorithms maps a JWS alg to WebCrypto's import and verify
+// parameters. ES256 signatures are r‖s, the form WebCrypto expects.
+const webCryptoAlgorithms = {
+  ES256: { importAs: { name: "ECDSA", namedCurve: "P-256" }, verifyAs: { name: "ECDSA", hash: "SHA-256" } },
+  EdDSA: { importAs: { name: "Ed25519" }, verifyAs: { name: "Ed25519" } },
+};
+
+// checkReceipt decodes a compact JWS and verifies it: {claims, header,
+// verified, reason}.
+async function checkReceipt(jws) {
+  const parts = String(jws).split(".");
+  if (parts.length !== 3) {
+    return { claims: null, verified: false, reason: "not a compact JWS" };
+  }
+  const decoder = new TextDecoder();
+  let header, claims;
+  try {
+    header = JSON.parse(decoder.decode(base64urlBytes(parts[0])));
+    claims = JSON.parse(decoder.decode(base64urlBytes(parts[1])));
+  } catch (_) {
+    return { claims: null, verified: false, reason: "the receipt cannot be decoded" };
+  }
+  const alg = webCryptoAlgorithms[header.alg];
+  if (!alg) {
+    return { header, claims, verified: false, reason: "unsupported algorithm" };
+  }
+  let jwks;
+  try {
+    const res = await fetch("/.well-known/jwks.json", { cache: "no-store" });
+    jwks = await res.json();
+  } catch (_) {
+    return { header, claims, verified: false, reason: "the published keys could not be read" };
+  }
+  const jwk = (jwks.keys || []).find((k) => k.kid === header.kid);
+  if (!jwk) {
+    return { header, claims, verified: false, reason: "its key is not among the published keys" };
+  }
+  try {
+    const key = await crypto.subtle.importKey("jwk", { kty: jwk.kty, crv: jwk.crv, x: jwk.x, y: jwk.y },
+      alg.importAs, false, ["verify"]);
+    const signed = new TextEncoder().encode(parts[0] + "." + parts[1]);
+    const ok = await crypto.subtle.verify(alg.verifyAs, key, base64urlBytes(parts[2]), signed);
+    return { header, claims, verified: ok, reason: ok ? "" : "the signature does not match" };
+  } catch (_) {
+    return { header, claims, verified: false, reason: "this browser cannot check the signature" };
+  }
+}
+
+async function sha256Hex(text) {
+  return hex(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
+}
+
+// receiptFacts are the claims shown, in order, with their labels.
+function receiptFacts(c) {
+  const facts = [
+    ["Requested by", c.sub],
+    ["Agent or app", c.client || "—"],
+    ["Change", `${c.operation}: ${c.from} → ${c.to}`],
+    ["Due now", money(c.amount_due_now_cents, c.currency)],
+    ["Proration date", when(c.proration_date)],
+    ["Executed at", when(c.executed_at)],
+    ["Mode", c.livemode ? "Live: real money" : "Test mode: no real money moved"],
+    ["Stripe subscription", c.stripe_subscription_id],
+    ["Idempotency key", c.idempotency_key],
+    ["Confirmation", c.confirmation_id],
+    ["Summary SHA-256", c.summary_sha256],
+    ["Issuer", c.iss],
+  ];
+  if (c.approver) {
+    facts.splice(2, 0, ["Approved by", c.approver]);
+  }
+  if (c.verified_at) {
+    facts.splice(2, 0, ["Identity verified at", when(c.verified_at)]);
+  }
+  return facts;
+}
+
+// showReceipt loads a confirmation's receipt and shows it, checked.
+async function showReceipt(confirmationID) {
+  const res = await api("GET", `/api/billing/confirmations/${encodeURIComponent(confirmationID)}/receipt`);
+  if (!res.ok) {
+    fail(describeError(res));
+    return;
+  }
+  const { summary, receipt } = res.data;
+  const check = await checkReceipt(receipt);
+  const summaryMatches = check.claims !== null && (await sha256Hex(summary)) === check.claims.summary_sha256;
+  $("receipt-summary").textContent = summary; // verbatim, as the person saw it
+  $("receipt-signature").textContent = check.verified
+    ? `Signature verified with billingd's published key ${check.header.kid}.`
+    : `Signature NOT verified: ${check.reason}.`;
+  $("receipt-signature").className = check.verified ? "verified" : "unverified";
+  $("receipt-summary-check").textContent = summaryMatches
+    ? "The summary above is the one the receipt was signed for (its SHA-256 matches)."
+    : "The summary above does NOT match the receipt's summary_sha256.";
+  $("receipt-summary-check").className = summaryMatches ? "verified" : "unverified";
+  const facts = [];
+  for (const [label, value] of check.claims ? receiptFacts(check.claims) : []) {
+    facts.push(el("dt", label), el("dd", value));
+  }
+  $("receipt-claims").replaceChildren(...facts);
+  $("receipt-jws").textContent = receipt;
+  $("receipt").hidden = false;
+  $("receipt-title").focus();
+}
