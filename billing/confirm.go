@@ -23,7 +23,7 @@ func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest)
 	}
 	var r redemption
 	err := s.store.InTx(ctx, func(tx Tx) (err error) {
-		r, err = s.redeem(ctx, tx, caller, req)
+		r, err = s.consume(ctx, tx, caller, req)
 		return err
 	})
 	if err != nil {
@@ -39,10 +39,12 @@ type redemption struct {
 	attempted *Confirmation // set once the provider was called
 }
 
-// redeem is the second call inside its transaction. A returned error rolls
-// the transaction back and leaves the token as it was; a refusal is an
-// outcome, recorded and committed.
-func (s *Service) redeem(ctx context.Context, tx Tx, caller Caller, req ChangeRequest) (redemption, error) {
+// consume is the step that uses a token up: the second call inside its
+// transaction. It locks the confirmation and the subscription, checks every
+// rule, executes and records. A returned error rolls the transaction back
+// and leaves the token as it was; a refusal is an outcome, recorded and
+// committed.
+func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeRequest) (redemption, error) {
 	c, acct, now, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken))
 	if errors.Is(err, ErrNotFound) {
 		rejected := s.event(caller, req.Operation, EventTokenRejected, "", "invalid")

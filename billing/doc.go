@@ -15,5 +15,22 @@
 // map *Error to their own representation; they hold no handshake rules.
 // Storage and the payment provider are behind the small interfaces in
 // store.go and provider.go, implemented in internal/postgres and
-// internal/stripepay.
+// internal/stripepay (with test doubles in billingtest and
+// internal/stripepay/stripepaytest).
+//
+// Where things are, by use case:
+//
+//	propose.go    the first call: quote, policy gate, issue
+//	confirm.go    the second call: consume (lock, check, execute, record), replay
+//	settle.go     unknown provider outcomes: settled by retry, reconciler, webhook
+//	policy.go     the org's rules and how they are applied, before and at execution
+//	verify.go     the verify level: proof that the person signed in afresh
+//	approval.go   the approve level: another person's decision
+//	cancel.go     cancelling a pending confirmation
+//	reconcile.go  provider events (webhooks): drift and settling
+//	evidence.go   receipts of executed changes
+//	org.go        creating an org with its customer and subscription
+//	queries.go    reads: plans, subscription, pending confirmations, audit log
+//	ratelimit.go  per-principal limits, counted from the audit log
+//	summary.go, money.go, token.go, plan.go  the summary text, amounts, tokens, catalog
 package billing
