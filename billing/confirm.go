@@ -157,8 +157,9 @@ const recordTimeout = 10 * time.Second
 // apply sends c's change to the provider under the idempotency key of c's
 // current attempt.
 func (s *Service) apply(ctx context.Context, c Confirmation, acct Account) (AppliedChange, error) {
-	to, _ := s.catalog.Plan(c.Terms.ToPlan) // checkRedeemable made sure it exists
-	change := planChangeFor(acct, to, c.Operation, c.Terms.ProrationDate)
+	// The price the person agreed to (Terms), not the catalog's: a retry of
+	// the same key must be the same request even if the catalog changed.
+	change := planChangeFor(acct, Plan{StripePriceID: c.Terms.ToPriceID}, c.Operation, c.Terms.ProrationDate)
 	change.ConfirmationID = c.ID
 	callCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
 	defer cancel()
@@ -231,10 +232,12 @@ func idempotencyKey(c Confirmation) string {
 }
 
 // rolledBack answers a second call whose transaction did not commit: the
-// database failed. The token is as it was and may be retried (with the same
-// idempotency key, so a change the provider made is not made twice); the
-// attempt is audited outside the rolled-back transaction so that it is not
-// lost.
+// database failed. If the provider was called, the confirmation is marked
+// executing on its own so that, retried or not, it is settled (with the same
+// idempotency key, so a change the provider made is not made twice, and no
+// other change of the subscription runs meanwhile); the attempt is audited
+// outside the rolled-back transaction so that it is not lost. (A crash at
+// that moment leaves only the webhook to record the change.)
 func (s *Service) rolledBack(ctx context.Context, caller Caller, c *Confirmation, err error) error {
 	answer := storeError("confirm", err)
 	if c == nil {
@@ -242,6 +245,9 @@ func (s *Service) rolledBack(ctx context.Context, caller Caller, c *Confirmation
 	}
 	if errors.Is(err, ErrUnavailable) {
 		answer = wrapErr(CodeUpstreamUnavailable, "the change could not be completed; retry with the same token", err)
+	}
+	if markErr := s.store.MarkAttempted(context.WithoutCancel(ctx), c.ID); markErr != nil {
+		s.log.Error("marking a rolled-back attempt executing failed", "confirmation_id", c.ID, "err", markErr)
 	}
 	ev := s.event(caller, c.Operation, EventOperationFailed, c.ID, string(ErrorCode(answer)))
 	ev.Outcome = "retryable"

@@ -430,9 +430,10 @@ func TestChangePlanConfirmUnknownOutcomeIsRetryable(t *testing.T) {
 	}
 }
 
-// A crash between the provider's answer and the commit: the provider applied
-// the change but the database rolled back. The retry must not change the
-// subscription twice.
+// The database fails between the provider's answer and the commit: the
+// provider applied the change but the transaction rolled back. The
+// confirmation is marked executing on its own, so it is settled whether or
+// not the owner retries; the retry must not change the subscription twice.
 func TestChangePlanConfirmCommitFailsAfterProviderApplied(t *testing.T) {
 	f := newHandshakeFixture(t)
 	p := f.propose(t, alice, billing.OpUpgrade, "scale")
@@ -448,8 +449,8 @@ func TestChangePlanConfirmCommitFailsAfterProviderApplied(t *testing.T) {
 	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, billing.CodeUpstreamUnavailable)
 	wantPublicMessageClean(t, err, "secret-detail-42", "connection reset")
-	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusPending {
-		t.Errorf("status = %s, want pending after the rollback", c.Status)
+	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuting {
+		t.Errorf("status = %s, want executing after the rollback", c.Status)
 	}
 	if sub := f.subscription(); sub.Plan != "pro" || sub.Version != 1 {
 		t.Errorf("subscription = %+v, want the rolled-back pro v1", sub)

@@ -43,29 +43,40 @@ const (
 func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time) (redemption, error) {
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
-	applied, err := s.apply(ctx, c, acct)
-	if err == nil || !errors.Is(err, ErrProviderFailed) {
-		return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err)
+	tooOld := now.Sub(c.CreatedAt) > maxSettleAge
+	if !tooOld { // past it, Stripe may have forgotten the key: a resend would be a new request
+		applied, err := s.apply(ctx, c, acct)
+		if !needsReadBack(err) {
+			return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err)
+		}
 	}
-	// The provider finished the request with a server error: read back.
 	state, readErr := s.payments.ReadSubscription(ctx, acct.Subscription.StripeSubscriptionID)
-	if readErr != nil {
-		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, readErr)
+	if readErr != nil { // whatever the read says, it says nothing about the change
+		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, fmt.Errorf("%w: read back: %w", ErrUnavailable, readErr))
 	}
-	to, _ := s.catalog.Plan(c.Terms.ToPlan)
-	if state.ConfirmationID == c.ID && state.PriceID == to.StripePriceID {
+	if state.ConfirmationID == c.ID && state.PriceID == c.Terms.ToPriceID {
 		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, appliedFrom(state))
 	}
-	// Certainly not applied: the request that failed is over and the
+	// Certainly not applied: the request under the last key is over and the
 	// subscription does not show it.
 	c.Attempt++
-	if now.Sub(c.CreatedAt) > maxSettleAge || !s.termsHold(c.Terms, acct.Subscription) {
+	if tooOld || !s.termsHold(c.Terms, acct.Subscription) {
 		failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, "not_applied")
 		return redemption{outcome: Errorf(CodeTokenInvalid, "the change was not made and can no longer be retried: start again with a first call")},
 			tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed, Attempt: &c.Attempt, Events: []AuditEvent{failed}})
 	}
-	applied, err = s.apply(ctx, c, acct)
+	applied, err := s.apply(ctx, c, acct)
 	return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err)
+}
+
+// needsReadBack reports whether the answer to a resent request leaves only
+// the subscription itself to tell whether the change was made: a 5xx (Stripe
+// replays it for 24 hours) or a refusal other than a declined payment, which
+// may be Stripe refusing the resend itself (an idempotency_error, a key it no
+// longer knows) rather than replaying the first answer. Either way the first
+// request is over (one still in flight answers 409, which stays unknown).
+func needsReadBack(err error) bool {
+	return errors.Is(err, ErrProviderFailed) || errors.Is(err, ErrProviderRejected)
 }
 
 func appliedFrom(p ProviderSubscription) AppliedChange {

@@ -142,3 +142,35 @@ func setPolicy(f handshakeFixture, p billing.Policy) {
 		st.Accounts["org_vb"] = a
 	})
 }
+
+// TestSettleResendRefusedIsNotAFailure: the resend under the same key is
+// refused by Stripe itself (an idempotency_error, a key it no longer knows)
+// or the read-back fails. Neither says anything about the first request:
+// the read-back decides, and an unreadable subscription stays unsettled
+// rather than being recorded as failed.
+func TestSettleResendRefusedIsNotAFailure(t *testing.T) {
+	f := newHandshakeFixture(t)
+	p := f.propose(t, alice, billing.OpUpgrade, "scale")
+	timeout := fmt.Errorf("timeout: %w", billing.ErrUnavailable)
+	refused := fmt.Errorf("stripe 400 idempotency_error: %w", billing.ErrProviderRejected)
+	f.provider.ApplyErrs = []error{timeout, refused, refused}
+	f.provider.ReadErr = fmt.Errorf("stripe 404: %w", billing.ErrProviderRejected)
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+
+	_, err = f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuting {
+		t.Fatalf("an unreadable outcome was recorded as %s", c.Status)
+	}
+	f.provider.ReadErr = nil
+	f.provider.ReadState = billing.ProviderSubscription{PriceID: "price_billingd_scale", ConfirmationID: p.ConfirmationID, Status: "active"}
+	res, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, "")
+	if !res.OK || f.provider.Changes() != 0 {
+		t.Fatalf("result %+v after %d new changes, want executed by read-back alone", res, f.provider.Changes())
+	}
+	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuted || c.Attempt != 0 {
+		t.Fatalf("confirmation %s attempt %d", c.Status, c.Attempt)
+	}
+}

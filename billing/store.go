@@ -36,6 +36,12 @@ type Store interface {
 	// (0: from the newest).
 	AuditEvents(ctx context.Context, org string, limit int, before int64) ([]AuditEvent, error)
 
+	// MarkAttempted marks a pending confirmation executing (its provider
+	// outcome unknown), outside any transaction: for an attempt whose
+	// transaction rolled back after the provider was called, so that the
+	// reconciler settles it. A confirmation no longer pending is left alone.
+	MarkAttempted(ctx context.Context, confirmationID string) error
+
 	// AppendAudit writes events outside any transaction: for refusals that
 	// need no lock and outcomes whose transaction was rolled back.
 	AppendAudit(ctx context.Context, events ...AuditEvent) error

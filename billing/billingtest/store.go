@@ -188,6 +188,18 @@ func (s *Store) AppendAudit(_ context.Context, events ...billing.AuditEvent) err
 	return nil
 }
 
+// MarkAttempted implements billing.Store.
+func (s *Store) MarkAttempted(_ context.Context, confirmationID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.state.Confirmations[confirmationID]; ok && c.Status == billing.StatusPending {
+		c.Status = billing.StatusExecuting
+		s.state.Confirmations[confirmationID] = c
+		s.state.AttemptedAt[confirmationID] = s.now
+	}
+	return nil
+}
+
 // RecentActivity implements billing.Store.
 func (s *Store) RecentActivity(_ context.Context, org, principal string, window time.Duration) (billing.Activity, error) {
 	s.mu.Lock()

@@ -170,9 +170,12 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	batch := &pgx.Batch{}
 	if r.Status != "" {
 		// A new status comes with the attempt that led to it and, once
-		// executed, the answer to replay: one statement.
+		// executed, the answer to replay: one statement. attempted_at is the
+		// wall clock at the end of the attempt, not the transaction's start
+		// (now()), so a slow attempt is not already "idle" for the
+		// reconciler when it commits.
 		batch.Queue(`UPDATE confirmations SET status = $2, finished_at = now(), attempt = coalesce($3, attempt),
-			attempted_at = CASE WHEN $3::integer IS NULL THEN attempted_at ELSE now() END, result = coalesce($4, result)
+			attempted_at = CASE WHEN $3::integer IS NULL THEN attempted_at ELSE clock_timestamp() END, result = coalesce($4, result)
 			WHERE id = $1`, r.ConfirmationID, string(r.Status), r.Attempt, r.Result)
 	}
 	if sub := r.Subscription; sub != nil {

@@ -74,7 +74,7 @@ SELECT EXISTS (SELECT 1 FROM confirmations
 \endpipeline
 \startpipeline
 UPDATE confirmations SET status = :executed, finished_at = now(), attempt = coalesce(:attempt, attempt),
-			attempted_at = CASE WHEN :attempt::integer IS NULL THEN attempted_at ELSE now() END, result = coalesce(:result, result)
+			attempted_at = CASE WHEN :attempt::integer IS NULL THEN attempted_at ELSE clock_timestamp() END, result = coalesce(:result, result)
 			WHERE id = :cid;
 UPDATE subscriptions SET plan = :to_plan, status = :sub_status, current_period_end = :period_end, stripe_item_id = :item_id,
 			synced_at = coalesce(:synced_at, synced_at), version = version + 1, updated_at = now() WHERE org = :org;
