@@ -82,11 +82,12 @@ func (s verifiedAt) Scan(src any) error {
 // LockByToken implements billing.Tx. The subscription row is locked with the
 // confirmation so that two different confirmations of one org execute one
 // after the other, and the second sees the first's new subscription version.
-// Whether another confirmation of the org is executing is asked in a second
-// statement of the same round trip: it runs once the locks are held, with a
-// snapshot of its own, so it sees what the previous holder committed (a
-// subquery of the locking statement would use the snapshot taken before the
-// wait).
+// Whether another confirmation of the org is executing, the org's policy
+// and the clock are read by a second statement of the same round trip: it
+// runs once the locks are held, with a snapshot of its own, so it sees what
+// the previous holder (or an admin saving the policy) committed meanwhile;
+// the locking statement re-reads only the rows it locks, and its now() is
+// the transaction's start, before any wait.
 func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (billing.Confirmation, billing.Account, time.Time, error) {
 	var c billing.Confirmation
 	var a billing.Account
@@ -105,8 +106,8 @@ func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenH
 		}
 		return err
 	})
-	batch.Queue(unsettledSQL, org, tokenHash).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&a.Unsettled)
+	batch.Queue(afterLockSQL, org, tokenHash).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&a.Unsettled, policyColumn{&a.Policy}, &now)
 	})
 	if err := t.tx.SendBatch(ctx, batch).Close(); err != nil {
 		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("lock confirmation: %w", classify(err))
@@ -118,10 +119,11 @@ func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenH
 	return c, a, now, nil
 }
 
-// unsettledSQL asks whether a confirmation of org other than the one with
-// token hash $2 is executing.
-const unsettledSQL = `SELECT EXISTS (SELECT 1 FROM confirmations
-	WHERE org = $1 AND status = 'executing' AND token_hash <> $2)`
+// afterLockSQL asks whether a confirmation of org other than the one with
+// token hash $2 is executing, and reads the org's policy and the clock.
+const afterLockSQL = `SELECT EXISTS (SELECT 1 FROM confirmations
+	WHERE org = $1 AND status = 'executing' AND token_hash <> $2),
+	(SELECT policy FROM org_policies WHERE org = $1), clock_timestamp()`
 
 // LockUnsettled implements billing.Tx.
 func (t *storeTx) LockUnsettled(ctx context.Context, idle time.Duration) (billing.Confirmation, billing.Account, time.Time, error) {

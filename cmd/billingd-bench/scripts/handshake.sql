@@ -70,7 +70,8 @@ SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 		WHERE c.token_hash = :hash AND c.org = :org AND c.principal = :principal
 		FOR UPDATE OF c, s;
 SELECT EXISTS (SELECT 1 FROM confirmations
-	WHERE org = :org AND status = 'executing' AND token_hash <> :hash);
+	WHERE org = :org AND status = 'executing' AND token_hash <> :hash),
+	(SELECT policy FROM org_policies WHERE org = :org), clock_timestamp();
 \endpipeline
 \startpipeline
 UPDATE confirmations SET status = :executed, finished_at = now(), attempt = coalesce(:attempt, attempt),
