@@ -52,6 +52,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
 	b.waitText("sub-plan", "Scale")
 	b.waitText("status", "Done: the plan is now Scale.")
+	// The page goes on to show the change's receipt, which moves the
+	// layout: wait for it before clicking anything else.
+	b.do(chromedp.WaitVisible(chromedp.ID("receipt")))
 	if sub := h.subscription(admin); sub != "scale" {
 		t.Fatalf("subscription %s after confirming, want scale", sub)
 	}
