@@ -112,16 +112,8 @@ func (s *Service) requireVerification(ctx context.Context, tx Tx, caller Caller,
 // signed in for it.
 func (s *Service) VerificationView(ctx context.Context, p Person, id string) (ConfirmationView, error) {
 	var view ConfirmationView
-	var outcome error
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		c, now, err := s.lockForVerification(ctx, tx, p, id)
-		if err != nil || c == nil {
-			outcome = err
-			return nil
-		}
-		if outcome = s.checkVerifiable(*c, p, now); outcome == nil {
-			view = viewOfConfirmation(*c)
-		}
+	outcome, err := s.inVerification(ctx, p, id, func(_ Tx, c Confirmation, _ time.Time) error {
+		view = viewOfConfirmation(c)
 		return nil
 	})
 	if err != nil {
@@ -136,17 +128,8 @@ func (s *Service) VerificationView(ctx context.Context, p Person, id string) (Co
 // (TOKEN_REVOKED, reason declined) and can never execute.
 func (s *Service) Verify(ctx context.Context, p Person, id string, agree bool) (ConfirmationView, error) {
 	var view ConfirmationView
-	var outcome error
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		c, now, err := s.lockForVerification(ctx, tx, p, id)
-		if err != nil || c == nil {
-			outcome = err
-			return nil
-		}
-		if outcome = s.checkVerifiable(*c, p, now); outcome != nil {
-			return nil
-		}
-		view, err = s.recordVerification(ctx, tx, p, *c, now, agree)
+	outcome, err := s.inVerification(ctx, p, id, func(tx Tx, c Confirmation, now time.Time) (err error) {
+		view, err = s.recordVerification(ctx, tx, p, c, now, agree)
 		return err
 	})
 	if err != nil {
@@ -155,8 +138,32 @@ func (s *Service) Verify(ctx context.Context, p Person, id string, agree bool) (
 	return view, outcome
 }
 
-// lockForVerification locks the person's org's confirmation id; a nil
-// confirmation comes with the public error.
+// inVerification runs fn in a transaction on the person's confirmation id,
+// locked, once the rules of the verification page hold; otherwise outcome
+// is the public refusal. err is a failure of the store (or of fn).
+func (s *Service) inVerification(ctx context.Context, p Person, id string,
+	fn func(tx Tx, c Confirmation, now time.Time) error) (outcome, err error) {
+	err = s.store.InTx(ctx, func(tx Tx) error {
+		c, now, err := s.lockForVerification(ctx, tx, p, id)
+		var refusal *Error
+		if errors.As(err, &refusal) { // not found: answered, nothing to roll back
+			outcome = err
+			return nil
+		}
+		if err != nil { // the store failed: roll back, answer with storeError
+			return err
+		}
+		if outcome = s.checkVerifiable(*c, p, now); outcome != nil {
+			return nil
+		}
+		return fn(tx, *c, now)
+	})
+	return outcome, err
+}
+
+// lockForVerification locks the person's org's confirmation id. An unknown
+// or malformed id is a public *Error (not_found); any other error is the
+// store's.
 func (s *Service) lockForVerification(ctx context.Context, tx Tx, p Person, id string) (*Confirmation, time.Time, error) {
 	if !wellFormedConfirmationID(id) || p.Org == "" {
 		return nil, time.Time{}, Errorf(CodeNotFound, "confirmation not found")
