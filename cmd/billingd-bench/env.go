@@ -38,6 +38,7 @@ type env struct {
 	listenAddr string
 	baseURL    string // billingd's PUBLIC_BASE_URL
 	accounts   []*account
+	statements bool     // pg_stat_statements is readable (statements.go)
 	cleanups   []func() // run in reverse by tearDown
 }
 

@@ -41,7 +41,8 @@ type sample struct {
 	duration  time.Duration
 	errors    int
 	firstErrs []string
-	cpu       cpuUse // over the whole run, warm-up included, like ops
+	cpu       cpuUse         // over the whole run, warm-up included, like ops
+	stmts     []statementUse // over the whole run, when pg_stat_statements is loaded
 }
 
 func (s *sample) fail(err error) {

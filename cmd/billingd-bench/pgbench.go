@@ -47,6 +47,9 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 	for _, v := range e.pgbenchVars(clients) {
 		args = append(args, "-D", v)
 	}
+	if err := e.resetStatements(ctx); err != nil {
+		return sample{}, err
+	}
 	backends := watchBackends(ctx, e.pool, "pgbench")
 	cmd := exec.CommandContext(ctx, "pgbench", append(args, e.dbURL)...)
 	out, err := cmd.CombinedOutput()
@@ -54,12 +57,17 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 	if err != nil {
 		return sample{}, fmt.Errorf("pgbench: %w\n%s", err, out)
 	}
+	stmts, err := e.readStatements(ctx)
+	if err != nil {
+		return sample{}, err
+	}
 	s, err := readPgbenchLogs(dir, e.opts.warmup, e.opts.duration)
 	if err != nil {
 		return sample{}, err
 	}
 	s.errors += failedTransactions(string(out))
 	s.cpu = cpuUse{postgres: postgresCPU, pgbench: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
+	s.stmts = stmts
 	return s, nil
 }
 

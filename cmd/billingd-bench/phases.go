@@ -52,6 +52,9 @@ type dataSize struct {
 func runPhases(ctx context.Context, e *env) (results, error) {
 	res := results{started: time.Now(), machine: describeMachine(ctx, e.pool), loadBefore: loadAverage()}
 	e.log.Printf("machine: %s; load average %s", res.machine, res.loadBefore)
+	if e.statements = e.statementStats(ctx); !e.statements {
+		e.log.Printf("pg_stat_statements is not in shared_preload_libraries: no per-statement table")
+	}
 	var err error
 	if res.trips, err = e.countRoundTrips(ctx); err != nil {
 		return results{}, fmt.Errorf("count round trips: %w", err)
@@ -167,6 +170,9 @@ func (e *env) runService(ctx context.Context, w workload, clients int) (sample, 
 		return sample{}, err
 	}
 	self0 := selfCPU()
+	if err := e.resetStatements(ctx); err != nil {
+		return sample{}, err
+	}
 	c := caller{hc: newHTTPClient(clients), base: e.baseURL}
 	s := load(ctx, c, e.accounts, w, clients, newWindow(e.opts.warmup, e.opts.duration))
 	c.hc.CloseIdleConnections()
@@ -175,6 +181,9 @@ func (e *env) runService(ctx context.Context, w workload, clients int) (sample, 
 		return sample{}, err
 	}
 	s.cpu = cpuUse{billingd: billingd1 - billingd0, bench: selfCPU() - self0, postgres: backends.total()}
+	if s.stmts, err = e.readStatements(ctx); err != nil {
+		return sample{}, err
+	}
 	return s, ctx.Err()
 }
 

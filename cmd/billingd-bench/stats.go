@@ -13,12 +13,14 @@ type summary struct {
 	errors        int
 	firstErrs     []string
 	cpu           cpuPerOp
+	allOps        int            // warm-up included: what cpu and stmts are per
+	stmts         []statementUse // whole run, warm-up included
 }
 
 func summarize(s sample) summary {
 	lat := slices.Clone(s.latencies)
 	slices.Sort(lat)
-	sum := summary{ops: len(lat), errors: s.errors, firstErrs: s.firstErrs, cpu: s.cpu.perOp(s.ops)}
+	sum := summary{ops: len(lat), errors: s.errors, firstErrs: s.firstErrs, cpu: s.cpu.perOp(s.ops), allOps: s.ops, stmts: s.stmts}
 	if s.duration > 0 {
 		sum.rate = float64(len(lat)) / s.duration.Seconds()
 	}
