@@ -14,11 +14,11 @@ import (
 // unknown outcome is committed as well (the confirmation is then executing)
 // and settled later; only a failure of the database itself rolls back.
 func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
-	if err := s.checkRate(ctx, caller, limitFailedConfirms); err != nil {
-		return ChangeResult{}, err
-	}
 	if !wellFormedToken(req.ConfirmToken) {
 		// Never a token billingd issued: answer like any unknown token.
+		if err := s.readAndCheckRate(ctx, caller, limitFailedConfirms); err != nil {
+			return ChangeResult{}, err
+		}
 		return ChangeResult{}, s.rejectUnknown(ctx, caller, req.Operation)
 	}
 	var r redemption
@@ -45,14 +45,20 @@ type redemption struct {
 // and leaves the token as it was; a refusal is an outcome, recorded and
 // committed.
 func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeRequest) (redemption, error) {
-	c, acct, now, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken))
-	if errors.Is(err, ErrNotFound) {
-		rejected := s.event(caller, req.Operation, EventTokenRejected, "", "invalid")
-		return redemption{outcome: errTokenInvalid()}, tx.Record(ctx, Record{Events: []AuditEvent{rejected}})
-	}
+	lock, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken), s.activityWindow(limitFailedConfirms))
 	if err != nil {
 		return redemption{}, fmt.Errorf("lock confirmation: %w", err)
 	}
+	// The rate limit comes first, as if read before the lock: a caller over
+	// it learns nothing about the token, and nothing is recorded.
+	if err := s.checkRate(lock.Activity, limitFailedConfirms); err != nil {
+		return redemption{outcome: err}, nil
+	}
+	if !lock.Found {
+		rejected := s.event(caller, req.Operation, EventTokenRejected, "", "invalid")
+		return redemption{outcome: errTokenInvalid()}, tx.Record(ctx, Record{Events: []AuditEvent{rejected}})
+	}
+	c, acct, now := lock.Confirmation, lock.Account, lock.Now
 	if sameRequest(c, req) {
 		switch c.Status {
 		case StatusExecuted:

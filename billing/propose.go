@@ -8,13 +8,14 @@ import (
 
 // propose is the first call: it executes nothing.
 func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
-	if err := s.checkRate(ctx, caller, limitProposals); err != nil {
-		return ChangeResult{}, err
-	}
-	acct, now, err := s.account(ctx, caller.Org)
+	acct, activity, err := s.accountForCall(ctx, caller)
 	if err != nil {
 		return ChangeResult{}, err
 	}
+	if err := s.checkRate(activity, limitProposals); err != nil {
+		return ChangeResult{}, err
+	}
+	now := activity.Now
 	from, to, err := s.planChange(acct.Subscription, req)
 	if err != nil {
 		return ChangeResult{}, err

@@ -32,18 +32,31 @@ const (
 	limitFailedConfirms
 )
 
-// checkRate refuses the call when the caller used up the limit.
-func (s *Service) checkRate(ctx context.Context, caller Caller, which limit) error {
-	allowed := s.limits.Proposals
+// allowed is the limit's count per window; 0: no limit.
+func (s *Service) allowed(which limit) int {
 	if which == limitFailedConfirms {
-		allowed = s.limits.FailedConfirms
+		return s.limits.FailedConfirms
 	}
+	return s.limits.Proposals
+}
+
+// activityWindow is how far back the caller's activity is read for the
+// limit: 0, nothing to read, when the limit is off. The stores read it in
+// the same round trip as the call's first read (Store.AccountForCall,
+// Tx.LockByToken).
+func (s *Service) activityWindow(which limit) time.Duration {
+	if s.allowed(which) <= 0 {
+		return 0
+	}
+	return s.limits.Window
+}
+
+// checkRate refuses the call when the caller used up the limit, by its
+// activity a read over activityWindow(which).
+func (s *Service) checkRate(a Activity, which limit) error {
+	allowed := s.allowed(which)
 	if allowed <= 0 {
 		return nil
-	}
-	a, err := s.store.RecentActivity(ctx, caller.Org, caller.Principal, s.limits.Window)
-	if err != nil {
-		return storeError("read recent activity", err)
 	}
 	count, oldest := a.Issued, a.OldestIssued
 	message := "too many confirmation requests; retry later"
@@ -57,4 +70,18 @@ func (s *Service) checkRate(ctx context.Context, caller Caller, which limit) err
 	// The window slides: a slot frees when the oldest counted call leaves it.
 	wait := oldest.Add(s.limits.Window).Sub(a.Now)
 	return &Error{Code: CodeRateLimited, Message: message, RetryAfter: max(wait, time.Second)}
+}
+
+// readAndCheckRate is checkRate with the activity read on its own, for a
+// call that reads nothing else first.
+func (s *Service) readAndCheckRate(ctx context.Context, caller Caller, which limit) error {
+	window := s.activityWindow(which)
+	if window == 0 {
+		return nil
+	}
+	a, err := s.store.RecentActivity(ctx, caller.Org, caller.Principal, window)
+	if err != nil {
+		return storeError("read recent activity", err)
+	}
+	return s.checkRate(a, which)
 }

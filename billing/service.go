@@ -188,6 +188,19 @@ func (s *Service) account(ctx context.Context, org string) (Account, time.Time, 
 	return acct, now, nil
 }
 
+// accountForCall reads the caller's org and, for the rate limit on first
+// calls, the caller's recent activity: one round trip.
+func (s *Service) accountForCall(ctx context.Context, caller Caller) (Account, Activity, error) {
+	acct, activity, err := s.store.AccountForCall(ctx, caller.Org, caller.Principal, s.activityWindow(limitProposals))
+	if errors.Is(err, ErrNotFound) {
+		return Account{}, Activity{}, Errorf(CodeNotFound, "organisation not found")
+	}
+	if err != nil {
+		return Account{}, Activity{}, storeError("read account", err)
+	}
+	return acct, activity, nil
+}
+
 // event starts an audit event for the caller.
 func (s *Service) event(caller Caller, op Operation, name, confirmationID, reason string) AuditEvent {
 	outcome := "ok"

@@ -14,6 +14,11 @@ type Store interface {
 	// Account reads an org with its subscription, and the database's now.
 	Account(ctx context.Context, org string) (Account, time.Time, error)
 
+	// AccountForCall is Account for a first call: with it, in the same
+	// round trip, principal's RecentActivity over window (none when window
+	// is 0). Activity.Now is the database's now either way.
+	AccountForCall(ctx context.Context, org, principal string, window time.Duration) (Account, Activity, error)
+
 	// IssueConfirmation stores c (status pending, expiring ttl from the
 	// database's now) and, in the same statement, supersedes every pending
 	// confirmation of the same org, principal and operation. It writes the
@@ -74,12 +79,12 @@ type changeCounter interface {
 // up.
 type Tx interface {
 	// LockByToken locks the confirmation with the given token hash, if it
-	// belongs to org and principal, together with the org's subscription, and
-	// returns them with the database's now. A token of anyone else is
-	// ErrNotFound: nothing about it is revealed and it stays valid.
-	// Account.Unsettled tells whether another confirmation of the org is
-	// executing, as seen once the locks are held.
-	LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (Confirmation, Account, time.Time, error)
+	// belongs to org and principal, together with the org's subscription. A
+	// token of anyone else is not found: nothing about it is revealed and it
+	// stays valid. With it, in the same round trip, it reads principal's
+	// RecentActivity over window (none when window is 0), found or not, for
+	// the rate limit on failed second calls.
+	LockByToken(ctx context.Context, org, principal string, tokenHash []byte, window time.Duration) (TokenLock, error)
 
 	// LockUnsettled locks one executing confirmation whose last attempt is
 	// older than idle, with its org's subscription, skipping rows other
@@ -106,8 +111,23 @@ type Tx interface {
 	MarkEventProcessed(ctx context.Context, eventID string) (bool, error)
 
 	// Record writes the outcome of a step: a new confirmation status, a new
-	// subscription and audit events, each optional.
+	// subscription and audit events, each optional. A store may send the
+	// writes with the transaction's next statement or its commit, in order;
+	// an error of theirs then fails that later call, and the transaction.
 	Record(ctx context.Context, r Record) error
+}
+
+// TokenLock is what Tx.LockByToken locked and read.
+type TokenLock struct {
+	// Found reports whether the token is the caller's; when it is not, only
+	// Activity is set.
+	Found        bool
+	Confirmation Confirmation
+	// Account is the org's; Unsettled tells whether another confirmation of
+	// the org is executing, as seen once the locks are held.
+	Account  Account
+	Now      time.Time // the database's, once the locks are held
+	Activity Activity
 }
 
 // Record is what one step of the handshake changes.

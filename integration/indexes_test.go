@@ -36,6 +36,20 @@ func (r *statementRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, da
 
 func (r *statementRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// TraceBatchStart keeps a batch's statements: most of the hot path is
+// batched.
+func (r *statementRecorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range data.Batch.QueuedQueries {
+		r.calls = append(r.calls, recordedStatement{sql: q.SQL, args: q.Arguments})
+	}
+	return ctx
+}
+
+func (r *statementRecorder) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *statementRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
 // TestHotStatementsUseIndexes runs every kind of call against tables holding
 // 200,000 confirmations, audit events and Stripe event ids, records the statements billingd
 // sends, and asks PostgreSQL how it would run each: none may scan a growing

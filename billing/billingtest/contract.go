@@ -35,6 +35,7 @@ func RunStoreContract(t *testing.T, newStore MakeStore) {
 		{"a token is found only by its owner", testLockByTokenOwner},
 		{"a failed transaction leaves no trace", testRollback},
 		{"record: executed with attempt, answer and a new subscription version", testRecordExecuted},
+		{"a transaction reads what it recorded", testReadsOwnRecord},
 		{"unsettled: seen by the other confirmations of the org and by the reconciler", testUnsettled},
 		{"counts: recent activity and executed changes, on the store and in a transaction", testCounts},
 		{"audit log newest first, paged", testAuditPaging},
@@ -66,8 +67,8 @@ func seed(t *testing.T, s billing.Store, org string) billing.Account {
 	return a
 }
 
-// pending is a confirmation of principal's, bound to token.
-func pending(org, principal, id, token string) billing.Confirmation {
+// Pending is a confirmation of principal's, bound to token.
+func Pending(org, principal, id, token string) billing.Confirmation {
 	h := sha256.Sum256([]byte(token))
 	return billing.Confirmation{
 		ID: id, TokenHash: h[:], Org: org, Principal: principal, Client: "agent", Operation: billing.OpUpgrade,
@@ -78,7 +79,8 @@ func pending(org, principal, id, token string) billing.Confirmation {
 	}
 }
 
-func hashOf(token string) []byte {
+// TokenHash is the hash a store keeps of token.
+func TokenHash(token string) []byte {
 	h := sha256.Sum256([]byte(token))
 	return h[:]
 }
@@ -113,12 +115,12 @@ func testAccountRoundTrip(t *testing.T, s billing.Store) {
 
 func testIssueSupersedes(t *testing.T, s billing.Store) {
 	seed(t, s, "sup")
-	first := issue(t, s, pending("sup", "alice", "cfm_first", "tok-first"))
+	first := issue(t, s, Pending("sup", "alice", "cfm_first", "tok-first"))
 	if !first.ExpiresAt.After(first.CreatedAt) || first.ExpiresAt.Sub(first.CreatedAt) != time.Minute {
 		t.Fatalf("created %s expires %s, want a minute apart", first.CreatedAt, first.ExpiresAt)
 	}
-	issue(t, s, pending("sup", "bob", "cfm_bob", "tok-bob"))
-	issue(t, s, pending("sup", "alice", "cfm_second", "tok-second"))
+	issue(t, s, Pending("sup", "bob", "cfm_bob", "tok-bob"))
+	issue(t, s, Pending("sup", "alice", "cfm_second", "tok-second"))
 	list, err := s.PendingConfirmations(ctx, "sup", "")
 	if err != nil {
 		t.Fatal(err)
@@ -145,16 +147,17 @@ func testIssueSupersedes(t *testing.T, s billing.Store) {
 
 func testLockByTokenOwner(t *testing.T, s billing.Store) {
 	seed(t, s, "own")
-	issue(t, s, pending("own", "alice", "cfm_own", "tok-own"))
+	issue(t, s, Pending("own", "alice", "cfm_own", "tok-own"))
 	err := s.InTx(ctx, func(tx billing.Tx) error {
-		if _, _, _, err := tx.LockByToken(ctx, "own", "mallory", hashOf("tok-own")); !errors.Is(err, billing.ErrNotFound) {
-			return fmt.Errorf("another principal: %v, want ErrNotFound", err)
+		if lock, err := tx.LockByToken(ctx, "own", "mallory", TokenHash("tok-own"), 0); err != nil || lock.Found {
+			return fmt.Errorf("another principal: found %t, %v", lock.Found, err)
 		}
-		c, a, now, err := tx.LockByToken(ctx, "own", "alice", hashOf("tok-own"))
+		lock, err := tx.LockByToken(ctx, "own", "alice", TokenHash("tok-own"), 0)
 		if err != nil {
 			return err
 		}
-		if c.ID != "cfm_own" || c.Status != billing.StatusPending || c.Terms.AmountDueCents != 1742 ||
+		c, a, now := lock.Confirmation, lock.Account, lock.Now
+		if !lock.Found || c.ID != "cfm_own" || c.Status != billing.StatusPending || c.Terms.AmountDueCents != 1742 ||
 			a.Org.ID != "own" || a.Subscription.Version != 1 || now.IsZero() || a.Unsettled {
 			return fmt.Errorf("locked %+v / %+v at %s", c, a, now)
 		}
@@ -167,7 +170,7 @@ func testLockByTokenOwner(t *testing.T, s billing.Store) {
 
 func testRollback(t *testing.T, s billing.Store) {
 	seed(t, s, "rb")
-	issue(t, s, pending("rb", "alice", "cfm_rb", "tok-rb"))
+	issue(t, s, Pending("rb", "alice", "cfm_rb", "tok-rb"))
 	boom := errors.New("boom")
 	err := s.InTx(ctx, func(tx billing.Tx) error {
 		sub := Account("rb").Subscription
@@ -191,7 +194,7 @@ func testRollback(t *testing.T, s billing.Store) {
 
 func testRecordExecuted(t *testing.T, s billing.Store) {
 	seed(t, s, "rec")
-	issue(t, s, pending("rec", "alice", "cfm_rec", "tok-rec"))
+	issue(t, s, Pending("rec", "alice", "cfm_rec", "tok-rec"))
 	attempt := 2
 	result := billing.ChangeResult{OK: true, Subscription: &billing.SubscriptionView{Plan: "scale", Status: "active",
 		CurrentPeriodEnd: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}}
@@ -203,10 +206,11 @@ func testRecordExecuted(t *testing.T, s billing.Store) {
 			Events: []billing.AuditEvent{{Event: billing.EventOperationExecuted, Org: "rec", Principal: "alice", ConfirmationID: "cfm_rec", Outcome: "ok"}}})
 	})
 	inTx(t, s, func(tx billing.Tx) error {
-		c, a, _, err := tx.LockByToken(ctx, "rec", "alice", hashOf("tok-rec"))
+		lock, err := tx.LockByToken(ctx, "rec", "alice", TokenHash("tok-rec"), 0)
 		if err != nil {
 			return err
 		}
+		c, a := lock.Confirmation, lock.Account
 		if c.Status != billing.StatusExecuted || c.Attempt != 2 || c.Result == nil || c.Result.Subscription.Plan != "scale" ||
 			a.Subscription.Plan != "scale" || a.Subscription.Version != 2 || a.Subscription.StripeItemID != "si_new" {
 			return fmt.Errorf("after record: %+v (result %+v) / %+v", c, c.Result, a.Subscription)
@@ -218,10 +222,32 @@ func testRecordExecuted(t *testing.T, s billing.Store) {
 	}
 }
 
+// A store may hold a step's writes back until its next statement; the
+// step must still read them.
+func testReadsOwnRecord(t *testing.T, s billing.Store) {
+	seed(t, s, "own-rec")
+	issue(t, s, Pending("own-rec", "alice", "cfm_own_rec", "tok-own-rec"))
+	zero := 0
+	inTx(t, s, func(tx billing.Tx) error {
+		if err := tx.Record(ctx, billing.Record{ConfirmationID: "cfm_own_rec", Status: billing.StatusExecuting, Attempt: &zero,
+			Events: []billing.AuditEvent{{Event: billing.EventTokenValidated, Org: "own-rec", Principal: "alice"}}}); err != nil {
+			return err
+		}
+		lock, err := tx.LockByToken(ctx, "own-rec", "alice", TokenHash("tok-own-rec"), 0)
+		if err != nil || lock.Confirmation.Status != billing.StatusExecuting {
+			return fmt.Errorf("after recording executing: status %q, %v", lock.Confirmation.Status, err)
+		}
+		return nil
+	})
+	if events, _ := s.AuditEvents(ctx, "own-rec", 10, 0); names(events) != "TOKEN_VALIDATED TOKEN_ISSUED" {
+		t.Fatalf("audit after commit (newest first) %s", names(events))
+	}
+}
+
 func testUnsettled(t *testing.T, s billing.Store) {
 	seed(t, s, "uns")
-	issue(t, s, pending("uns", "alice", "cfm_exec", "tok-exec"))
-	issue(t, s, pending("uns", "bob", "cfm_other", "tok-other"))
+	issue(t, s, Pending("uns", "alice", "cfm_exec", "tok-exec"))
+	issue(t, s, Pending("uns", "bob", "cfm_other", "tok-other"))
 	zero := 0
 	inTx(t, s, func(tx billing.Tx) error {
 		if _, _, _, err := tx.LockUnsettled(ctx, 0); !errors.Is(err, billing.ErrNotFound) {
@@ -233,13 +259,13 @@ func testUnsettled(t *testing.T, s billing.Store) {
 		t.Fatalf("account while a change is executing: unsettled %t, %v", a.Unsettled, err)
 	}
 	inTx(t, s, func(tx billing.Tx) error {
-		_, a, _, err := tx.LockByToken(ctx, "uns", "bob", hashOf("tok-other"))
-		if err != nil || !a.Unsettled {
-			return fmt.Errorf("bob's confirmation while alice's executes: unsettled %t, %v", a.Unsettled, err)
+		lock, err := tx.LockByToken(ctx, "uns", "bob", TokenHash("tok-other"), 0)
+		if err != nil || !lock.Account.Unsettled {
+			return fmt.Errorf("bob's confirmation while alice's executes: unsettled %t, %v", lock.Account.Unsettled, err)
 		}
-		_, a, _, err = tx.LockByToken(ctx, "uns", "alice", hashOf("tok-exec"))
-		if err != nil || a.Unsettled {
-			return fmt.Errorf("the executing confirmation itself: unsettled %t, %v", a.Unsettled, err)
+		lock, err = tx.LockByToken(ctx, "uns", "alice", TokenHash("tok-exec"), 0)
+		if err != nil || lock.Account.Unsettled {
+			return fmt.Errorf("the executing confirmation itself: unsettled %t, %v", lock.Account.Unsettled, err)
 		}
 		return nil
 	})
@@ -257,7 +283,7 @@ func testUnsettled(t *testing.T, s billing.Store) {
 
 func testCounts(t *testing.T, s billing.Store) {
 	seed(t, s, "cnt")
-	issue(t, s, pending("cnt", "alice", "cfm_c1", "tok-c1"))
+	issue(t, s, Pending("cnt", "alice", "cfm_c1", "tok-c1"))
 	if err := s.AppendAudit(ctx,
 		billing.AuditEvent{Event: billing.EventOperationDenied, Org: "cnt", Principal: "alice", Reason: "daily limit"},
 		billing.AuditEvent{Event: billing.EventOperationDenied, Org: "cnt", Principal: "alice", ConfirmationID: "cfm_c1", Reason: "policy"},
@@ -276,6 +302,26 @@ func testCounts(t *testing.T, s billing.Store) {
 	if a.Issued != 2 || a.Rejected != 1 || a.OldestIssued.IsZero() || a.OldestRejected.IsZero() || a.Now.IsZero() {
 		t.Fatalf("recent activity %+v, want 2 issued and 1 rejected", a)
 	}
+	// The same counts come with the first read of each call.
+	acct, withAccount, err := s.AccountForCall(ctx, "cnt", "alice", time.Hour)
+	if err != nil || acct.Org.ID != "cnt" || !sameCounts(withAccount, a) || withAccount.Now.IsZero() {
+		t.Fatalf("activity with the account %+v (org %q), want %+v: %v", withAccount, acct.Org.ID, a, err)
+	}
+	if _, none, err := s.AccountForCall(ctx, "cnt", "alice", 0); err != nil || !sameCounts(none, billing.Activity{}) || none.Now.IsZero() {
+		t.Fatalf("activity with the account over no window %+v: %v", none, err)
+	}
+	if _, _, err := s.AccountForCall(ctx, "nobody", "alice", time.Hour); !errors.Is(err, billing.ErrNotFound) {
+		t.Fatalf("account for a call of an unknown org: %v, want ErrNotFound", err)
+	}
+	inTx(t, s, func(tx billing.Tx) error {
+		for _, token := range []string{"tok-c1", "tok-nobody"} {
+			lock, err := tx.LockByToken(ctx, "cnt", "alice", TokenHash(token), time.Hour)
+			if err != nil || lock.Found != (token == "tok-c1") || !sameCounts(lock.Activity, a) {
+				return fmt.Errorf("activity with the lock of %s: found %t, %+v, want %+v: %v", token, lock.Found, lock.Activity, a, err)
+			}
+		}
+		return nil
+	})
 	n, err := s.ExecutedSince(ctx, "cnt", time.Hour)
 	if err != nil || n != 1 {
 		t.Fatalf("executed since, on the store: %d, %v", n, err)
@@ -339,4 +385,10 @@ func names(events []billing.AuditEvent) string {
 		}
 	}
 	return out
+}
+
+// sameCounts compares two activities but for their clocks.
+func sameCounts(a, b billing.Activity) bool {
+	return a.Issued == b.Issued && a.Rejected == b.Rejected &&
+		a.OldestIssued.Equal(b.OldestIssued) && a.OldestRejected.Equal(b.OldestRejected)
 }

@@ -108,6 +108,21 @@ func (s *Store) Account(_ context.Context, org string) (billing.Account, time.Ti
 	return a, s.now, nil
 }
 
+// AccountForCall implements billing.Store.
+func (s *Store) AccountForCall(ctx context.Context, org, principal string, window time.Duration) (billing.Account, billing.Activity, error) {
+	a, now, err := s.Account(ctx, org)
+	if err != nil {
+		return billing.Account{}, billing.Activity{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	activity := billing.Activity{Now: now}
+	if window > 0 {
+		activity = s.state.activity(org, principal, now, window)
+	}
+	return a, activity, nil
+}
+
 // executing reports whether a confirmation of org other than except is
 // executing.
 func (s State) executing(org, except string) bool {
@@ -204,9 +219,13 @@ func (s *Store) MarkAttempted(_ context.Context, confirmationID string) error {
 func (s *Store) RecentActivity(_ context.Context, org, principal string, window time.Duration) (billing.Activity, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := billing.Activity{Now: s.now}
-	for _, e := range s.state.Audit {
-		if e.Org != org || e.Principal != principal || !e.At.After(s.now.Add(-window)) {
+	return s.state.activity(org, principal, s.now, window), nil
+}
+
+func (s State) activity(org, principal string, now time.Time, window time.Duration) billing.Activity {
+	a := billing.Activity{Now: now}
+	for _, e := range s.Audit {
+		if e.Org != org || e.Principal != principal || !e.At.After(now.Add(-window)) {
 			continue
 		}
 		switch e.Event {
@@ -223,7 +242,7 @@ func (s *Store) RecentActivity(_ context.Context, org, principal string, window 
 			}
 		}
 	}
-	return a, nil
+	return a
 }
 
 // ExecutedSince implements billing.Store.
@@ -260,15 +279,20 @@ type tx struct {
 	state *State
 }
 
-func (tx *tx) LockByToken(_ context.Context, org, principal string, tokenHash []byte) (billing.Confirmation, billing.Account, time.Time, error) {
+func (tx *tx) LockByToken(_ context.Context, org, principal string, tokenHash []byte, window time.Duration) (billing.TokenLock, error) {
+	lock := billing.TokenLock{Activity: billing.Activity{Now: tx.store.now}}
+	if window > 0 {
+		lock.Activity = tx.state.activity(org, principal, tx.store.now, window)
+	}
 	for _, c := range tx.state.Confirmations {
 		if bytes.Equal(c.TokenHash, tokenHash) && c.Org == org && c.Principal == principal {
 			a := tx.state.Accounts[org]
 			a.Unsettled = tx.state.executing(org, c.ID)
-			return c, a, tx.store.now, nil
+			lock.Found, lock.Confirmation, lock.Account, lock.Now = true, c, a, tx.store.now
+			return lock, nil
 		}
 	}
-	return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
+	return lock, nil
 }
 
 func (tx *tx) LockUnsettled(_ context.Context, idle time.Duration) (billing.Confirmation, billing.Account, time.Time, error) {

@@ -22,7 +22,7 @@ const postgresDir = "../../internal/postgres"
 // hot path; this test catches an edited statement before any run.)
 func TestScriptsMirrorBillingdSQL(t *testing.T) {
 	byFunc := goStatements(t)
-	known := map[string]bool{"begin": true, "commit": true} // pgx's Begin and Commit
+	known := map[string]bool{"begin": true, "commit": true} // storeTx's BEGIN and COMMIT
 	for _, stmts := range byFunc {
 		for _, s := range stmts {
 			known[normalizeSQL(s)] = true
@@ -32,8 +32,8 @@ func TestScriptsMirrorBillingdSQL(t *testing.T) {
 		script   workload
 		required []string // store methods whose statements the script must run
 	}{
-		{propose, []string{"RecentActivity", "Account", "IssueConfirmation"}},
-		{handshake, []string{"RecentActivity", "Account", "IssueConfirmation", "LockByToken", "queueAudit"}},
+		{propose, []string{"queueActivity", "AccountForCall", "IssueConfirmation"}},
+		{handshake, []string{"queueActivity", "AccountForCall", "IssueConfirmation", "LockByToken", "queueReceipt", "queueAudit"}},
 	} {
 		t.Run(string(tc.script), func(t *testing.T) {
 			body, err := scripts.ReadFile("scripts/" + string(tc.script) + ".sql")

@@ -75,22 +75,44 @@ func (pc policyColumn) Scan(src any) error {
 	}
 }
 
+// accountSQL reads an org's account, the clock, and whether a change of the
+// org is executing.
+const accountSQL = `SELECT ` + accountColumns + `, now(),
+			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
+		FROM ` + accountFrom + ` WHERE o.id = $1`
+
 // Account implements billing.Store.
 func (s *Store) Account(ctx context.Context, org string) (billing.Account, time.Time, error) {
+	a, activity, err := s.AccountForCall(ctx, org, "", 0)
+	return a, activity.Now, err
+}
+
+// AccountForCall implements billing.Store: with a window, the activity
+// count and the account read go in one batch, one round trip.
+func (s *Store) AccountForCall(ctx context.Context, org, principal string, window time.Duration) (billing.Account, billing.Activity, error) {
 	var a billing.Account
-	var now time.Time
-	err := s.pool.QueryRow(ctx, `SELECT `+accountColumns+`, now(),
-			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
-		FROM `+accountFrom+` WHERE o.id = $1`, org).
-		Scan(append(scanAccount(&a), &now, &a.Unsettled)...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return billing.Account{}, time.Time{}, billing.ErrNotFound
+	var activity billing.Activity
+	found := false
+	batch := &pgx.Batch{}
+	if window > 0 {
+		queueActivity(batch, org, principal, window, &activity)
 	}
-	if err != nil {
-		return billing.Account{}, time.Time{}, fmt.Errorf("read account: %w", classify(err))
+	batch.Queue(accountSQL, org).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(append(scanAccount(&a), &activity.Now, &a.Unsettled)...)
+		found = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return billing.Account{}, billing.Activity{}, fmt.Errorf("read account: %w", classify(err))
+	}
+	if !found {
+		return billing.Account{}, billing.Activity{}, billing.ErrNotFound
 	}
 	a.Subscription.Org = a.Org.ID
-	return a, now, nil
+	return a, activity, nil
 }
 
 // issueSQL supersedes the caller's pending confirmation for the operation,
@@ -148,21 +170,26 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 	return c, nil
 }
 
-// InTx implements billing.Store.
+// InTx implements billing.Store. The transaction is a storeTx on a
+// connection of its own, which sends BEGIN with the step's first statement
+// and COMMIT with its last writes.
 func (s *Store) InTx(ctx context.Context, fn func(billing.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", classify(err))
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after commit
-	if err := fn(&storeTx{tx: tx}); err != nil {
+	defer conn.Release() // a connection left inside a transaction is closed, not reused
+	tx := &storeTx{conn: conn}
+	if err := fn(tx); err != nil {
+		tx.rollback(ctx)
 		return err
 	}
 	// fn decided; its outcome (a provider call's included) is committed
 	// whether or not the client is still there.
 	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	if err := tx.Commit(commitCtx); err != nil {
+	if err := tx.commit(commitCtx); err != nil {
+		tx.rollback(ctx)
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	return nil
@@ -261,44 +288,36 @@ func queueAudit(batch *pgx.Batch, events []billing.AuditEvent) {
 // RecentActivity implements billing.Store.
 func (s *Store) RecentActivity(ctx context.Context, org, principal string, window time.Duration) (billing.Activity, error) {
 	var a billing.Activity
-	var oldestIssued, oldestRejected *time.Time
-	err := s.pool.QueryRow(ctx, `
+	batch := &pgx.Batch{}
+	queueActivity(batch, org, principal, window, &a)
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return billing.Activity{}, fmt.Errorf("read recent activity: %w", classify(err))
+	}
+	return a, nil
+}
+
+// queueActivity queues the count of principal's recent activity into a.
+func queueActivity(batch *pgx.Batch, org, principal string, window time.Duration, a *billing.Activity) {
+	batch.Queue(`
 		SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
 			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
 		WHERE org = $1 AND principal = $2 AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
 			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
 			AND at > now() - $3 * interval '1 microsecond'`,
-		org, principal, window.Microseconds()).Scan(&a.Issued, &a.Rejected, &oldestIssued, &oldestRejected, &a.Now)
-	if err != nil {
-		return billing.Activity{}, fmt.Errorf("read recent activity: %w", classify(err))
-	}
-	if oldestIssued != nil {
-		a.OldestIssued = *oldestIssued
-	}
-	if oldestRejected != nil {
-		a.OldestRejected = *oldestRejected
-	}
-	return a, nil
+		org, principal, window.Microseconds()).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&a.Issued, &a.Rejected, optionalTime{&a.OldestIssued}, optionalTime{&a.OldestRejected}, &a.Now)
+	})
 }
 
 // ExecutedSince implements billing.Store.
 func (s *Store) ExecutedSince(ctx context.Context, org string, window time.Duration) (int, error) {
-	return executedSince(ctx, s.pool, org, window)
-}
-
-// querier is what the pool and a transaction have in common.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func executedSince(ctx context.Context, q querier, org string, window time.Duration) (int, error) {
 	var n int
-	err := q.QueryRow(ctx, `SELECT count(*) FROM audit_events
-		WHERE org = $1 AND event = 'OPERATION_EXECUTED' AND at > now() - $2 * interval '1 microsecond'`,
-		org, window.Microseconds()).Scan(&n)
-	if err != nil {
+	if err := s.pool.QueryRow(ctx, executedSinceSQL, org, window.Microseconds()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count executed changes: %w", classify(err))
 	}
 	return n, nil
 }
+
+const executedSinceSQL = `SELECT count(*) FROM audit_events
+		WHERE org = $1 AND event = 'OPERATION_EXECUTED' AND at > now() - $2 * interval '1 microsecond'`

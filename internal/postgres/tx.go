@@ -8,13 +8,82 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billingd/billingd/billing"
 )
 
-// storeTx implements billing.Tx.
+// storeTx implements billing.Tx on one connection, in as few round trips
+// as the step allows. Nothing is sent before the step's first statement:
+// BEGIN goes in front of it. Writes (Record, SavePolicy) wait for whatever
+// is sent next, the step's next read or its COMMIT, and go in front of it.
+// Every statement still runs in the order the step made it, inside the one
+// transaction; what changes is only when it is sent, so a write's error
+// shows at the next exchange and fails it (and the transaction, which is
+// rolled back whole, as before).
 type storeTx struct {
-	tx pgx.Tx
+	conn   *pgxpool.Conn
+	begun  bool               // BEGIN has been sent
+	writes []*pgx.QueuedQuery // queued by the step, not sent yet
+}
+
+// send runs batch after BEGIN (the first time) and the waiting writes: one
+// round trip.
+func (t *storeTx) send(ctx context.Context, batch *pgx.Batch) error {
+	out := &pgx.Batch{}
+	if !t.begun {
+		out.Queue("BEGIN")
+		t.begun = true
+	}
+	out.QueuedQueries = append(append(out.QueuedQueries, t.writes...), batch.QueuedQueries...)
+	t.writes = nil
+	return t.conn.SendBatch(ctx, out).Close()
+}
+
+// queryRow sends one statement and scans its row; pgx.ErrNoRows when there
+// is none.
+func (t *storeTx) queryRow(ctx context.Context, dest []any, sql string, args ...any) error {
+	batch := &pgx.Batch{}
+	batch.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+	return t.send(ctx, batch)
+}
+
+// write queues statements to go with the next exchange.
+func (t *storeTx) write(batch *pgx.Batch) {
+	t.writes = append(t.writes, batch.QueuedQueries...)
+}
+
+// errCommitRolledBack: COMMIT answered ROLLBACK, the transaction had failed.
+var errCommitRolledBack = errors.New("the transaction was rolled back")
+
+// commit sends the waiting writes and COMMIT: one round trip, none for a
+// step that sent and wrote nothing.
+func (t *storeTx) commit(ctx context.Context) error {
+	if !t.begun && len(t.writes) == 0 {
+		return nil
+	}
+	batch := &pgx.Batch{}
+	batch.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return errCommitRolledBack
+		}
+		return nil
+	})
+	return t.send(ctx, batch)
+}
+
+// rollback ends a transaction that was begun and not committed; the
+// waiting writes are dropped. Should ROLLBACK fail, the pool closes the
+// connection when it comes back still inside the transaction.
+func (t *storeTx) rollback(ctx context.Context) {
+	t.writes = nil
+	if t.conn.Conn().PgConn().TxStatus() == 'I' {
+		return // never begun, or over
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	_, _ = t.conn.Exec(ctx, "ROLLBACK")
 }
 
 const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
@@ -88,35 +157,43 @@ func (s verifiedAt) Scan(src any) error {
 // the previous holder (or an admin saving the policy) committed meanwhile;
 // the locking statement re-reads only the rows it locks, and its now() is
 // the transaction's start, before any wait.
-func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (billing.Confirmation, billing.Account, time.Time, error) {
-	var c billing.Confirmation
-	var a billing.Account
-	var now time.Time
-	dest := append(append(scanConfirmation(&c), scanAccount(&a)...), &now)
+func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenHash []byte, window time.Duration) (billing.TokenLock, error) {
+	var lock billing.TokenLock
+	c, a := &lock.Confirmation, &lock.Account
 	batch := &pgx.Batch{}
-	found := false
+	if window > 0 {
+		queueActivity(batch, org, principal, window, &lock.Activity)
+	}
 	batch.Queue(`SELECT `+confirmationColumns+`, `+accountColumns+`, now()
 		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
 		WHERE c.token_hash = $1 AND c.org = $2 AND c.principal = $3
 		FOR UPDATE OF c, s`, tokenHash, org, principal).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(dest...)
-		found = err == nil
+		err := row.Scan(append(append(scanConfirmation(c), scanAccount(a)...), &lock.Now)...)
+		lock.Found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		return err
 	})
 	batch.Queue(afterLockSQL, org, tokenHash).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&a.Unsettled, policyColumn{&a.Policy}, &now)
+		var policy billing.Policy
+		var now time.Time
+		if err := row.Scan(&a.Unsettled, policyColumn{&policy}, &now); err != nil {
+			return err
+		}
+		if lock.Found {
+			a.Policy, lock.Now = policy, now
+		}
+		return nil
 	})
-	if err := t.tx.SendBatch(ctx, batch).Close(); err != nil {
-		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("lock confirmation: %w", classify(err))
+	if err := t.send(ctx, batch); err != nil {
+		return billing.TokenLock{}, fmt.Errorf("lock confirmation: %w", classify(err))
 	}
-	if !found {
-		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
+	if !lock.Found {
+		return billing.TokenLock{Activity: lock.Activity}, nil
 	}
 	a.Subscription.Org = a.Org.ID
-	return c, a, now, nil
+	return lock, nil
 }
 
 // afterLockSQL asks whether a confirmation of org other than the one with
@@ -130,11 +207,12 @@ func (t *storeTx) LockUnsettled(ctx context.Context, idle time.Duration) (billin
 	var c billing.Confirmation
 	var a billing.Account
 	var now time.Time
-	err := t.tx.QueryRow(ctx, `SELECT `+confirmationColumns+`, `+accountColumns+`, now()
+	err := t.queryRow(ctx, append(append(scanConfirmation(&c), scanAccount(&a)...), &now),
+		`SELECT `+confirmationColumns+`, `+accountColumns+`, now()
 		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
 		WHERE c.status = 'executing' AND c.attempted_at < now() - $1 * interval '1 microsecond'
 		ORDER BY c.attempted_at LIMIT 1
-		FOR UPDATE OF c, s SKIP LOCKED`, idle.Microseconds()).Scan(append(append(scanConfirmation(&c), scanAccount(&a)...), &now)...)
+		FOR UPDATE OF c, s SKIP LOCKED`, idle.Microseconds())
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
 	}
@@ -147,16 +225,19 @@ func (t *storeTx) LockUnsettled(ctx context.Context, idle time.Duration) (billin
 
 // ExecutedSince implements billing.Tx, on the transaction's connection.
 func (t *storeTx) ExecutedSince(ctx context.Context, org string, window time.Duration) (int, error) {
-	return executedSince(ctx, t.tx, org, window)
+	var n int
+	if err := t.queryRow(ctx, []any{&n}, executedSinceSQL, org, window.Microseconds()); err != nil {
+		return 0, fmt.Errorf("count executed changes: %w", classify(err))
+	}
+	return n, nil
 }
 
 // LockByID implements billing.Tx.
 func (t *storeTx) LockByID(ctx context.Context, org, id string) (billing.Confirmation, time.Time, error) {
 	var c billing.Confirmation
 	var now time.Time
-	err := t.tx.QueryRow(ctx, `SELECT `+confirmationColumns+`, now()
-		FROM confirmations c WHERE c.id = $1 AND c.org = $2 FOR UPDATE`, id, org).
-		Scan(append(scanConfirmation(&c), &now)...)
+	err := t.queryRow(ctx, append(scanConfirmation(&c), &now), `SELECT `+confirmationColumns+`, now()
+		FROM confirmations c WHERE c.id = $1 AND c.org = $2 FOR UPDATE`, id, org)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Confirmation{}, time.Time{}, billing.ErrNotFound
 	}
@@ -166,8 +247,8 @@ func (t *storeTx) LockByID(ctx context.Context, org, id string) (billing.Confirm
 	return c, now, nil
 }
 
-// Record implements billing.Tx: every write of the step goes in one batch,
-// one round trip.
+// Record implements billing.Tx: the writes wait for the transaction's next
+// exchange (see storeTx).
 func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	batch := &pgx.Batch{}
 	if r.Status != "" {
@@ -204,12 +285,7 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 		queueReceipt(batch, r.Receipt)
 	}
 	queueAudit(batch, r.Events)
-	if batch.Len() == 0 {
-		return nil
-	}
-	if err := t.tx.SendBatch(ctx, batch).Close(); err != nil {
-		return fmt.Errorf("record: %w", classify(err))
-	}
+	t.write(batch)
 	return nil
 }
 
@@ -223,9 +299,9 @@ func nullTime(t time.Time) *time.Time {
 // LockSubscription implements billing.Tx.
 func (t *storeTx) LockSubscription(ctx context.Context, stripeSubscriptionID string) (billing.Account, error) {
 	var a billing.Account
-	err := t.tx.QueryRow(ctx, `SELECT `+accountColumns+`
+	err := t.queryRow(ctx, scanAccount(&a), `SELECT `+accountColumns+`
 		FROM `+accountFrom+`
-		WHERE s.stripe_subscription_id = $1 FOR UPDATE OF s`, stripeSubscriptionID).Scan(scanAccount(&a)...)
+		WHERE s.stripe_subscription_id = $1 FOR UPDATE OF s`, stripeSubscriptionID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Account{}, billing.ErrNotFound
 	}
@@ -238,17 +314,18 @@ func (t *storeTx) LockSubscription(ctx context.Context, stripeSubscriptionID str
 
 // LockPending implements billing.Tx.
 func (t *storeTx) LockPending(ctx context.Context, org string) ([]billing.Confirmation, error) {
-	rows, err := t.tx.Query(ctx, `SELECT `+confirmationColumns+`
-		FROM confirmations c WHERE c.org = $1 AND c.status = 'pending' FOR UPDATE`, org)
-	if err != nil {
-		return nil, fmt.Errorf("lock pending: %w", classify(err))
-	}
-	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billing.Confirmation, error) {
-		var c billing.Confirmation
-		err := row.Scan(scanConfirmation(&c)...)
-		return c, err
+	var cs []billing.Confirmation
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT `+confirmationColumns+`
+		FROM confirmations c WHERE c.org = $1 AND c.status = 'pending' FOR UPDATE`, org).Query(func(rows pgx.Rows) (err error) {
+		cs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (billing.Confirmation, error) {
+			var c billing.Confirmation
+			err := row.Scan(scanConfirmation(&c)...)
+			return c, err
+		})
+		return err
 	})
-	if err != nil {
+	if err := t.send(ctx, batch); err != nil {
 		return nil, fmt.Errorf("lock pending: %w", classify(err))
 	}
 	return cs, nil
@@ -256,25 +333,29 @@ func (t *storeTx) LockPending(ctx context.Context, org string) ([]billing.Confir
 
 // MarkEventProcessed implements billing.Tx.
 func (t *storeTx) MarkEventProcessed(ctx context.Context, eventID string) (bool, error) {
-	tag, err := t.tx.Exec(ctx, `INSERT INTO stripe_events (id) VALUES ($1)
-		ON CONFLICT (id) DO NOTHING`, eventID)
-	if err != nil {
+	inserted := false
+	batch := &pgx.Batch{}
+	batch.Queue(`INSERT INTO stripe_events (id) VALUES ($1)
+		ON CONFLICT (id) DO NOTHING`, eventID).Exec(func(tag pgconn.CommandTag) error {
+		inserted = tag.RowsAffected() == 1
+		return nil
+	})
+	if err := t.send(ctx, batch); err != nil {
 		return false, fmt.Errorf("mark event: %w", classify(err))
 	}
-	return tag.RowsAffected() == 1, nil
+	return inserted, nil
 }
 
-// SavePolicy implements billing.Tx.
-func (t *storeTx) SavePolicy(ctx context.Context, org string, p billing.Policy, by string) error {
+// SavePolicy implements billing.Tx; the write waits like Record's.
+func (t *storeTx) SavePolicy(_ context.Context, org string, p billing.Policy, by string) error {
 	data, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
-	_, err = t.tx.Exec(ctx, `INSERT INTO org_policies (org, policy, updated_by) VALUES ($1, $2, $3)
+	batch := &pgx.Batch{}
+	batch.Queue(`INSERT INTO org_policies (org, policy, updated_by) VALUES ($1, $2, $3)
 		ON CONFLICT (org) DO UPDATE SET policy = excluded.policy, updated_by = excluded.updated_by, updated_at = now()`,
 		org, data, by)
-	if err != nil {
-		return fmt.Errorf("save policy: %w", classify(err))
-	}
+	t.write(batch)
 	return nil
 }

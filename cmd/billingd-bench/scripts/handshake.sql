@@ -1,19 +1,21 @@
 -- A full handshake (propose, then confirm), statement for statement as
--- internal/postgres runs it. First the first call (see propose.sql), then
--- the second. Store.RecentActivity (the rate limit on failed confirms),
--- then one transaction. BEGIN, storeTx.LockByToken (the lock and the
--- unsettled check, one pipeline), the storeTx.Record batch
--- (one pipeline, as pgx sends a Batch) and COMMIT. The Stripe call billingd
--- makes between the lock and the batch is not part of the database's
+-- internal/postgres runs it, round trip for round trip. First the first
+-- call (see propose.sql), then the second: one transaction in two round
+-- trips, as storeTx sends it. BEGIN goes with storeTx.LockByToken's batch
+-- (the rate limit's count of failed second calls, the lock, and the
+-- unsettled check); the storeTx.Record writes go with COMMIT. The Stripe
+-- call billingd makes between the two is not part of the database's
 -- ceiling. pgbench cannot bind NULL or an empty string, so approval is
 -- "granted" where billingd's is empty (NULLIF makes that NULL), synced_at
 -- gets a time where billingd sends NULL (coalesce keeps the column) and the
--- audit reason is "-" where billingd's is empty. A few bytes, same work. The scripts_test.go
--- test and the bench's traced calls check the text against billingd's.
+-- audit reason is "-" where billingd's is empty. A few bytes, same work.
+-- The scripts_test.go test and the bench's traced calls check the text
+-- against billingd's.
 \set org :org_base + :client_id + :clients * random(0, :orgs_per_client - 1)
 \set principal :org * 100 + random(1, :principals)
 \set cid random(1, 1000000000000000000)
 \set hash random(1, 1000000000000000000)
+\startpipeline
 SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
 			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
@@ -25,6 +27,7 @@ SELECT o.id, o.name, o.stripe_customer_id,
 	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now(),
 			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
 		FROM orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id WHERE o.id = :org;
+\endpipeline
 \startpipeline
 SELECT pg_advisory_xact_lock(hashtextextended(:principal, 0));
 WITH superseded AS (
@@ -49,14 +52,14 @@ WITH superseded AS (
 )
 SELECT created_at, expires_at FROM issued;
 \endpipeline
+\startpipeline
+BEGIN;
 SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
 			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
 		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
 			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
 			AND at > now() - :window_us * interval '1 microsecond';
-BEGIN;
-\startpipeline
 SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
@@ -84,5 +87,5 @@ INSERT INTO audit_events (event, org, principal, client, operation, confirmation
 			VALUES (:ev_validated, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id);
 INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
 			VALUES (:ev_executed, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id);
-\endpipeline
 COMMIT;
+\endpipeline

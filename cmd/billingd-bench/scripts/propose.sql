@@ -1,16 +1,17 @@
 -- The first call of the handshake (propose), statement for statement as
--- internal/postgres runs it. Store.RecentActivity (the rate limit),
--- Store.Account, then Store.IssueConfirmation's batch (the per-caller
--- advisory lock and issueSQL, one pipeline as pgx sends a Batch). pgbench
--- cannot bind an empty string, so approval is "granted" where billingd's is
--- empty (NULLIF makes that NULL). A few bytes, same work. The
--- scripts_test.go test and the bench's traced calls check the text against
--- billingd's. Each pgbench client works on its own orgs, as the load
--- generator's clients do.
+-- internal/postgres runs it, in its two round trips: Store.AccountForCall
+-- (the rate limit's count and the account, one pipeline as pgx sends a
+-- Batch), then Store.IssueConfirmation's batch (the per-caller advisory
+-- lock and issueSQL). pgbench cannot bind an empty string, so approval is
+-- "granted" where billingd's is empty (NULLIF makes that NULL). A few
+-- bytes, same work. The scripts_test.go test and the bench's traced calls
+-- check the text against billingd's. Each pgbench client works on its own
+-- orgs, as the load generator's clients do.
 \set org :org_base + :client_id + :clients * random(0, :orgs_per_client - 1)
 \set principal :org * 100 + random(1, :principals)
 \set cid random(1, 1000000000000000000)
 \set hash random(1, 1000000000000000000)
+\startpipeline
 SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
 			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
@@ -22,6 +23,7 @@ SELECT o.id, o.name, o.stripe_customer_id,
 	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now(),
 			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
 		FROM orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id WHERE o.id = :org;
+\endpipeline
 \startpipeline
 SELECT pg_advisory_xact_lock(hashtextextended(:principal, 0));
 WITH superseded AS (

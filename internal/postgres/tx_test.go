@@ -1,0 +1,208 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/billing/billingtest"
+	"github.com/billingd/billingd/internal/postgres"
+	"github.com/billingd/billingd/internal/testenv"
+)
+
+// exchanges is a pgx tracer that notes each exchange with the server: a
+// query or a batch (one pipeline), by its statements' first words.
+type exchanges struct {
+	mu   sync.Mutex
+	seen [][]string
+}
+
+func (x *exchanges) note(sqls ...string) {
+	words := make([]string, len(sqls))
+	for i, s := range sqls {
+		f := strings.Fields(s)
+		words[i] = strings.ToUpper(strings.Join(f[:min(len(f), 2)], " "))
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.seen = append(x.seen, words)
+}
+
+func (x *exchanges) take() [][]string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s := x.seen
+	x.seen = nil
+	return s
+}
+
+func (x *exchanges) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	x.note(d.SQL)
+	return ctx
+}
+func (x *exchanges) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (x *exchanges) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	sqls := make([]string, len(d.Batch.QueuedQueries))
+	for i, q := range d.Batch.QueuedQueries {
+		sqls[i] = q.SQL
+	}
+	x.note(sqls...)
+	return ctx
+}
+func (x *exchanges) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (x *exchanges) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// tracedStore is a store whose pool, of one connection, notes its exchanges.
+func tracedStore(t *testing.T) (*postgres.Store, *exchanges) {
+	t.Helper()
+	db := testenv.NewDatabase(t)
+	x := &exchanges{}
+	pool, err := postgres.Open(context.Background(), db.URL+"&pool_max_conns=1", postgres.PoolConfig{Tracer: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return postgres.NewStore(pool), x
+}
+
+// TestHandshakeRoundTrips: a first call's reads are one round trip, and a
+// second call's transaction two: BEGIN travels with the lock, COMMIT with
+// the writes (issue 15).
+func TestHandshakeRoundTrips(t *testing.T) {
+	store, x := tracedStore(t)
+	ctx := context.Background()
+	if err := store.CreateAccount(ctx, billingtest.Account("acme")); err != nil {
+		t.Fatal(err)
+	}
+	c := billingtest.Pending("acme", "alice", "cfm_1", "tok-1")
+	if _, err := store.IssueConfirmation(ctx, c, time.Minute, billing.AuditEvent{Event: billing.EventTokenIssued, Org: "acme", Principal: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	x.take()
+
+	if _, _, err := store.AccountForCall(ctx, "acme", "alice", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.take(); len(got) != 1 || len(got[0]) != 2 {
+		t.Fatalf("account and activity: exchanges %v, want one batch of two statements", got)
+	}
+
+	sub := billingtest.Account("acme").Subscription
+	sub.Plan = "scale"
+	err := store.InTx(ctx, func(tx billing.Tx) error {
+		lock, err := tx.LockByToken(ctx, "acme", "alice", billingtest.TokenHash("tok-1"), time.Hour)
+		if err != nil || !lock.Found || lock.Activity.Issued != 1 {
+			return errors.Join(err, errors.New("token not found, or its issue not counted"))
+		}
+		return tx.Record(ctx, billing.Record{ConfirmationID: c.ID, Status: billing.StatusExecuted, Subscription: &sub,
+			Events: []billing.AuditEvent{{Event: billing.EventOperationExecuted, Org: "acme", Principal: "alice"}}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := x.take()
+	if len(got) != 2 || got[0][0] != "BEGIN" || got[1][len(got[1])-1] != "COMMIT" {
+		t.Fatalf("second call's transaction: exchanges %v, want [BEGIN …] [… COMMIT]", got)
+	}
+	if a, _, err := store.Account(ctx, "acme"); err != nil || a.Subscription.Plan != "scale" {
+		t.Fatalf("after commit: plan %q, %v", a.Subscription.Plan, err)
+	}
+
+	// A step that reads nothing and writes nothing sends nothing.
+	x.take()
+	if err := store.InTx(ctx, func(billing.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.take(); len(got) != 0 {
+		t.Fatalf("empty transaction: exchanges %v, want none", got)
+	}
+}
+
+// TestFailedWriteRollsBackAtCommit: a write held back until the commit
+// that fails there fails the commit, undoes the step's other writes and
+// leaves the connection fit for the next transaction.
+func TestFailedWriteRollsBackAtCommit(t *testing.T) {
+	store, _ := tracedStore(t) // one connection: the next transaction reuses it
+	ctx := context.Background()
+	if err := store.CreateAccount(ctx, billingtest.Account("acme")); err != nil {
+		t.Fatal(err)
+	}
+	c := billingtest.Pending("acme", "alice", "cfm_1", "tok-1")
+	if _, err := store.IssueConfirmation(ctx, c, time.Minute, billing.AuditEvent{Event: billing.EventTokenIssued, Org: "acme", Principal: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	receipt := &billing.StoredReceipt{ConfirmationID: c.ID, Org: "acme", Principal: "alice", Summary: "s", Receipt: "r"}
+	if err := store.InTx(ctx, func(tx billing.Tx) error {
+		return tx.Record(ctx, billing.Record{Receipt: receipt})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sub := billingtest.Account("acme").Subscription
+	sub.Plan = "scale"
+	err := store.InTx(ctx, func(tx billing.Tx) error {
+		if _, err := tx.LockByToken(ctx, "acme", "alice", billingtest.TokenHash("tok-1"), 0); err != nil {
+			return err
+		}
+		// The receipt exists already: this batch fails at the commit.
+		return tx.Record(ctx, billing.Record{ConfirmationID: c.ID, Status: billing.StatusExecuted, Subscription: &sub,
+			Receipt: receipt, Events: []billing.AuditEvent{{Event: billing.EventOperationExecuted, Org: "acme", Principal: "alice"}}})
+	})
+	if err == nil || !strings.Contains(err.Error(), "commit") {
+		t.Fatalf("InTx = %v, want the commit to fail", err)
+	}
+	a, _, err := store.Account(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, _ := store.PendingConfirmations(ctx, "acme", "")
+	events, _ := store.AuditEvents(ctx, "acme", 10, 0)
+	if a.Subscription.Plan != "pro" || len(pending) != 1 || len(events) != 1 {
+		t.Fatalf("after the failed commit: plan %q, %d pending, %d events; want pro, 1, 1", a.Subscription.Plan, len(pending), len(events))
+	}
+}
+
+// TestRollbackLeavesConnectionClean: a step that fails after its first
+// read is rolled back, and the connection's next transaction starts fresh.
+func TestRollbackLeavesConnectionClean(t *testing.T) {
+	store, _ := tracedStore(t)
+	ctx := context.Background()
+	if err := store.CreateAccount(ctx, billingtest.Account("acme")); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	sub := billingtest.Account("acme").Subscription
+	sub.Plan = "scale"
+	err := store.InTx(ctx, func(tx billing.Tx) error {
+		if _, err := tx.LockSubscription(ctx, "sub_acme"); err != nil {
+			return err
+		}
+		if err := tx.Record(ctx, billing.Record{Subscription: &sub}); err != nil {
+			return err
+		}
+		if _, err := tx.ExecutedSince(ctx, "acme", time.Hour); err != nil { // sends the write
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("InTx = %v, want boom", err)
+	}
+	// The same (only) connection: were it still inside the rolled-back
+	// transaction, this would see plan scale or fail.
+	err = store.InTx(ctx, func(tx billing.Tx) error {
+		a, err := tx.LockSubscription(ctx, "sub_acme")
+		if err == nil && a.Subscription.Plan != "pro" {
+			err = errors.New("plan " + a.Subscription.Plan + " after rollback")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
