@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,5 +179,32 @@ func TestSharedReceiptKeyRace(t *testing.T) {
 		if kid != kids[0] {
 			t.Fatalf("replicas use different keys: %v", kids)
 		}
+	}
+}
+
+// TestChainHashInlined: PostgreSQL inlines the chain's hash functions into
+// one expression. A declaration stricter than the body (IMMUTABLE over
+// STABLE to_char and convert_to, as 000006 had it) stops that, and every
+// audit event then pays for fifteen SQL-function calls (migration 000008).
+func TestChainHashInlined(t *testing.T) {
+	db := testenv.NewDatabase(t)
+	rows, err := db.Pool.Query(context.Background(), `EXPLAIN (VERBOSE, COSTS OFF)
+		SELECT audit_event_hash('0', 'o', g, g, now(), 'e', 'p', 'c', 'op', 'cfm', 'ok', '', 'r') FROM generate_series(1, 2) g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := plan.String(); strings.Contains(p, "audit_event_hash(") || strings.Contains(p, "audit_chain_field(") || !strings.Contains(p, "sha256(") {
+		t.Fatalf("the hash functions are called, not inlined:\n%s", p)
 	}
 }
