@@ -38,8 +38,9 @@ type env struct {
 	listenAddr string
 	baseURL    string // billingd's PUBLIC_BASE_URL
 	accounts   []*account
-	statements bool     // pg_stat_statements is readable (statements.go)
-	cleanups   []func() // run in reverse by tearDown
+	statements bool      // pg_stat_statements is readable (statements.go)
+	pinned     *cpuSplit // -pin: where each side runs (pin.go)
+	cleanups   []func()  // run in reverse by tearDown
 }
 
 // setUp builds the environment; on error it tears down what it had built.
@@ -71,6 +72,12 @@ func (e *env) start(ctx context.Context) error {
 		{"billingd migrate up", e.migrate},
 		{"start billingd serve", e.startBillingd},
 		{fmt.Sprintf("seed %d orgs with %d principals each", opts.orgs, opts.principals), e.seed},
+	}
+	if opts.pin {
+		steps = append(steps, struct {
+			what string
+			fn   func(context.Context) error
+		}{"pin CPUs", e.pinCPUs})
 	}
 	for _, s := range steps {
 		start := time.Now()

@@ -30,6 +30,7 @@ type options struct {
 	out          string
 	doc          string
 	keep         bool
+	pin          bool
 	args         []string // the flags that change what is measured, for the report
 }
 
@@ -65,6 +66,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.StringVar(&o.doc, "doc", "", "also replace the results between the bench markers in this page (make bench: docs/performance.md)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench database afterwards")
+	fs.BoolVar(&o.pin, "pin", false, "give PostgreSQL half the CPUs and billingd, the load generator and pgbench the rest (taskset; a local server, root or its user)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}

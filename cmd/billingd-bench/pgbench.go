@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -51,7 +50,7 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 		return sample{}, err
 	}
 	backends := watchBackends(ctx, e.pool, "pgbench")
-	cmd := exec.CommandContext(ctx, "pgbench", append(args, e.dbURL)...)
+	cmd := e.pgbenchCommand(ctx, append(args, e.dbURL))
 	out, err := cmd.CombinedOutput()
 	postgresCPU := backends.total()
 	if err != nil {

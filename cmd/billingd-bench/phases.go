@@ -19,6 +19,7 @@ type results struct {
 	peakRSSKiB int64
 	loadBefore string // /proc/loadavg: other work on the machine skews everything
 	loadAfter  string
+	pinned     string // -pin: where each side ran
 }
 
 // comparison is billingd and its pgbench mirror doing one workload at one
@@ -81,6 +82,9 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 		return results{}, err
 	}
 	res.elapsed, res.loadAfter = time.Since(res.started), loadAverage()
+	if e.pinned != nil {
+		res.pinned = e.pinned.String()
+	}
 	return res, nil
 }
 

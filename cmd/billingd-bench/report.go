@@ -47,6 +47,9 @@ func renderResults(opts options, res results) string {
 		"Stripe stand-in `%s` on loopback, each client owning its own orgs. Every row: %s measured after %s of warm-up; "+
 		"pgbench runs scripts/ (billingd's statements, checked by scripts_test.go) with `-M prepared` and as many connections as clients.\n\n",
 		poolDescription(opts), opts.orgs, opts.principals, opts.stripe, opts.duration, opts.warmup)
+	if res.pinned != "" {
+		fmt.Fprintf(&b, "**CPU-pinned run** (`-pin`, taskset): %s.\n\n", res.pinned)
+	}
 	writeThroughput(&b, res.throughput)
 	writeCPUBudget(&b, res.throughput)
 	writeStatements(&b, res.throughput)

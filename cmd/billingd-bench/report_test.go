@@ -41,3 +41,18 @@ func TestPerformancePageHasMarkers(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitCPUs(t *testing.T) {
+	for _, tc := range []struct {
+		n                 int
+		postgres, clients string
+	}{{2, "0", "1"}, {3, "0", "1-2"}, {4, "0-1", "2-3"}, {8, "0-3", "4-7"}} {
+		got, err := splitCPUs(tc.n)
+		if err != nil || got.postgres != tc.postgres || got.clients != tc.clients {
+			t.Errorf("splitCPUs(%d) = %+v, %v; want %s / %s", tc.n, got, err, tc.postgres, tc.clients)
+		}
+	}
+	if _, err := splitCPUs(1); err == nil {
+		t.Error("splitCPUs(1) succeeded")
+	}
+}

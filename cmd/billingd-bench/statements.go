@@ -23,6 +23,7 @@ type statementUse struct {
 	calls int64
 	exec  time.Duration // execution time, lock and WAL waits included
 	plan  time.Duration // planning time (pg_stat_statements.track_planning)
+	pages int64         // shared buffers hit or read: a plan reading more pages shows here
 }
 
 // statementStats reports whether pg_stat_statements can be read, creating
@@ -57,7 +58,7 @@ func (e *env) readStatements(ctx context.Context) ([]statementUse, error) {
 		return nil, nil
 	}
 	rows, err := e.pool.Query(ctx, `
-		SELECT query, calls, total_exec_time, total_plan_time FROM pg_stat_statements
+		SELECT query, calls, total_exec_time, total_plan_time, shared_blks_hit + shared_blks_read FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND toplevel
 			AND query NOT LIKE '%pg_stat_activity%' AND query NOT LIKE '%pg_stat_statements%'
 		ORDER BY total_exec_time + total_plan_time DESC`)
@@ -69,7 +70,7 @@ func (e *env) readStatements(ctx context.Context) ([]statementUse, error) {
 	for rows.Next() {
 		var s statementUse
 		var execMS, planMS float64
-		if err := rows.Scan(&s.query, &s.calls, &execMS, &planMS); err != nil {
+		if err := rows.Scan(&s.query, &s.calls, &execMS, &planMS, &s.pages); err != nil {
 			return nil, err
 		}
 		s.exec, s.plan = msDuration(execMS), msDuration(planMS)
@@ -90,12 +91,13 @@ func statementKey(query string) string {
 	return strings.Join(words, " ")
 }
 
-// perOp is a statement's calls and time per operation of the run.
-func (s statementUse) perOp(ops int) (calls, us float64) {
+// perOp is a statement's calls, time and pages per operation of the run.
+func (s statementUse) perOp(ops int) (calls, us, pages float64) {
 	if ops == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
-	return float64(s.calls) / float64(ops), float64((s.exec + s.plan).Microseconds()) / float64(ops)
+	n := float64(ops)
+	return float64(s.calls) / n, float64((s.exec + s.plan).Microseconds()) / n, float64(s.pages) / n
 }
 
 // writeStatements sets each statement's time per operation, billingd's
@@ -118,7 +120,7 @@ func writeStatements(b *strings.Builder, rows []comparison) {
 		"\"around the statements\" is backend CPU minus the statements' time: parsing, binding, protocol messages, " +
 		"commits of implicit transactions (negative when the statements waited more than they computed).\n\n")
 	for _, r := range shown {
-		fmt.Fprintf(b, "#### %s, %d client(s)\n\n| statement | billingd calls/op | µs/op | pgbench calls/op | µs/op |\n|---|--:|--:|--:|--:|\n", r.workload, r.clients)
+		fmt.Fprintf(b, "#### %s, %d client(s)\n\n| statement | billingd calls/op | µs/op | pages/op | pgbench calls/op | µs/op | pages/op |\n|---|--:|--:|--:|--:|--:|--:|\n", r.workload, r.clients)
 		type pair struct{ svc, pg statementUse }
 		byKey := map[string]*pair{}
 		var keys []string
@@ -138,22 +140,23 @@ func writeStatements(b *strings.Builder, rows []comparison) {
 				dst.calls += s.calls
 				dst.exec += s.exec
 				dst.plan += s.plan
+				dst.pages += s.pages
 			}
 		}
 		var svcSum, pgSum float64
 		for _, k := range keys {
 			p := byKey[k]
-			sc, su := p.svc.perOp(r.service.allOps)
-			pc, pu := p.pg.perOp(r.pgbench.allOps)
+			sc, su, sp := p.svc.perOp(r.service.allOps)
+			pc, pu, pp := p.pg.perOp(r.pgbench.allOps)
 			if sc < 0.01 && pc < 0.01 {
 				continue // the bench's own queries, BEGIN/COMMIT of other work
 			}
 			svcSum += su
 			pgSum += pu
-			fmt.Fprintf(b, "| `%s` | %.2f | %.0f | %.2f | %.0f |\n", strings.ReplaceAll(k, "|", "\\|"), sc, su, pc, pu)
+			fmt.Fprintf(b, "| `%s` | %.2f | %.0f | %.1f | %.2f | %.0f | %.1f |\n", strings.ReplaceAll(k, "|", "\\|"), sc, su, sp, pc, pu, pp)
 		}
-		fmt.Fprintf(b, "| statements | | %.0f | | %.0f |\n", svcSum, pgSum)
-		fmt.Fprintf(b, "| backend CPU | | %.0f | | %.0f |\n", r.service.cpu.postgres, r.pgbench.cpu.postgres)
-		fmt.Fprintf(b, "| around the statements | | %.0f | | %.0f |\n\n", r.service.cpu.postgres-svcSum, r.pgbench.cpu.postgres-pgSum)
+		fmt.Fprintf(b, "| statements | | %.0f | | | %.0f | |\n", svcSum, pgSum)
+		fmt.Fprintf(b, "| backend CPU | | %.0f | | | %.0f | |\n", r.service.cpu.postgres, r.pgbench.cpu.postgres)
+		fmt.Fprintf(b, "| around the statements | | %.0f | | | %.0f | |\n\n", r.service.cpu.postgres-svcSum, r.pgbench.cpu.postgres-pgSum)
 	}
 }
