@@ -14,11 +14,13 @@ import (
 // unknown outcome is committed as well (the confirmation is then executing)
 // and settled later; only a failure of the database itself rolls back.
 func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
+	// The rate limit is read before the transaction, not with its lock: a
+	// caller over it must not wait for (or hold) a row lock to be told so.
+	if err := s.readAndCheckRate(ctx, caller, limitFailedConfirms); err != nil {
+		return ChangeResult{}, err
+	}
 	if !wellFormedToken(req.ConfirmToken) {
 		// Never a token billingd issued: answer like any unknown token.
-		if err := s.readAndCheckRate(ctx, caller, limitFailedConfirms); err != nil {
-			return ChangeResult{}, err
-		}
 		return ChangeResult{}, s.rejectUnknown(ctx, caller, req.Operation)
 	}
 	var r redemption
@@ -45,20 +47,14 @@ type redemption struct {
 // and leaves the token as it was; a refusal is an outcome, recorded and
 // committed.
 func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeRequest) (redemption, error) {
-	lock, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken), s.activityWindow(limitFailedConfirms))
-	if err != nil {
-		return redemption{}, fmt.Errorf("lock confirmation: %w", err)
-	}
-	// The rate limit comes first, as if read before the lock: a caller over
-	// it learns nothing about the token, and nothing is recorded.
-	if err := s.checkRate(lock.Activity, limitFailedConfirms); err != nil {
-		return redemption{outcome: err}, nil
-	}
-	if !lock.Found {
+	c, acct, now, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken))
+	if errors.Is(err, ErrNotFound) {
 		rejected := s.event(caller, req.Operation, EventTokenRejected, "", "invalid")
 		return redemption{outcome: errTokenInvalid()}, tx.Record(ctx, Record{Events: []AuditEvent{rejected}})
 	}
-	c, acct, now := lock.Confirmation, lock.Account, lock.Now
+	if err != nil {
+		return redemption{}, fmt.Errorf("lock confirmation: %w", err)
+	}
 	if sameRequest(c, req) {
 		switch c.Status {
 		case StatusExecuted:
@@ -139,6 +135,9 @@ func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c
 // happened: executed, failed (a definite refusal), or executing (the outcome
 // is unknown and will be settled).
 func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time) (redemption, error) {
+	if err := beforeProvider(ctx, tx); err != nil {
+		return redemption{}, err
+	}
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
 	applied, err := s.apply(ctx, c, acct)
@@ -146,6 +145,16 @@ func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmat
 	r, err := s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, validated)
 	r.attempted = &c
 	return r, err
+}
+
+// beforeProvider sends what the step wrote so far (a verification, say)
+// before the provider is called: a write that fails then rolls the step back
+// with nothing charged, rather than after the charge.
+func beforeProvider(ctx context.Context, tx Tx) error {
+	if err := tx.Flush(ctx); err != nil {
+		return fmt.Errorf("write before the provider call: %w", err)
+	}
+	return nil
 }
 
 // afterSideEffect is the context for a provider call that may change the

@@ -41,9 +41,8 @@ func (s *Service) allowed(which limit) int {
 }
 
 // activityWindow is how far back the caller's activity is read for the
-// limit: 0, nothing to read, when the limit is off. The stores read it in
-// the same round trip as the call's first read (Store.AccountForCall,
-// Tx.LockByToken).
+// limit: 0, nothing to read, when the limit is off. A first call reads it
+// with the account, in one round trip (Store.AccountForCall).
 func (s *Service) activityWindow(which limit) time.Duration {
 	if s.allowed(which) <= 0 {
 		return 0
@@ -72,8 +71,8 @@ func (s *Service) checkRate(a Activity, which limit) error {
 	return &Error{Code: CodeRateLimited, Message: message, RetryAfter: max(wait, time.Second)}
 }
 
-// readAndCheckRate is checkRate with the activity read on its own, for a
-// call that reads nothing else first.
+// readAndCheckRate is checkRate with the activity read on its own: for a
+// second call, before its transaction takes any lock.
 func (s *Service) readAndCheckRate(ctx context.Context, caller Caller, which limit) error {
 	window := s.activityWindow(which)
 	if window == 0 {

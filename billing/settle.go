@@ -41,6 +41,9 @@ const (
 
 // settle finds out what became of an executing confirmation and records it.
 func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time) (redemption, error) {
+	if err := beforeProvider(ctx, tx); err != nil {
+		return redemption{}, err
+	}
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
 	tooOld := now.Sub(c.CreatedAt) > maxSettleAge

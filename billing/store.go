@@ -79,12 +79,12 @@ type changeCounter interface {
 // up.
 type Tx interface {
 	// LockByToken locks the confirmation with the given token hash, if it
-	// belongs to org and principal, together with the org's subscription. A
-	// token of anyone else is not found: nothing about it is revealed and it
-	// stays valid. With it, in the same round trip, it reads principal's
-	// RecentActivity over window (none when window is 0), found or not, for
-	// the rate limit on failed second calls.
-	LockByToken(ctx context.Context, org, principal string, tokenHash []byte, window time.Duration) (TokenLock, error)
+	// belongs to org and principal, together with the org's subscription, and
+	// returns them with the database's now. A token of anyone else is
+	// ErrNotFound: nothing about it is revealed and it stays valid.
+	// Account.Unsettled tells whether another confirmation of the org is
+	// executing, as seen once the locks are held.
+	LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (Confirmation, Account, time.Time, error)
 
 	// LockUnsettled locks one executing confirmation whose last attempt is
 	// older than idle, with its org's subscription, skipping rows other
@@ -115,19 +115,11 @@ type Tx interface {
 	// writes with the transaction's next statement or its commit, in order;
 	// an error of theirs then fails that later call, and the transaction.
 	Record(ctx context.Context, r Record) error
-}
 
-// TokenLock is what Tx.LockByToken locked and read.
-type TokenLock struct {
-	// Found reports whether the token is the caller's; when it is not, only
-	// Activity is set.
-	Found        bool
-	Confirmation Confirmation
-	// Account is the org's; Unsettled tells whether another confirmation of
-	// the org is executing, as seen once the locks are held.
-	Account  Account
-	Now      time.Time // the database's, once the locks are held
-	Activity Activity
+	// Flush sends the writes Record holds back, if any. A step calls it
+	// before anything outside the database happens (a provider call), so
+	// that a write that fails stops the step before it, not after.
+	Flush(ctx context.Context) error
 }
 
 // Record is what one step of the handshake changes.

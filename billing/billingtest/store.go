@@ -279,21 +279,19 @@ type tx struct {
 	state *State
 }
 
-func (tx *tx) LockByToken(_ context.Context, org, principal string, tokenHash []byte, window time.Duration) (billing.TokenLock, error) {
-	lock := billing.TokenLock{Activity: billing.Activity{Now: tx.store.now}}
-	if window > 0 {
-		lock.Activity = tx.state.activity(org, principal, tx.store.now, window)
-	}
+func (tx *tx) LockByToken(_ context.Context, org, principal string, tokenHash []byte) (billing.Confirmation, billing.Account, time.Time, error) {
 	for _, c := range tx.state.Confirmations {
 		if bytes.Equal(c.TokenHash, tokenHash) && c.Org == org && c.Principal == principal {
 			a := tx.state.Accounts[org]
 			a.Unsettled = tx.state.executing(org, c.ID)
-			lock.Found, lock.Confirmation, lock.Account, lock.Now = true, c, a, tx.store.now
-			return lock, nil
+			return c, a, tx.store.now, nil
 		}
 	}
-	return lock, nil
+	return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
 }
+
+// Flush implements billing.Tx: the fake writes at once.
+func (tx *tx) Flush(context.Context) error { return nil }
 
 func (tx *tx) LockUnsettled(_ context.Context, idle time.Duration) (billing.Confirmation, billing.Account, time.Time, error) {
 	for _, c := range tx.state.Confirmations {

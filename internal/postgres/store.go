@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,13 +17,30 @@ import (
 
 // Store implements billing.Store on PostgreSQL.
 type Store struct {
-	pool *pgxpool.Pool
+	pool          *pgxpool.Pool
+	commitTimeout time.Duration
 }
 
 var _ billing.Store = (*Store)(nil)
 
 // NewStore returns a store on pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func NewStore(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool, commitTimeout: commitTimeoutFor(pool.Config().ConnConfig.RuntimeParams["lock_timeout"])}
+}
+
+// commitTimeoutFor bounds a COMMIT that no longer depends on the client.
+// The step's last writes travel with it and may wait for a row lock (the
+// audit chain's head) like any statement, up to lock_timeout (which Open
+// sets above the Stripe timeout): a write recording a change Stripe made
+// must not be cut short before that, while a hung database still ends.
+func commitTimeoutFor(lockTimeoutMS string) time.Duration {
+	const margin = 10 * time.Second
+	ms, err := strconv.ParseInt(lockTimeoutMS, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Minute // no lock_timeout of ours: a statement may wait for ever; a minute is generous
+	}
+	return time.Duration(ms)*time.Millisecond + margin
+}
 
 // Ready reports whether the database answers and its schema is the one this
 // binary expects.
@@ -179,14 +197,14 @@ func (s *Store) InTx(ctx context.Context, fn func(billing.Tx) error) error {
 		return fmt.Errorf("begin: %w", classify(err))
 	}
 	defer conn.Release() // a connection left inside a transaction is closed, not reused
-	tx := &storeTx{conn: conn}
+	tx := &storeTx{conn: conn, endTimeout: s.commitTimeout}
 	if err := fn(tx); err != nil {
 		tx.rollback(ctx)
 		return err
 	}
 	// fn decided; its outcome (a provider call's included) is committed
 	// whether or not the client is still there.
-	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.commitTimeout)
 	defer cancel()
 	if err := tx.commit(commitCtx); err != nil {
 		tx.rollback(ctx)
@@ -194,9 +212,6 @@ func (s *Store) InTx(ctx context.Context, fn func(billing.Tx) error) error {
 	}
 	return nil
 }
-
-// commitTimeout bounds a COMMIT that no longer depends on the client.
-const commitTimeout = 10 * time.Second
 
 const pendingLimit = 200
 

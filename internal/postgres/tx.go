@@ -26,6 +26,9 @@ type storeTx struct {
 	conn   *pgxpool.Conn
 	begun  bool               // BEGIN has been sent
 	writes []*pgx.QueuedQuery // queued by the step, not sent yet
+	// endTimeout bounds the ROLLBACK of a step that failed, which no longer
+	// depends on the client either.
+	endTimeout time.Duration
 }
 
 // send runs batch after BEGIN (the first time) and the waiting writes: one
@@ -42,16 +45,43 @@ func (t *storeTx) send(ctx context.Context, batch *pgx.Batch) error {
 }
 
 // queryRow sends one statement and scans its row; pgx.ErrNoRows when there
-// is none.
+// is none. No row is not an error of the batch: pgx drops every statement
+// of a batch that returns one from its cache (BEGIN and the waiting writes
+// included), and they would be prepared again, a round trip each.
 func (t *storeTx) queryRow(ctx context.Context, dest []any, sql string, args ...any) error {
+	missing := false
 	batch := &pgx.Batch{}
-	batch.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
-	return t.send(ctx, batch)
+	batch.Queue(sql, args...).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(dest...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			missing = true
+			return nil
+		}
+		return err
+	})
+	if err := t.send(ctx, batch); err != nil {
+		return err
+	}
+	if missing {
+		return pgx.ErrNoRows
+	}
+	return nil
 }
 
 // write queues statements to go with the next exchange.
 func (t *storeTx) write(batch *pgx.Batch) {
 	t.writes = append(t.writes, batch.QueuedQueries...)
+}
+
+// Flush implements billing.Tx: the waiting writes, alone, if there are any.
+func (t *storeTx) Flush(ctx context.Context) error {
+	if len(t.writes) == 0 {
+		return nil
+	}
+	if err := t.send(ctx, &pgx.Batch{}); err != nil {
+		return fmt.Errorf("write: %w", classify(err))
+	}
+	return nil
 }
 
 // errCommitRolledBack: COMMIT answered ROLLBACK, the transaction had failed.
@@ -81,7 +111,7 @@ func (t *storeTx) rollback(ctx context.Context) {
 	if t.conn.Conn().PgConn().TxStatus() == 'I' {
 		return // never begun, or over
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.endTimeout)
 	defer cancel()
 	_, _ = t.conn.Exec(ctx, "ROLLBACK")
 }
@@ -157,43 +187,35 @@ func (s verifiedAt) Scan(src any) error {
 // the previous holder (or an admin saving the policy) committed meanwhile;
 // the locking statement re-reads only the rows it locks, and its now() is
 // the transaction's start, before any wait.
-func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenHash []byte, window time.Duration) (billing.TokenLock, error) {
-	var lock billing.TokenLock
-	c, a := &lock.Confirmation, &lock.Account
+func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (billing.Confirmation, billing.Account, time.Time, error) {
+	var c billing.Confirmation
+	var a billing.Account
+	var now time.Time
+	dest := append(append(scanConfirmation(&c), scanAccount(&a)...), &now)
 	batch := &pgx.Batch{}
-	if window > 0 {
-		queueActivity(batch, org, principal, window, &lock.Activity)
-	}
+	found := false
 	batch.Queue(`SELECT `+confirmationColumns+`, `+accountColumns+`, now()
 		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
 		WHERE c.token_hash = $1 AND c.org = $2 AND c.principal = $3
 		FOR UPDATE OF c, s`, tokenHash, org, principal).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(append(append(scanConfirmation(c), scanAccount(a)...), &lock.Now)...)
-		lock.Found = err == nil
+		err := row.Scan(dest...)
+		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+			return nil // not an error of the batch: see queryRow
 		}
 		return err
 	})
 	batch.Queue(afterLockSQL, org, tokenHash).QueryRow(func(row pgx.Row) error {
-		var policy billing.Policy
-		var now time.Time
-		if err := row.Scan(&a.Unsettled, policyColumn{&policy}, &now); err != nil {
-			return err
-		}
-		if lock.Found {
-			a.Policy, lock.Now = policy, now
-		}
-		return nil
+		return row.Scan(&a.Unsettled, policyColumn{&a.Policy}, &now)
 	})
 	if err := t.send(ctx, batch); err != nil {
-		return billing.TokenLock{}, fmt.Errorf("lock confirmation: %w", classify(err))
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("lock confirmation: %w", classify(err))
 	}
-	if !lock.Found {
-		return billing.TokenLock{Activity: lock.Activity}, nil
+	if !found {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
 	}
 	a.Subscription.Org = a.Org.ID
-	return lock, nil
+	return c, a, now, nil
 }
 
 // afterLockSQL asks whether a confirmation of org other than the one with

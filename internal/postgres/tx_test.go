@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/billing/billingtest"
@@ -60,6 +61,11 @@ func (x *exchanges) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndD
 
 // tracedStore is a store whose pool, of one connection, notes its exchanges.
 func tracedStore(t *testing.T) (*postgres.Store, *exchanges) {
+	store, x, _ := tracedPool(t)
+	return store, x
+}
+
+func tracedPool(t *testing.T) (*postgres.Store, *exchanges, *pgxpool.Pool) {
 	t.Helper()
 	db := testenv.NewDatabase(t)
 	x := &exchanges{}
@@ -68,12 +74,13 @@ func tracedStore(t *testing.T) (*postgres.Store, *exchanges) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return postgres.NewStore(pool), x
+	return postgres.NewStore(pool), x, pool
 }
 
 // TestHandshakeRoundTrips: a first call's reads are one round trip, and a
 // second call's transaction two: BEGIN travels with the lock, COMMIT with
-// the writes (issue 15).
+// the writes (issue 15). Exchanges of statements already prepared on the
+// connection: a statement's first use on a connection adds a prepare.
 func TestHandshakeRoundTrips(t *testing.T) {
 	store, x := tracedStore(t)
 	ctx := context.Background()
@@ -96,9 +103,8 @@ func TestHandshakeRoundTrips(t *testing.T) {
 	sub := billingtest.Account("acme").Subscription
 	sub.Plan = "scale"
 	err := store.InTx(ctx, func(tx billing.Tx) error {
-		lock, err := tx.LockByToken(ctx, "acme", "alice", billingtest.TokenHash("tok-1"), time.Hour)
-		if err != nil || !lock.Found || lock.Activity.Issued != 1 {
-			return errors.Join(err, errors.New("token not found, or its issue not counted"))
+		if _, _, _, err := tx.LockByToken(ctx, "acme", "alice", billingtest.TokenHash("tok-1")); err != nil {
+			return err
 		}
 		return tx.Record(ctx, billing.Record{ConfirmationID: c.ID, Status: billing.StatusExecuted, Subscription: &sub,
 			Events: []billing.AuditEvent{{Event: billing.EventOperationExecuted, Org: "acme", Principal: "alice"}}})
@@ -146,7 +152,7 @@ func TestFailedWriteRollsBackAtCommit(t *testing.T) {
 	sub := billingtest.Account("acme").Subscription
 	sub.Plan = "scale"
 	err := store.InTx(ctx, func(tx billing.Tx) error {
-		if _, err := tx.LockByToken(ctx, "acme", "alice", billingtest.TokenHash("tok-1"), 0); err != nil {
+		if _, _, _, err := tx.LockByToken(ctx, "acme", "alice", billingtest.TokenHash("tok-1")); err != nil {
 			return err
 		}
 		// The receipt exists already: this batch fails at the commit.
@@ -204,5 +210,99 @@ func TestRollbackLeavesConnectionClean(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStepWritesReachDatabaseBeforeProvider: the writes a step holds back
+// are sent before the provider is called (billing's beforeProvider). A
+// step-up verification whose write fails (a CHECK constraint added here
+// stands in for any failure) stops the second call with nothing charged,
+// and a good retry records both the verification and the change.
+func TestStepWritesReachDatabaseBeforeProvider(t *testing.T) {
+	db := testenv.NewDatabase(t)
+	ctx := context.Background()
+	store := postgres.NewStore(db.Pool)
+	if err := store.CreateAccount(ctx, billingtest.Account("acme")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE confirmations ADD CONSTRAINT test_acr CHECK (verified_acr IS DISTINCT FROM 'refused')`); err != nil {
+		t.Fatal(err)
+	}
+	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"},
+		PeriodEnd: time.Now().Add(30 * 24 * time.Hour)}
+	catalog, err := billing.NewCatalog(billing.DefaultPlans())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := billing.NewService(billing.Config{Store: store, Payments: provider, Catalog: catalog, TokenTTL: time.Minute,
+		PublicBaseURL: "https://billing.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := billing.Caller{Org: "acme", Principal: "root", Admin: true}
+	if _, err := svc.SetPolicy(ctx, admin, billing.Policy{AgentClients: []string{"bot"},
+		Rules: []billing.PolicyRule{{Name: "verify", Action: billing.ActionVerify}}}); err != nil {
+		t.Fatal(err)
+	}
+	agent := billing.Caller{Org: "acme", Principal: "vera", Client: "bot"}
+	p, err := svc.ChangePlan(ctx, agent, billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stepUp := agent
+	stepUp.AuthTime, stepUp.ACR = time.Now().Add(time.Minute), "refused"
+	second := billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale", ConfirmToken: p.ConfirmToken}
+	if _, err := svc.ChangePlan(ctx, stepUp, second); err == nil {
+		t.Fatal("the second call succeeded although its verification could not be written")
+	}
+	if n := len(provider.ApplyCalls()); n != 0 {
+		t.Fatalf("the provider was called %d times before the verification was written", n)
+	}
+	stepUp.ACR = "pwd"
+	if _, err := svc.ChangePlan(ctx, stepUp, second); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	var status string
+	var verifiedAt *time.Time
+	if err := db.Pool.QueryRow(ctx, `SELECT status, verified_at FROM confirmations WHERE id = $1`, p.ConfirmationID).Scan(&status, &verifiedAt); err != nil {
+		t.Fatal(err)
+	}
+	events, _ := store.AuditEvents(ctx, "acme", 20, 0)
+	verified := 0
+	for _, e := range events {
+		if e.Event == billing.EventUserVerified {
+			verified++
+		}
+	}
+	if status != string(billing.StatusExecuted) || verifiedAt == nil || verified != 1 || len(provider.ApplyCalls()) != 1 {
+		t.Fatalf("after the retry: %s, verified_at %v, %d USER_VERIFIED, %d provider calls", status, verifiedAt, verified, len(provider.ApplyCalls()))
+	}
+}
+
+// TestNotFoundKeepsStatementsPrepared: a lock that finds nothing (the
+// reconciler's tick, most of the time) is no error of its batch, so pgx
+// keeps the batch's statements prepared, BEGIN included, and the next
+// transaction needs no new prepare.
+func TestNotFoundKeepsStatementsPrepared(t *testing.T) {
+	store, _, pool := tracedPool(t) // one connection
+	ctx := context.Background()
+	tick := func() {
+		err := store.InTx(ctx, func(tx billing.Tx) error {
+			_, _, _, err := tx.LockUnsettled(ctx, 0)
+			return err
+		})
+		if !errors.Is(err, billing.ErrNotFound) {
+			t.Fatalf("reconciler tick on nothing: %v, want ErrNotFound", err)
+		}
+	}
+	tick()
+	tick()
+	var prepared int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements
+		WHERE (statement = 'BEGIN' OR statement LIKE '%SKIP LOCKED%') AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&prepared); err != nil {
+		t.Fatal(err)
+	}
+	if prepared != 2 {
+		t.Fatalf("%d of BEGIN and the lock still prepared after a lock found nothing, want 2", prepared)
 	}
 }

@@ -1,11 +1,11 @@
 -- A full handshake (propose, then confirm), statement for statement as
 -- internal/postgres runs it, round trip for round trip. First the first
--- call (see propose.sql), then the second: one transaction in two round
--- trips, as storeTx sends it. BEGIN goes with storeTx.LockByToken's batch
--- (the rate limit's count of failed second calls, the lock, and the
--- unsettled check); the storeTx.Record writes go with COMMIT. The Stripe
--- call billingd makes between the two is not part of the database's
--- ceiling. pgbench cannot bind NULL or an empty string, so approval is
+-- call (see propose.sql), then the second: Store.RecentActivity (the rate
+-- limit on failed second calls, read before any lock), then one
+-- transaction in two round trips, as storeTx sends it: BEGIN goes with
+-- storeTx.LockByToken's batch (the lock and the unsettled check), the
+-- storeTx.Record writes go with COMMIT. The Stripe call billingd makes
+-- between the two is not part of the database's ceiling. pgbench cannot bind NULL or an empty string, so approval is
 -- "granted" where billingd's is empty (NULLIF makes that NULL), synced_at
 -- gets a time where billingd sends NULL (coalesce keeps the column) and the
 -- audit reason is "-" where billingd's is empty. A few bytes, same work.
@@ -52,14 +52,14 @@ WITH superseded AS (
 )
 SELECT created_at, expires_at FROM issued;
 \endpipeline
-\startpipeline
-BEGIN;
 SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
 			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
 		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
 			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
 			AND at > now() - :window_us * interval '1 microsecond';
+\startpipeline
+BEGIN;
 SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
