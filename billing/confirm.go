@@ -73,7 +73,7 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 	if acct.Unsettled {
 		return redemption{outcome: errUnsettled()}, nil
 	}
-	if refused, err := s.policyAtExecution(ctx, tx, caller, c, acct.Policy); refused != nil || err != nil {
+	if refused, err := s.policyAtExecution(ctx, tx, caller, &c, acct.Policy, now); refused != nil || err != nil {
 		return redemption{outcome: refused}, err
 	}
 	return s.execute(ctx, tx, caller, c, acct, now)
@@ -100,8 +100,10 @@ func replayOf(c Confirmation, acct Account) ChangeResult {
 // that is now denied (by a rule or the daily limit) is revoked. The caller
 // counts as an agent if it is one now or was one when the token was issued.
 // Everything is read and recorded through tx; a failure to read rolls back
-// and leaves the token as it was.
-func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c Confirmation, p Policy) (refused error, err error) {
+// and leaves the token as it was. A verification made by the caller's
+// step-up token is recorded and set on c, whose receipt then carries it; now
+// is the transaction's database time.
+func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c *Confirmation, p Policy, now time.Time) (refused error, err error) {
 	facts := changeFacts{op: c.Operation, to: c.Terms.ToPlan, amountDueCents: c.Terms.AmountDueCents,
 		agent: c.Agent || p.isAgent(caller)}
 	action, reason := ruling(p, facts)
@@ -126,7 +128,7 @@ func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c
 			Approval: &ApprovalDecision{State: ApprovalPending}})
 	case action == ActionVerify || c.VerifyRequired:
 		// Asked for at issue, or now: the stricter holds (verify.go).
-		return s.requireVerification(ctx, tx, caller, c)
+		return s.requireVerification(ctx, tx, caller, c, now)
 	}
 	return nil, nil
 }

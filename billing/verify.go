@@ -90,11 +90,15 @@ func (s *Service) checkVerified(c Confirmation, caller Caller, now time.Time) (*
 // decision: the second call goes on only with a recorded verification or a
 // step-up token, which is then recorded in the same transaction. A
 // confirmation the policy came to put under verify after it was issued is
-// marked so, for the verification page.
-func (s *Service) requireVerification(ctx context.Context, tx Tx, caller Caller, c Confirmation) (refused error, err error) {
+// marked so, for the verification page. A step-up verification is set on c
+// as recorded (at now, the transaction's database time), for the receipt.
+func (s *Service) requireVerification(ctx context.Context, tx Tx, caller Caller, c *Confirmation, now time.Time) (refused error, err error) {
 	marked := c.VerifyRequired
 	c.VerifyRequired = true
-	v, refusal := s.checkVerified(c, caller, time.Time{})
+	v, refusal := s.checkVerified(*c, caller, now)
+	if v != nil {
+		c.Verification = v
+	}
 	switch {
 	case refusal != nil && !marked:
 		return refusal, tx.Record(ctx, Record{ConfirmationID: c.ID, RequireVerification: true})

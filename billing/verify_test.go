@@ -54,6 +54,43 @@ func TestVerifyStepUp(t *testing.T) {
 	}
 }
 
+// claimsSigner keeps the claims of the receipts it signs.
+type claimsSigner struct{ signed []billing.ReceiptClaims }
+
+func (c *claimsSigner) SignReceipt(claims billing.ReceiptClaims) (string, error) {
+	c.signed = append(c.signed, claims)
+	return "receipt", nil
+}
+
+// TestStepUpReceiptCarriesVerification: a change verified by the caller's
+// step-up token has a receipt that says when, as one verified on the page
+// does (contract §11's verified_at).
+func TestStepUpReceiptCarriesVerification(t *testing.T) {
+	acct := testAccount()
+	acct.Policy = billing.Policy{AgentClients: []string{"bot"}, Rules: []billing.PolicyRule{{Name: "r", Action: billing.ActionVerify}}}
+	store := billingtest.NewStore(dbNow, acct)
+	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, PeriodEnd: periodEnd}
+	signer := &claimsSigner{}
+	svc, err := billing.NewService(billing.Config{Store: store, Payments: provider, Catalog: testCatalog(t, billing.DefaultPlans()),
+		TokenTTL: time.Minute, PublicBaseURL: "https://billing.example", Receipts: signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := handshakeFixture{svc: svc, store: store, provider: provider}
+	agent := billing.Caller{Org: "org_vb", Principal: "vera", Client: "bot", AuthTime: dbNow, ACR: "pwd"}
+	p := f.propose(t, agent, billing.OpUpgrade, "scale")
+	if _, err := f.confirm(agent, billing.OpUpgrade, "scale", p.ConfirmToken); err != nil {
+		t.Fatalf("fresh step-up: %v", err)
+	}
+	v := f.confirmation(t, p.ConfirmationID).Verification
+	if len(signer.signed) != 1 || v == nil {
+		t.Fatalf("%d receipts signed, verification %+v", len(signer.signed), v)
+	}
+	if got := signer.signed[0].VerifiedAt; got == nil || !got.Equal(v.VerifiedAt) {
+		t.Fatalf("receipt verified_at %v, want the recorded %v", got, v.VerifiedAt)
+	}
+}
+
 // TestVerifyACR: with VERIFY_ACR_VALUES, a fresh authentication must also
 // be of one of those classes.
 func TestVerifyACR(t *testing.T) {
