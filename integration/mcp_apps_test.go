@@ -1,13 +1,10 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -40,20 +37,7 @@ func appsConnectWith(t *testing.T, baseURL, token, version string, o *host) *sdk
 		caps.Elicitation = formOnly
 		opts.ElicitationHandler = o.elicit
 	}
-	client := sdk.NewClient(&sdk.Implementation{Name: "billingd-apps-host", Version: "1"}, opts)
-	transport := &sdk.StreamableClientTransport{
-		Endpoint:   baseURL + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{token}, Timeout: 30 * time.Second},
-		MaxRetries: -1,
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cs, err := client.Connect(ctx, transport, &sdk.ClientSessionOptions{ProtocolVersion: version})
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
-	return cs
+	return mcpConnectWith(t, baseURL, token, version, opts, false)
 }
 
 // TestMCPAppsTools: the plan tools link the view, confirm_plan_change is

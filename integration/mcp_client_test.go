@@ -39,7 +39,14 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // test ends.
 func mcpConnect(t *testing.T, baseURL, token, version string) *sdk.ClientSession {
 	t.Helper()
-	cs, err := mcpDial(baseURL, token, version)
+	return mcpConnectWith(t, baseURL, token, version, nil, false)
+}
+
+// mcpConnectWith is mcpConnect with client options (capabilities, handlers);
+// reconnect lets the transport retry, as real clients do.
+func mcpConnectWith(t *testing.T, baseURL, token, version string, opts *sdk.ClientOptions, reconnect bool) *sdk.ClientSession {
+	t.Helper()
+	cs, err := mcpDialWith(baseURL, token, version, opts, reconnect)
 	if err != nil {
 		t.Fatalf("connect to %s/mcp: %v", baseURL, err)
 	}
@@ -48,11 +55,17 @@ func mcpConnect(t *testing.T, baseURL, token, version string) *sdk.ClientSession
 }
 
 func mcpDial(baseURL, token, version string) (*sdk.ClientSession, error) {
-	client := sdk.NewClient(&sdk.Implementation{Name: "billingd-integration", Version: "1"}, nil)
+	return mcpDialWith(baseURL, token, version, nil, false)
+}
+
+func mcpDialWith(baseURL, token, version string, opts *sdk.ClientOptions, reconnect bool) (*sdk.ClientSession, error) {
+	client := sdk.NewClient(&sdk.Implementation{Name: "billingd-integration", Version: "1"}, opts)
 	transport := &sdk.StreamableClientTransport{
 		Endpoint:   baseURL + "/mcp",
 		HTTPClient: &http.Client{Transport: bearer{token}, Timeout: 30 * time.Second},
-		MaxRetries: -1, // a refused request is an answer here, not a reason to retry
+	}
+	if !reconnect {
+		transport.MaxRetries = -1 // a refused request is an answer here, not a reason to retry
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

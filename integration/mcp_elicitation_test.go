@@ -92,19 +92,7 @@ func elicitConnect(t *testing.T, baseURL, token, version string, caps *sdk.Elici
 	if manual {
 		opts.MultiRoundTrip = &sdk.MultiRoundTripOptions{Disabled: true}
 	}
-	client := sdk.NewClient(&sdk.Implementation{Name: "billingd-elicitation", Version: "1"}, opts)
-	transport := &sdk.StreamableClientTransport{
-		Endpoint:   baseURL + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{token}, Timeout: 30 * time.Second},
-		MaxRetries: -1,
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cs, err := client.Connect(ctx, transport, &sdk.ClientSessionOptions{ProtocolVersion: version})
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
+	cs := mcpConnectWith(t, baseURL, token, version, opts, false)
 	if got := cs.InitializeResult().ProtocolVersion; got != version {
 		t.Fatalf("negotiated %s, want %s", got, version)
 	}

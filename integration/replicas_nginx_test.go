@@ -122,19 +122,7 @@ func TestMCPBehindNginxReplicas(t *testing.T) {
 // learns that its session is gone.
 func reconnectingClient(t *testing.T, baseURL, token string) *sdk.ClientSession {
 	t.Helper()
-	client := sdk.NewClient(&sdk.Implementation{Name: "billingd-replicas", Version: "1"}, nil)
-	transport := &sdk.StreamableClientTransport{
-		Endpoint:   baseURL + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{token}, Timeout: 30 * time.Second},
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cs, err := client.Connect(ctx, transport, &sdk.ClientSessionOptions{ProtocolVersion: protocol20251125})
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
-	return cs
+	return mcpConnectWith(t, baseURL, token, protocol20251125, nil, true)
 }
 
 // nginxBinary is Debian's nginx, or a skip (a failure under CI=true; .ci/run
