@@ -12,16 +12,8 @@ const purgeBatch = 500
 // RunPurge removes finished and expired confirmations older than
 // PURGE_RETENTION every PURGE_INTERVAL until ctx ends.
 func (a *App) RunPurge(ctx context.Context) {
-	ticker := time.NewTicker(a.Config.PurgeInterval)
-	defer ticker.Stop()
-	for {
-		a.PurgeOnce(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
+	a.PurgeOnce(ctx)
+	every(ctx, a.Config.PurgeInterval, func() { a.PurgeOnce(ctx) })
 }
 
 // PurgeOnce deletes in batches until nothing old is left (or ctx ends) and

@@ -14,7 +14,12 @@ const settleBatch = 100
 // each unsettled confirmation to one replica at a time. A change whose
 // answer was lost and whose client never retried is recorded here.
 func (a *App) RunSettle(ctx context.Context) {
-	ticker := time.NewTicker(a.Config.SettleInterval)
+	every(ctx, a.Config.SettleInterval, func() { a.SettleOnce(ctx) })
+}
+
+// every runs fn each time interval passes, until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		select {
@@ -22,7 +27,7 @@ func (a *App) RunSettle(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		a.SettleOnce(ctx)
+		fn()
 	}
 }
 
