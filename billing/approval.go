@@ -27,7 +27,7 @@ func (s *Service) decideApproval(ctx context.Context, approver Caller, id string
 	if !approver.Admin {
 		return ConfirmationView{}, Errorf(CodeInsufficientScope, "approving needs billing:admin")
 	}
-	if !wellFormedConfirmationID(id) {
+	if !WellFormedConfirmationID(id) {
 		return ConfirmationView{}, Errorf(CodeNotFound, "confirmation not found")
 	}
 	if err := s.checkApproverIsPerson(ctx, approver); err != nil {

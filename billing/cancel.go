@@ -16,7 +16,7 @@ type CancelResult struct {
 // any of the org's). Cancelling a cancelled confirmation succeeds again;
 // another principal's confirmation is not found.
 func (s *Service) Cancel(ctx context.Context, caller Caller, id string) (CancelResult, error) {
-	if !wellFormedConfirmationID(id) {
+	if !WellFormedConfirmationID(id) {
 		return CancelResult{}, Errorf(CodeNotFound, "confirmation not found")
 	}
 	var outcome error

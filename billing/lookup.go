@@ -21,7 +21,7 @@ type PendingChange struct {
 // is consent_token_invalid, exactly like an unknown token: nothing about it
 // is revealed.
 func (s *Service) ChangeOf(ctx context.Context, caller Caller, id string) (PendingChange, error) {
-	if !wellFormedConfirmationID(id) {
+	if !WellFormedConfirmationID(id) {
 		return PendingChange{}, errNotYours()
 	}
 	var c Confirmation

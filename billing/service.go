@@ -177,21 +177,21 @@ func validateRequest(req ChangeRequest) error {
 	return nil
 }
 
+// account reads an org with its subscription, and the database's now.
 func (s *Service) account(ctx context.Context, org string) (Account, time.Time, error) {
-	acct, now, err := s.store.Account(ctx, org)
-	if errors.Is(err, ErrNotFound) {
-		return Account{}, time.Time{}, Errorf(CodeNotFound, "organisation not found")
-	}
-	if err != nil {
-		return Account{}, time.Time{}, storeError("read account", err)
-	}
-	return acct, now, nil
+	acct, activity, err := s.readAccount(ctx, org, "", 0)
+	return acct, activity.Now, err
 }
 
 // accountForCall reads the caller's org and, for the rate limit on first
 // calls, the caller's recent activity: one round trip.
 func (s *Service) accountForCall(ctx context.Context, caller Caller) (Account, Activity, error) {
-	acct, activity, err := s.store.AccountForCall(ctx, caller.Org, caller.Principal, s.activityWindow(limitProposals))
+	return s.readAccount(ctx, caller.Org, caller.Principal, s.activityWindow(limitProposals))
+}
+
+// readAccount is Store.AccountForCall with its errors as the client sees them.
+func (s *Service) readAccount(ctx context.Context, org, principal string, window time.Duration) (Account, Activity, error) {
+	acct, activity, err := s.store.AccountForCall(ctx, org, principal, window)
 	if errors.Is(err, ErrNotFound) {
 		return Account{}, Activity{}, Errorf(CodeNotFound, "organisation not found")
 	}

@@ -96,21 +96,8 @@ func (f handshakeFixture) subscription() billing.Subscription {
 	return f.store.Snapshot().Accounts["org_vb"].Subscription
 }
 
-func wantCode(t *testing.T, err error, want billing.Code) {
-	t.Helper()
-	if want == "" {
-		if err != nil {
-			t.Fatalf("err = %v, want none", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("err = nil, want %s", want)
-	}
-	if got := billing.ErrorCode(err); got != want {
-		t.Fatalf("ErrorCode = %s, want %s (err: %v)", got, want, err)
-	}
-}
+// wantCode is the internal tests' helper (helpers_test.go).
+var wantCode = billing.WantCode
 
 // wantPublicMessageClean checks that the client's message echoes none of the
 // given private strings.

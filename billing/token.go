@@ -46,9 +46,10 @@ func newConfirmationID() string {
 	return confirmationPrefix + randomString(confirmationIDBytes)
 }
 
-// wellFormedConfirmationID reports whether s can be a confirmation id, so
-// that junk from a path never reaches the database.
-func wellFormedConfirmationID(s string) bool {
+// WellFormedConfirmationID reports whether s can be a confirmation id, so
+// that junk from a path never reaches the database. The transports ask it
+// too, before they look anything up for a page.
+func WellFormedConfirmationID(s string) bool {
 	body, ok := strings.CutPrefix(s, confirmationPrefix)
 	return ok && len(body) == base64.RawURLEncoding.EncodedLen(confirmationIDBytes) && isURLSafe(body)
 }

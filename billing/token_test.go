@@ -110,7 +110,7 @@ func TestNewConfirmationID(t *testing.T) {
 	seen := map[string]bool{}
 	for range 10_000 {
 		id := newConfirmationID()
-		if !wellFormedConfirmationID(id) {
+		if !WellFormedConfirmationID(id) {
 			t.Fatalf("newConfirmationID %q is not well formed", id)
 		}
 		if raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(id, "cfm_")); err != nil || len(raw) != 16 {
@@ -153,8 +153,8 @@ func TestWellFormedConfirmationID(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := wellFormedConfirmationID(tt.in); got != tt.valid {
-				t.Errorf("wellFormedConfirmationID(%q) = %v, want %v", tt.in, got, tt.valid)
+			if got := WellFormedConfirmationID(tt.in); got != tt.valid {
+				t.Errorf("WellFormedConfirmationID(%q) = %v, want %v", tt.in, got, tt.valid)
 			}
 		})
 	}

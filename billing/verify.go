@@ -169,7 +169,7 @@ func (s *Service) inVerification(ctx context.Context, p Person, id string,
 // or malformed id is a public *Error (not_found); any other error is the
 // store's.
 func (s *Service) lockForVerification(ctx context.Context, tx Tx, p Person, id string) (*Confirmation, time.Time, error) {
-	if !wellFormedConfirmationID(id) || p.Org == "" {
+	if !WellFormedConfirmationID(id) || p.Org == "" {
 		return nil, time.Time{}, Errorf(CodeNotFound, "confirmation not found")
 	}
 	c, now, err := tx.LockByID(ctx, p.Org, id)

@@ -50,7 +50,7 @@ type verifyView struct {
 // for it, or starts that sign-in.
 func (s *server) verifyPage(c echo.Context) error {
 	id := c.Param("id")
-	if !wellFormedID(id) {
+	if !billing.WellFormedConfirmationID(id) {
 		return s.renderVerify(c, verifyView{Title: "Not a verification link", Failed: true,
 			Message: "This address does not name a plan change."})
 	}
@@ -78,7 +78,7 @@ func confirmedMessage(v billing.ConfirmationView) string {
 func (s *server) verifyDecision(c echo.Context) error {
 	id := c.Param("id")
 	ws := s.session(c)
-	if ws == nil || ws.VerifyID != id || !wellFormedID(id) {
+	if ws == nil || ws.VerifyID != id || !billing.WellFormedConfirmationID(id) {
 		return s.renderVerify(c, verifyView{Title: "Sign in again", Failed: true,
 			Message: "Your sign-in for this change has ended. Open the verification link again."})
 	}
@@ -130,17 +130,4 @@ func personOf(ws *websession.Session, c echo.Context) billing.Person {
 // signInPage is a short HTML answer of the sign-in routes.
 func (s *server) signInPage(c echo.Context, message string) error {
 	return s.renderVerify(c, verifyView{Title: "Sign-in", Failed: true, Message: message})
-}
-
-// wellFormedID: the shape of billingd's confirmation ids.
-func wellFormedID(id string) bool {
-	if len(id) != 26 || id[:4] != "cfm_" {
-		return false
-	}
-	for _, r := range id[4:] {
-		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
 }
