@@ -77,12 +77,10 @@ func tracedPool(t *testing.T) (*postgres.Store, *exchanges, *pgxpool.Pool) {
 	return postgres.NewStore(pool), x, pool
 }
 
-// TestHandshakeRoundTrips: a first call's reads are one round trip, and a
-// second call's transaction two: BEGIN travels with the lock, COMMIT with
-// the writes (issue 15). Exchanges of statements already prepared on the
-// connection: a statement's first use on a connection adds a prepare.
-func TestHandshakeRoundTrips(t *testing.T) {
-	store, x := tracedStore(t)
+// seedPending stores org acme and alice's pending confirmation cfm_1, bound
+// to token tok-1.
+func seedPending(t *testing.T, store *postgres.Store) billing.Confirmation {
+	t.Helper()
 	ctx := context.Background()
 	if err := store.CreateAccount(ctx, billingtest.Account("acme")); err != nil {
 		t.Fatal(err)
@@ -91,6 +89,17 @@ func TestHandshakeRoundTrips(t *testing.T) {
 	if _, err := store.IssueConfirmation(ctx, c, time.Minute, billing.AuditEvent{Event: billing.EventTokenIssued, Org: "acme", Principal: "alice"}); err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// TestHandshakeRoundTrips: a first call's reads are one round trip, and a
+// second call's transaction two: BEGIN travels with the lock, COMMIT with
+// the writes (issue 15). Exchanges of statements already prepared on the
+// connection: a statement's first use on a connection adds a prepare.
+func TestHandshakeRoundTrips(t *testing.T) {
+	store, x := tracedStore(t)
+	ctx := context.Background()
+	c := seedPending(t, store)
 	x.take()
 
 	if _, _, err := store.AccountForCall(ctx, "acme", "alice", time.Hour); err != nil {
@@ -136,13 +145,7 @@ func TestHandshakeRoundTrips(t *testing.T) {
 func TestFailedWriteRollsBackAtCommit(t *testing.T) {
 	store, _ := tracedStore(t) // one connection: the next transaction reuses it
 	ctx := context.Background()
-	if err := store.CreateAccount(ctx, billingtest.Account("acme")); err != nil {
-		t.Fatal(err)
-	}
-	c := billingtest.Pending("acme", "alice", "cfm_1", "tok-1")
-	if _, err := store.IssueConfirmation(ctx, c, time.Minute, billing.AuditEvent{Event: billing.EventTokenIssued, Org: "acme", Principal: "alice"}); err != nil {
-		t.Fatal(err)
-	}
+	c := seedPending(t, store)
 	receipt := &billing.StoredReceipt{ConfirmationID: c.ID, Org: "acme", Principal: "alice", Summary: "s", Receipt: "r"}
 	if err := store.InTx(ctx, func(tx billing.Tx) error {
 		return tx.Record(ctx, billing.Record{Receipt: receipt})
