@@ -199,3 +199,25 @@ func TestMCPElicitationVerify(t *testing.T) {
 		t.Fatalf("after verification: %+v", done)
 	}
 }
+
+// TestVerifyPageHeaders: the verification page is served with the security
+// headers of billingd's pages (no script at all, never framed, never
+// cached), and a path that is no confirmation id is answered without any
+// lookup.
+func TestVerifyPageHeaders(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.do("GET", "/verify/not-a-confirmation", "", nil)
+	hd := r.Header
+	if csp := hd.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || strings.Contains(csp, "script-src") ||
+		!strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("Content-Security-Policy %q", csp)
+	}
+	if hd.Get("X-Content-Type-Options") != "nosniff" || hd.Get("X-Frame-Options") != "DENY" ||
+		hd.Get("Referrer-Policy") != "no-referrer" || hd.Get("Cache-Control") != "no-store" {
+		t.Errorf("headers %v", hd)
+	}
+	if !strings.Contains(string(r.Body), "does not name a plan change") {
+		t.Errorf("a malformed id got %d %.300s", r.Status, r.Body)
+	}
+}

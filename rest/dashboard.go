@@ -58,14 +58,21 @@ func mountDashboard(e *echo.Echo, s *server) {
 func dashboardHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Response().Header()
-		h.Set("Content-Security-Policy", dashboardCSP)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
+		setPageHeaders(h, dashboardCSP, "no-cache")
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
-		h.Set("Cache-Control", "no-cache")
 		return next(c)
 	}
+}
+
+// setPageHeaders sets what every HTML page billingd serves sends: its
+// content security policy, its caching, and no sniffing, framing or
+// referrer.
+func setPageHeaders(h http.Header, csp, cacheControl string) {
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", cacheControl)
 }
 
 // pageData is what the page templates know: nothing from the request.

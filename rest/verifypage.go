@@ -26,12 +26,7 @@ const verifyCSP = "default-src 'none'; style-src 'self'; img-src 'self'; base-ur
 
 func verifyHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		h := c.Response().Header()
-		h.Set("Content-Security-Policy", verifyCSP)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("Cache-Control", "no-store")
+		setPageHeaders(c.Response().Header(), verifyCSP, "no-store")
 		return next(c)
 	}
 }
