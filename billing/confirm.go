@@ -7,12 +7,21 @@ import (
 	"time"
 )
 
-// confirm is the second call: one transaction locks the confirmation and the
-// subscription, checks every rule, executes the change at the provider and
-// records the outcome. Refusals are recorded and committed too, so that a
-// mismatching call really voids its token and leaves an audit trail. An
-// unknown outcome is committed as well (the confirmation is then executing)
-// and settled later; only a failure of the database itself rolls back.
+// confirm is the second call. Its money path is a sequence of named steps,
+// each in consume or the functions it calls:
+//
+//  1. consume: lock the subscription and the confirmation (in that order,
+//     the one lock order of every step), check every rule and the policy.
+//  2. checkAtProvider: the subscription at the provider is still what the
+//     quote assumed; otherwise the token is revoked as drift.
+//  3. SaveRecoveryPoint: the confirmation is committed as executing, so
+//     that a crash from here on leaves a row any replica settles.
+//  4. send: the provider request under the attempt's idempotency key.
+//  5. recordAttempt: executed (with the receipt), failed, or still unknown.
+//  6. commit; an unknown outcome is settled (settle.go).
+//
+// Refusals are recorded and committed too, so that a mismatching call
+// really voids its token and leaves an audit trail.
 func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
 	// The rate limit is read before the transaction, not with its lock: a
 	// caller over it must not wait for (or hold) a row lock to be told so.
@@ -29,23 +38,22 @@ func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest)
 		return err
 	})
 	if err != nil {
-		return ChangeResult{}, s.rolledBack(ctx, caller, r.attempted, err)
+		return ChangeResult{}, s.rolledBack(req, err)
 	}
 	return r.result, r.outcome
 }
 
 // redemption is what a second call's transaction decided.
 type redemption struct {
-	result    ChangeResult
-	outcome   error         // the error the caller gets once the transaction committed
-	attempted *Confirmation // set once the provider was called
+	result  ChangeResult
+	outcome error // the error the caller gets once the transaction committed
 }
 
 // consume is the step that uses a token up: the second call inside its
-// transaction. It locks the confirmation and the subscription, checks every
+// transaction. It locks the subscription and the confirmation, checks every
 // rule, executes and records. A returned error rolls the transaction back
-// and leaves the token as it was; a refusal is an outcome, recorded and
-// committed.
+// (to the recovery point, if one was saved); a refusal is an outcome,
+// recorded and committed.
 func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeRequest) (redemption, error) {
 	c, acct, now, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken))
 	if errors.Is(err, ErrNotFound) {
@@ -60,7 +68,7 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 		case StatusExecuted:
 			return redemption{result: replayOf(c, acct)}, nil
 		case StatusExecuting:
-			return s.settle(ctx, tx, caller, c, acct, now)
+			return s.settle(ctx, tx, caller, c, acct, now, req.TokenWithheld)
 		}
 	}
 	if r := s.checkRedeemable(c, acct, req, now); r != nil {
@@ -76,7 +84,10 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 	if refused, err := s.policyAtExecution(ctx, tx, caller, &c, acct.Policy, now); refused != nil || err != nil {
 		return redemption{outcome: refused}, err
 	}
-	return s.execute(ctx, tx, caller, c, acct, now)
+	if drift, err := s.checkAtProvider(ctx, tx, caller, c, acct); drift != nil || err != nil {
+		return redemption{outcome: drift}, err
+	}
+	return s.execute(ctx, tx, caller, c, req.TokenWithheld)
 }
 
 // sameRequest reports whether a second call repeats the one c was issued
@@ -104,17 +115,9 @@ func replayOf(c Confirmation, acct Account) ChangeResult {
 // step-up token is recorded and set on c, whose receipt then carries it; now
 // is the transaction's database time.
 func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c *Confirmation, p Policy, now time.Time) (refused error, err error) {
-	facts := changeFacts{op: c.Operation, to: c.Terms.ToPlan, amountDueCents: c.Terms.AmountDueCents,
-		agent: c.Agent || p.isAgent(caller)}
-	action, reason := ruling(p, facts)
-	if action != ActionDeny {
-		over, err := overDailyLimit(ctx, tx, p, c.Org)
-		if err != nil {
-			return nil, err
-		}
-		if over {
-			action, reason = ActionDeny, reasonDailyLimit
-		}
+	action, reason, err := s.policyNow(ctx, tx, *c, p, p.isAgent(caller))
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case action == ActionDeny:
@@ -133,25 +136,111 @@ func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c
 	return nil, nil
 }
 
-// execute calls the provider for a valid confirmation and records what
-// happened: executed, failed (a definite refusal), or executing (the outcome
-// is unknown and will be settled).
-func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time) (redemption, error) {
-	if err := beforeProvider(ctx, tx); err != nil {
+// policyNow is the org's whole policy, as it is now, applied to the change
+// c describes: its rules and its daily limit.
+func (s *Service) policyNow(ctx context.Context, tx Tx, c Confirmation, p Policy, agentNow bool) (Action, string, error) {
+	facts := changeFacts{op: c.Operation, to: c.Terms.ToPlan, amountDueCents: c.Terms.AmountDueCents,
+		agent: c.Agent || agentNow}
+	action, reason := ruling(p, facts)
+	if action == ActionDeny {
+		return action, reason, nil
+	}
+	over, err := overDailyLimit(ctx, tx, p, c.Org)
+	if err != nil {
+		return "", "", err
+	}
+	if over {
+		return ActionDeny, reasonDailyLimit, nil
+	}
+	return action, "", nil
+}
+
+// checkAtProvider is the last check before the change is sent: the
+// subscription at the provider must still be what the quote assumed (its
+// price, one item of quantity one, its status and period), because a change
+// made in Stripe's dashboard or by another tool reaches billingd only when
+// a webhook does, if ever. Otherwise the token is revoked as drift, billingd
+// records the subscription as the provider has it, and nothing is sent. The
+// writes held back so far stay held: the audit chain's head is not locked
+// while the provider answers.
+func (s *Service) checkAtProvider(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account) (refused error, err error) {
+	readCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
+	defer cancel()
+	state, err := s.payments.ReadSubscription(readCtx, acct.Subscription.StripeSubscriptionID)
+	if err != nil {
+		return providerError("read subscription before the change", err), nil
+	}
+	if quoteHolds(c, acct.Subscription, state) {
+		return nil, nil
+	}
+	s.log.Warn("subscription changed at the provider since the quote; token revoked", "confirmation_id", c.ID,
+		"org", c.Org, "price", state.PriceID, "status", state.Status)
+	revoked := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "drift")
+	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusRevoked, Events: []AuditEvent{revoked}}); err != nil {
+		return nil, err
+	}
+	if _, err := s.recordProviderState(ctx, tx, acct, state, time.Time{}); err != nil {
+		return nil, err
+	}
+	return Errorf(CodeTokenMismatch, "%s", msgChangedAtProvider), nil
+}
+
+// quoteHolds reports whether the provider's subscription is still the one
+// the quote of c was made from (billingd's copy, sub, is: termsHold).
+func quoteHolds(c Confirmation, sub Subscription, state ProviderSubscription) bool {
+	return state.PriceID == c.Terms.FromPriceID && state.ItemID == sub.StripeItemID &&
+		state.Items == 1 && state.Quantity == 1 && state.Status == sub.Status &&
+		state.CurrentPeriodEnd.Equal(sub.CurrentPeriodEnd)
+}
+
+const msgChangedAtProvider = "the subscription was changed at the payment provider since the summary was made " +
+	"(nothing was sent); the token is now void: start again with a first call"
+
+// execute is the money path of a second call whose every check passed:
+// the recovery point, then the provider request and its record. Once the
+// recovery point is saved, nothing depends on the client any more.
+func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, withheld bool) (redemption, error) {
+	validated := s.event(caller, c.Operation, EventTokenValidated, c.ID, "")
+	if err := tx.Record(ctx, Record{Events: []AuditEvent{validated}}); err != nil {
 		return redemption{}, err
 	}
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
-	applied, err := s.apply(ctx, c, acct)
-	validated := s.event(caller, c.Operation, EventTokenValidated, c.ID, "")
-	r, err := s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, validated)
-	r.attempted = &c
-	return r, err
+	attempt := c.Attempt
+	c, acct, now, err := tx.SaveRecoveryPoint(ctx, c.ID, attempt)
+	if err != nil {
+		return redemption{}, fmt.Errorf("save recovery point: %w", err)
+	}
+	if c.Status != StatusExecuting || c.Attempt != attempt {
+		// Between the commit and the lock, someone else settled it.
+		return s.answerSettled(c, acct, withheld), nil
+	}
+	return s.send(ctx, tx, caller, c, acct, now, true, withheld)
 }
 
-// beforeProvider sends what the step wrote so far (a verification, say)
-// before the provider is called: a write that fails then rolls the step back
-// with nothing charged, rather than after the charge.
+// answerSettled answers from a confirmation someone else moved on.
+func (s *Service) answerSettled(c Confirmation, acct Account, withheld bool) redemption {
+	switch c.Status {
+	case StatusExecuted:
+		return redemption{result: replayOf(c, acct)}
+	case StatusFailed:
+		return redemption{outcome: errFailed(c)}
+	default:
+		return redemption{outcome: errOutcomeUnknown(nil, withheld)}
+	}
+}
+
+// send is the provider request for c under its current attempt's key, and
+// the record of its outcome. auditUnknown: an unknown outcome is audited
+// (once per confirmation, when it first becomes unknown).
+func (s *Service) send(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
+	auditUnknown, withheld bool) (redemption, error) {
+	applied, err := s.apply(ctx, c, acct)
+	return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, auditUnknown, withheld)
+}
+
+// beforeProvider sends what the step wrote so far before the provider is
+// asked anything, so that a write that fails stops the step first.
 func beforeProvider(ctx context.Context, tx Tx) error {
 	if err := tx.Flush(ctx); err != nil {
 		return fmt.Errorf("write before the provider call: %w", err)
@@ -159,11 +248,11 @@ func beforeProvider(ctx context.Context, tx Tx) error {
 	return nil
 }
 
-// afterSideEffect is the context for a provider call that may change the
-// subscription and for recording its outcome: detached from the client, so
-// a client that hangs up changes nothing about what is recorded, and
-// bounded, so a row lock is never held forever. It allows for two requests
-// and a read-back (settling) plus the writes.
+// afterSideEffect is the context for the steps from the recovery point on:
+// detached from the client, so a client that hangs up changes nothing about
+// what is sent and recorded, and bounded, so a row lock is never held
+// forever. It allows for two requests and a read-back (settling) plus the
+// writes.
 func (s *Service) afterSideEffect(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 3*s.execTimeout+recordTimeout)
 }
@@ -183,48 +272,56 @@ func (s *Service) apply(ctx context.Context, c Confirmation, acct Account) (Appl
 	return s.payments.ApplyPlanChange(callCtx, change, idempotencyKey(c))
 }
 
-// recordAttempt records the outcome of a provider request for c, with the
-// events given (TOKEN_VALIDATED on the first attempt); now is the
-// transaction's database time.
+// recordAttempt records the outcome of a provider request for c; now is
+// the transaction's database time.
 func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
-	applied AppliedChange, err error, events ...AuditEvent) (redemption, error) {
+	applied AppliedChange, err error, auditUnknown, withheld bool) (redemption, error) {
 	switch {
 	case err == nil:
-		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied, events...)
+		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
 	case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		failure := providerError("apply plan change", err)
-		failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, string(ErrorCode(failure)))
+		reason := string(ErrorCode(failure))
+		failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, reason)
 		return redemption{outcome: failure}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed,
-			Attempt: &c.Attempt, Events: append(events, failed)})
+			Failure: reason, Attempt: &c.Attempt, Events: []AuditEvent{failed}})
 	default:
 		s.log.Warn("plan change outcome unknown; settling", "confirmation_id", c.ID, "attempt", c.Attempt, "err", err)
-		if c.Status != StatusExecuting { // audited once, when the outcome becomes unknown
+		var events []AuditEvent
+		if auditUnknown {
 			unknown := s.event(caller, c.Operation, EventOperationFailed, c.ID, reasonOutcomeUnknown)
 			unknown.Outcome = "unknown"
 			events = append(events, unknown)
 		}
-		return redemption{outcome: errOutcomeUnknown(err)}, tx.Record(ctx, Record{ConfirmationID: c.ID,
+		return redemption{outcome: errOutcomeUnknown(err, withheld)}, tx.Record(ctx, Record{ConfirmationID: c.ID,
 			Status: StatusExecuting, Attempt: &c.Attempt, Events: events})
 	}
 }
 
 // recordExecuted records c as executed: the new subscription, the answer to
 // replay, OPERATION_EXECUTED and the signed receipt, which the answer (and so
-// every replay) carries. now, the transaction's database time, is the
-// receipt's executed_at (and the confirmation's finished_at).
+// every replay) carries. The amount charged is the one the provider
+// invoiced, with the quote beside it when they differ. now, the
+// transaction's database time, is the receipt's executed_at (and the
+// confirmation's finished_at).
 func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Confirmation, sub Subscription,
-	now time.Time, applied AppliedChange, events ...AuditEvent) (redemption, error) {
-	sub.Plan, sub.Status = c.Terms.ToPlan, applied.Status
+	now time.Time, applied AppliedChange) (redemption, error) {
+	sub.Plan, sub.Status, sub.SyncedAt = c.Terms.ToPlan, applied.Status, now
 	if !applied.CurrentPeriodEnd.IsZero() {
 		sub.CurrentPeriodEnd = applied.CurrentPeriodEnd
 	}
 	if applied.ItemID != "" {
 		sub.StripeItemID = applied.ItemID
 	}
-	result := ChangeResult{OK: true, Subscription: viewOf(sub)}
+	result := ChangeResult{OK: true, Subscription: viewOf(sub), Charged: chargedFor(c, applied)}
+	if ch := result.Charged; ch != nil && ch.AmountDueNowCents != ch.QuotedAmountDueNowCents {
+		result.Notice = chargedNotice(*ch)
+		s.log.Warn("invoiced amount differs from the quote", "confirmation_id", c.ID,
+			"quoted", ch.QuotedAmountDueNowCents, "invoiced", ch.AmountDueNowCents)
+	}
 	// The change was made: a receipt that cannot be signed must not stop it
 	// being recorded.
-	rcpt, err := s.receiptFor(c, sub, now)
+	rcpt, err := s.receiptFor(c, sub, now, result.Charged)
 	if err != nil {
 		s.log.Error("executed change recorded without a receipt", "confirmation_id", c.ID, "err", err)
 	}
@@ -233,7 +330,7 @@ func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Co
 	}
 	executed := s.event(caller, c.Operation, EventOperationExecuted, c.ID, "")
 	err = tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusExecuted, Subscription: &sub,
-		Attempt: &c.Attempt, Result: &result, Receipt: rcpt, Events: append(events, executed)})
+		Attempt: &c.Attempt, Result: &result, Receipt: rcpt, Events: []AuditEvent{executed}})
 	return redemption{result: result}, err
 }
 
@@ -249,27 +346,16 @@ func idempotencyKey(c Confirmation) string {
 }
 
 // rolledBack answers a second call whose transaction did not commit: the
-// database failed. If the provider was called, the confirmation is marked
-// executing on its own so that, retried or not, it is settled (with the same
-// idempotency key, so a change the provider made is not made twice, and no
-// other change of the subscription runs meanwhile); the attempt is audited
-// outside the rolled-back transaction so that it is not lost. (A crash at
-// that moment leaves only the webhook to record the change.)
-func (s *Service) rolledBack(ctx context.Context, caller Caller, c *Confirmation, err error) error {
+// database failed. Before the recovery point nothing was sent and the token
+// is as it was; after it, the confirmation is executing and is settled by
+// the owner's retry or any replica's settler, with the same idempotency key.
+func (s *Service) rolledBack(req ChangeRequest, err error) error {
+	if errors.Is(err, ErrRecoveryPointSaved) {
+		return errOutcomeUnknown(err, req.TokenWithheld)
+	}
 	answer := storeError("confirm", err)
-	if c == nil {
-		return answer
-	}
-	if errors.Is(err, ErrUnavailable) {
-		answer = wrapErr(CodeUpstreamUnavailable, "the change could not be completed; retry with the same token", err)
-	}
-	if markErr := s.store.MarkAttempted(context.WithoutCancel(ctx), c.ID); markErr != nil {
-		s.log.Error("marking a rolled-back attempt executing failed", "confirmation_id", c.ID, "err", markErr)
-	}
-	ev := s.event(caller, c.Operation, EventOperationFailed, c.ID, string(ErrorCode(answer)))
-	ev.Outcome = "retryable"
-	if auditErr := s.store.AppendAudit(context.WithoutCancel(ctx), ev); auditErr != nil {
-		s.log.Error("audit of a rolled-back confirmation failed", "confirmation_id", c.ID, "err", auditErr)
+	if errors.Is(err, ErrUnavailable) && !req.TokenWithheld {
+		answer = wrapErr(CodeUpstreamUnavailable, "the database is unavailable; nothing was changed: retry with the same token shortly", err)
 	}
 	return answer
 }
@@ -291,11 +377,17 @@ func errApprovalPending() *Error {
 		Message: "waiting for an approver; retry the same call after the change is approved"}
 }
 
-// errOutcomeUnknown: the provider did not say whether it made the change.
-func errOutcomeUnknown(cause error) *Error {
+// errOutcomeUnknown: the change was sent (or is about to be) and the
+// provider did not say whether it made it. billingd settles it on its own;
+// only a caller that holds the token can ask again with it.
+func errOutcomeUnknown(cause error, withheld bool) *Error {
+	next := "Retry the same call with the same token shortly to learn the outcome; do not start a new change"
+	if withheld {
+		next = "billingd settles it on its own within seconds: read the subscription (get_subscription, " +
+			"GET /api/billing/subscription) shortly to learn the outcome; do not start a new change"
+	}
 	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 2 * time.Second, Err: cause,
-		Message: "the payment provider did not confirm the change yet; billingd is finding out whether it was made. " +
-			"Retry the same call with the same token shortly; do not start a new change"}
+		Message: "the payment provider did not confirm the change yet; billingd is finding out whether it was made. " + next}
 }
 
 // errUnsettled: another change of the subscription is being settled.
@@ -319,8 +411,10 @@ type rejection struct {
 func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeRequest, now time.Time) *rejection {
 	switch c.Status {
 	case StatusPending:
-	case StatusExecuted, StatusExecuting, StatusFailed:
+	case StatusExecuted, StatusExecuting:
 		return &rejection{err: errTokenInvalid(), reason: "used"}
+	case StatusFailed:
+		return &rejection{err: errFailed(c), reason: "used"}
 	case StatusExpired:
 		return &rejection{err: errTokenExpired(), reason: "expired"}
 	case StatusRevoked:
@@ -360,6 +454,15 @@ const msgSubscriptionChanged = "the subscription or prices changed since the sum
 
 func mismatch(message string) *rejection {
 	return &rejection{err: Errorf(CodeTokenMismatch, "%s", message), reason: "mismatch", status: StatusInvalidated}
+}
+
+// errFailed is the answer to a token whose change was definitely not made.
+func errFailed(c Confirmation) *Error {
+	if c.Failure == reasonNotApplied {
+		return Errorf(CodeTokenInvalid, "the change was not made and nothing was charged: billingd could not "+
+			"complete it while the consent still held; start again with a first call")
+	}
+	return errTokenInvalid()
 }
 
 func errTokenExpired() *Error {

@@ -136,4 +136,7 @@ var (
 	// changed anything is unknown; Stripe replays such an answer for the same
 	// idempotency key for 24 hours, so only a read-back can settle it.
 	ErrProviderFailed = errors.New("provider failed the request")
+	// ErrRecoveryPointSaved: a step failed after its recovery point was
+	// committed; the confirmation is executing and will be settled.
+	ErrRecoveryPointSaved = errors.New("recovery point saved")
 )

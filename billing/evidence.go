@@ -13,18 +13,26 @@ import (
 // §11). A receipt is signed by billingd, so anyone holding the published keys
 // can check it without trusting billingd's database.
 type ReceiptClaims struct {
-	Issuer            string    `json:"iss"`
-	Subject           string    `json:"sub"` // the requester
-	IssuedAt          int64     `json:"iat"`
-	Org               string    `json:"org"`
-	Client            string    `json:"client"`
-	ConfirmationID    string    `json:"confirmation_id"`
-	Operation         Operation `json:"operation"`
-	From              string    `json:"from"`
-	To                string    `json:"to"`
-	AmountDueNowCents int64     `json:"amount_due_now_cents"`
-	Currency          string    `json:"currency"`
-	ProrationDate     time.Time `json:"proration_date"`
+	Issuer         string    `json:"iss"`
+	Subject        string    `json:"sub"` // the requester
+	IssuedAt       int64     `json:"iat"`
+	Org            string    `json:"org"`
+	Client         string    `json:"client"`
+	ConfirmationID string    `json:"confirmation_id"`
+	Operation      Operation `json:"operation"`
+	From           string    `json:"from"`
+	To             string    `json:"to"`
+	// AmountDueNowCents is what the provider invoiced at once for the
+	// change (an upgrade's own invoice; 0 for a change that invoiced
+	// nothing at once), never only what was quoted.
+	AmountDueNowCents int64 `json:"amount_due_now_cents"`
+	// QuotedAmountDueNowCents is the amount the summary stated; it differs
+	// from AmountDueNowCents only if the provider invoiced otherwise.
+	QuotedAmountDueNowCents int64 `json:"quoted_amount_due_now_cents"`
+	// InvoiceID is the provider's invoice of AmountDueNowCents.
+	InvoiceID     string    `json:"invoice_id,omitempty"`
+	Currency      string    `json:"currency"`
+	ProrationDate time.Time `json:"proration_date"`
 	// SummarySHA256 is the hex SHA-256 of the exact summary text the person
 	// was shown before agreeing.
 	SummarySHA256        string     `json:"summary_sha256"`
@@ -125,17 +133,46 @@ func (s *Service) Receipt(ctx context.Context, caller Caller, confirmationID str
 	return ReceiptView{ConfirmationID: r.ConfirmationID, Summary: r.Summary, Receipt: r.Receipt}, nil
 }
 
+// chargedFor is what the provider invoiced at once for c's change, as
+// applied: an upgrade's own invoice. nil when the change invoiced nothing
+// at once (a downgrade credits the next invoice) or the provider did not
+// name the invoice.
+func chargedFor(c Confirmation, applied AppliedChange) *Charged {
+	inv := applied.Invoice
+	if c.Operation != OpUpgrade || inv == nil {
+		return nil
+	}
+	return &Charged{AmountDueNowCents: inv.AmountDueCents, QuotedAmountDueNowCents: c.Terms.AmountDueCents,
+		Currency: inv.Currency, InvoiceID: inv.ID}
+}
+
+// chargedNotice says, for the person, that the provider invoiced another
+// amount than the one quoted.
+func chargedNotice(ch Charged) string {
+	return "The payment provider invoiced " + formatMoney(ch.AmountDueNowCents, ch.Currency) + " for this change, not the " +
+		formatMoney(ch.QuotedAmountDueNowCents, ch.Currency) + " quoted (invoice " + ch.InvoiceID +
+		"): tax, discounts or account credit changed between the quote and the change. Tell the user."
+}
+
 // receiptFor signs the receipt of confirmation c, executed at executedAt on
-// subscription sub, for the transaction that records the execution. No
-// signer configured (unit tests): no receipt.
-func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.Time) (*StoredReceipt, error) {
+// subscription sub, for the transaction that records the execution; charged
+// is what the provider invoiced for it at once (nil: nothing). No signer
+// configured (unit tests): no receipt.
+func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.Time, charged *Charged) (*StoredReceipt, error) {
 	if s.receipts == nil {
 		return nil, nil
+	}
+	// Without an invoice named (a change that invoices nothing at once),
+	// what is due now is what was quoted: 0 for a downgrade.
+	invoiced, invoiceID := c.Terms.AmountDueCents, ""
+	if charged != nil {
+		invoiced, invoiceID = charged.AmountDueNowCents, charged.InvoiceID
 	}
 	claims := ReceiptClaims{
 		Issuer: s.publicBaseURL, Subject: c.Principal, IssuedAt: executedAt.Unix(), Org: c.Org, Client: c.Client,
 		ConfirmationID: c.ID, Operation: c.Operation, From: c.Terms.FromPlan, To: c.Terms.ToPlan,
-		AmountDueNowCents: c.Terms.AmountDueCents, Currency: c.Terms.Currency,
+		AmountDueNowCents: invoiced, QuotedAmountDueNowCents: c.Terms.AmountDueCents, InvoiceID: invoiceID,
+		Currency:      c.Terms.Currency,
 		ProrationDate: c.Terms.ProrationDate.UTC(), SummarySHA256: SummaryHash(c.Summary), Approver: c.Approver,
 		StripeSubscriptionID: sub.StripeSubscriptionID, IdempotencyKey: idempotencyKey(c),
 		Livemode: c.Terms.Livemode, ExecutedAt: executedAt.UTC(),

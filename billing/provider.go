@@ -40,6 +40,17 @@ type AppliedChange struct {
 	Status           string
 	CurrentPeriodEnd time.Time
 	ItemID           string
+	// Invoice is what the provider invoiced for the change at once
+	// (ChargeNow: the update's latest_invoice); nil when it invoiced
+	// nothing then (a downgrade's proration waits for the next invoice).
+	Invoice *Invoice
+}
+
+// Invoice is an invoice the provider made, as far as billingd states it.
+type Invoice struct {
+	ID             string
+	AmountDueCents int64 // after tax, discounts and the customer's credit: what is charged
+	Currency       string
 }
 
 // NewCustomer asks for a customer with a subscription to one price.
@@ -60,12 +71,17 @@ type CreatedCustomer struct {
 }
 
 // ProviderSubscription is a subscription as the provider has it now: what
-// settling an unknown outcome reads back.
+// a second call checks before it sends a change, what settling an unknown
+// outcome reads back, and what a webhook records (an event is only a hint).
 type ProviderSubscription struct {
 	PriceID          string // the first item's price
 	ItemID           string
+	Quantity         int64 // the first item's
+	Items            int   // how many items the subscription has
 	Status           string
 	CurrentPeriodEnd time.Time
+	// LatestInvoice is the subscription's latest invoice, if any.
+	LatestInvoice *Invoice
 	// ConfirmationID is the confirmation that last changed the plan, from
 	// the subscription's metadata (PlanChange.ConfirmationID).
 	ConfirmationID string

@@ -8,7 +8,8 @@ import (
 )
 
 // SubscriptionEvent is a change to a subscription reported by the payment
-// provider (a Stripe webhook), already authenticated.
+// provider (a Stripe webhook), already authenticated. Only its id and
+// subscription are acted on: billingd reads the subscription itself.
 type SubscriptionEvent struct {
 	EventID          string
 	Created          time.Time
@@ -30,16 +31,21 @@ type ReconcileOutcome string
 const (
 	ReconcileApplied   ReconcileOutcome = "applied"
 	ReconcileDuplicate ReconcileOutcome = "duplicate"   // the event id was seen before
-	ReconcileStale     ReconcileOutcome = "stale"       // older than the last event applied
-	ReconcileUnchanged ReconcileOutcome = "unchanged"   // billingd's copy already matches (e.g. its own change)
+	ReconcileUnchanged ReconcileOutcome = "unchanged"   // billingd's copy already matched the provider's
 	ReconcileUnknown   ReconcileOutcome = "unknown_sub" // not a subscription billingd manages
 )
 
-// ReconcileSubscription applies a provider event to billingd's copy of the
-// subscription. When the copy changes, every pending confirmation of the org
-// whose summary no longer holds is revoked (TOKEN_REVOKED, reason drift), in
-// the same transaction, so no token can execute a change its human never saw.
-// Events are deduplicated by id and applied at most once.
+// ReconcileSubscription brings billingd's copy of a subscription to what
+// the provider has now, on a provider event. The event is only a hint:
+// Stripe sends events late, twice and in any order, so billingd reads the
+// subscription itself, while it holds the subscription's row lock, and
+// records that. No order of deliveries can then leave billingd on a plan
+// other than Stripe's. An executing confirmation the subscription shows
+// applied is recorded as executed (with its receipt); every pending
+// confirmation whose summary no longer holds is revoked (TOKEN_REVOKED,
+// reason drift), in the same transaction, so no token can execute a change
+// its human never saw. Event ids are recorded so that a delivery is acted
+// on once; a failure rolls that back too, and Stripe delivers again.
 func (s *Service) ReconcileSubscription(ctx context.Context, ev SubscriptionEvent) (ReconcileOutcome, error) {
 	var outcome ReconcileOutcome
 	err := s.store.InTx(ctx, func(tx Tx) error {
@@ -56,7 +62,11 @@ func (s *Service) ReconcileSubscription(ctx context.Context, ev SubscriptionEven
 		if err != nil {
 			return err
 		}
-		outcome, err = s.applyEvent(ctx, tx, acct, ev)
+		state, err := s.stateAfter(ctx, ev)
+		if err != nil {
+			return err
+		}
+		outcome, err = s.applyProviderState(ctx, tx, acct, state, ev.Created)
 		return err
 	})
 	if err != nil {
@@ -65,80 +75,126 @@ func (s *Service) ReconcileSubscription(ctx context.Context, ev SubscriptionEven
 	return outcome, nil
 }
 
-func (s *Service) applyEvent(ctx context.Context, tx Tx, acct Account, ev SubscriptionEvent) (ReconcileOutcome, error) {
-	old := acct.Subscription
-	if !old.SyncedAt.IsZero() && ev.Created.Before(old.SyncedAt) {
-		return ReconcileStale, nil
-	}
-	if settled, err := s.settleFromEvent(ctx, tx, acct, ev); settled || err != nil {
-		return ReconcileApplied, err
-	}
-	sub := s.subscriptionAfter(old, ev)
-	if sub.Plan == old.Plan && sub.Status == old.Status && sub.StripeItemID == old.StripeItemID &&
-		sub.CurrentPeriodEnd.Equal(old.CurrentPeriodEnd) {
-		return ReconcileUnchanged, tx.Record(ctx, Record{SyncedSubscription: &sub})
-	}
-	if err := tx.Record(ctx, Record{Subscription: &sub}); err != nil {
-		return "", err
-	}
-	sub.Version = old.Version + 1 // what Record made it
-	if err := s.revokeDrifted(ctx, tx, acct.Org.ID, sub); err != nil {
-		return "", err
-	}
-	return ReconcileApplied, nil
-}
-
-// settleFromEvent records a change billingd asked for and has not recorded
-// yet (executing: the answer was lost; pending: the database failed before
-// the commit) when the event shows it applied: the event names the
-// confirmation and carries its new price. It then revokes the pending
-// confirmations the change made stale.
-func (s *Service) settleFromEvent(ctx context.Context, tx Tx, acct Account, ev SubscriptionEvent) (bool, error) {
-	if ev.ConfirmationID == "" || ev.Deleted {
-		return false, nil
-	}
-	c, now, err := tx.LockByID(ctx, acct.Org.ID, ev.ConfirmationID)
-	if errors.Is(err, ErrNotFound) {
-		return false, nil
+// stateAfter reads the subscription an event is about, as the provider has
+// it now. A deleted subscription the provider no longer returns is the
+// event's, canceled.
+func (s *Service) stateAfter(ctx context.Context, ev SubscriptionEvent) (ProviderSubscription, error) {
+	readCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
+	defer cancel()
+	state, err := s.payments.ReadSubscription(readCtx, ev.SubscriptionID)
+	if err != nil && ev.Deleted && errors.Is(err, ErrProviderRejected) {
+		return ProviderSubscription{PriceID: ev.PriceID, ItemID: ev.ItemID, Items: 1, Quantity: 1,
+			Status: "canceled", CurrentPeriodEnd: ev.CurrentPeriodEnd}, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("lock confirmation of event: %w", err)
+		return ProviderSubscription{}, fmt.Errorf("read subscription %s: %w", ev.SubscriptionID, err)
 	}
-	plan, ok := s.catalog.planByPrice(ev.PriceID)
-	if c.Status != StatusExecuting && c.Status != StatusPending || !ok || plan.ID != c.Terms.ToPlan ||
-		acct.Subscription.Plan != c.Terms.FromPlan {
-		return false, nil
+	return state, nil
+}
+
+// applyProviderState records state, the provider's subscription of acct
+// read under its lock: first the executing confirmation it shows applied,
+// if any, then the rest as drift.
+func (s *Service) applyProviderState(ctx context.Context, tx Tx, acct Account, state ProviderSubscription, seen time.Time) (ReconcileOutcome, error) {
+	settled, err := s.settleFromState(ctx, tx, acct, state)
+	if err != nil {
+		return "", err
 	}
-	sub := acct.Subscription
-	sub.SyncedAt = ev.Created
+	if settled != nil {
+		acct = executedAccount(acct, *settled, state)
+	}
+	changed, err := s.recordProviderState(ctx, tx, acct, state, seen)
+	if err != nil {
+		return "", err
+	}
+	if settled != nil || changed {
+		return ReconcileApplied, nil
+	}
+	return ReconcileUnchanged, nil
+}
+
+// settleFromState records the executing confirmation the provider's
+// subscription names (its metadata) as executed: billingd sent the change
+// and the answer was lost, or billingd died before recording it. It
+// returns the confirmation it recorded, or nil.
+func (s *Service) settleFromState(ctx context.Context, tx Tx, acct Account, state ProviderSubscription) (*Confirmation, error) {
+	if state.ConfirmationID == "" {
+		return nil, nil
+	}
+	c, now, err := tx.LockByID(ctx, acct.Org.ID, state.ConfirmationID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock confirmation of event: %w", err)
+	}
+	if c.Status != StatusExecuting {
+		return nil, nil
+	}
 	caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "webhook"}
-	applied := AppliedChange{Status: ev.Status, CurrentPeriodEnd: ev.CurrentPeriodEnd, ItemID: ev.ItemID}
-	if _, err := s.recordExecuted(ctx, tx, caller, c, sub, now, applied); err != nil {
+	applied := AppliedChange{Status: state.Status, CurrentPeriodEnd: state.CurrentPeriodEnd, ItemID: state.ItemID,
+		Invoice: state.LatestInvoice}
+	if _, err := s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// executedAccount is acct as recordExecuted left it after executing c.
+func executedAccount(acct Account, c Confirmation, state ProviderSubscription) Account {
+	sub := &acct.Subscription
+	sub.Plan, sub.Status, sub.Version = c.Terms.ToPlan, state.Status, sub.Version+1
+	if !state.CurrentPeriodEnd.IsZero() {
+		sub.CurrentPeriodEnd = state.CurrentPeriodEnd
+	}
+	if state.ItemID != "" {
+		sub.StripeItemID = state.ItemID
+	}
+	return acct
+}
+
+// recordProviderState makes billingd's copy of acct's subscription what
+// the provider has (state) and revokes the org's pending confirmations
+// whose summary no longer holds. seen, if set, is recorded as when billingd
+// last heard from the provider. It reports whether the copy changed.
+func (s *Service) recordProviderState(ctx context.Context, tx Tx, acct Account, state ProviderSubscription, seen time.Time) (bool, error) {
+	old := acct.Subscription
+	sub := s.subscriptionFrom(old, state)
+	if !seen.IsZero() {
+		sub.SyncedAt = seen
+	}
+	if sub.Plan == old.Plan && sub.Status == old.Status && sub.StripeItemID == old.StripeItemID &&
+		sub.CurrentPeriodEnd.Equal(old.CurrentPeriodEnd) {
+		if seen.IsZero() {
+			return false, nil
+		}
+		return false, tx.Record(ctx, Record{SyncedSubscription: &sub})
+	}
+	if err := tx.Record(ctx, Record{Subscription: &sub}); err != nil {
 		return false, err
 	}
-	sub.Plan, sub.Version = c.Terms.ToPlan, sub.Version+1 // what recordExecuted made it
+	sub.Version = old.Version + 1 // what Record made it
 	return true, s.revokeDrifted(ctx, tx, acct.Org.ID, sub)
 }
 
-// subscriptionAfter is billingd's copy of the subscription after ev. A price
-// outside the catalog keeps the plan id (the change will show as drift all
-// the same, through the status or period) and is logged for an operator.
-func (s *Service) subscriptionAfter(old Subscription, ev SubscriptionEvent) Subscription {
+// subscriptionFrom is billingd's copy of the subscription as the provider
+// has it. A price outside the catalog keeps the plan id (the change will
+// show as drift all the same, through the status or period, and the check
+// at execution refuses every token quoted from the old price) and is logged
+// for an operator.
+func (s *Service) subscriptionFrom(old Subscription, state ProviderSubscription) Subscription {
 	sub := old
-	sub.Status, sub.SyncedAt = ev.Status, ev.Created
-	if !ev.CurrentPeriodEnd.IsZero() {
-		sub.CurrentPeriodEnd = ev.CurrentPeriodEnd
+	sub.Status = state.Status
+	if !state.CurrentPeriodEnd.IsZero() {
+		sub.CurrentPeriodEnd = state.CurrentPeriodEnd
 	}
-	if ev.ItemID != "" {
-		sub.StripeItemID = ev.ItemID
+	if state.ItemID != "" {
+		sub.StripeItemID = state.ItemID
 	}
-	if plan, ok := s.catalog.planByPrice(ev.PriceID); ok {
+	if plan, ok := s.catalog.planByPrice(state.PriceID); ok {
 		sub.Plan = plan.ID
-	} else if ev.PriceID != "" {
-		s.log.Warn("subscription moved to a price outside the catalog", "org", old.Org, "price", ev.PriceID)
-	}
-	if ev.Deleted {
-		sub.Status = "canceled"
+	} else if state.PriceID != "" {
+		s.log.Warn("subscription moved to a price outside the catalog", "org", old.Org, "price", state.PriceID)
 	}
 	return sub
 }

@@ -102,6 +102,10 @@ type ChangeRequest struct {
 	Operation    Operation
 	To           string
 	ConfirmToken string
+	// TokenWithheld: the caller never held ConfirmToken (an allow policy
+	// executing at once, an MCP elicitation redeeming it for the agent), so
+	// no answer may tell it to retry "with the same token".
+	TokenWithheld bool
 }
 
 // ChangeResult is the body of a handshake response, in the contract's shape
@@ -133,6 +137,21 @@ type ChangeResult struct {
 	Subscription         *SubscriptionView `json:"subscription,omitempty"`
 	// Receipt is the signed receipt of the executed change (second call).
 	Receipt string `json:"receipt,omitempty"`
+	// Charged is what the provider invoiced for the executed change at once
+	// (upgrades), from the update's own invoice.
+	Charged *Charged `json:"charged,omitempty"`
+	// Notice tells the caller something it must pass on: an amount
+	// invoiced that differs from the one quoted.
+	Notice string `json:"notice,omitempty"`
+}
+
+// Charged is the amount the provider invoiced for an executed change, with
+// the amount quoted beside it.
+type Charged struct {
+	AmountDueNowCents       int64  `json:"amount_due_now_cents"`
+	QuotedAmountDueNowCents int64  `json:"quoted_amount_due_now_cents"`
+	Currency                string `json:"currency"`
+	InvoiceID               string `json:"invoice_id,omitempty"`
 }
 
 // Proposed reports whether the result is a first-call proposal.

@@ -57,7 +57,8 @@ type handshakeFixture struct {
 func newHandshakeFixture(t *testing.T) handshakeFixture {
 	t.Helper()
 	store := billingtest.NewStore(dbNow, testAccount())
-	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, PeriodEnd: periodEnd}
+	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, PeriodEnd: periodEnd,
+		ReadState: billingtest.StateOf(testAccount())}
 	svc, err := billing.NewService(billing.Config{Store: store, Payments: provider, Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute,
 		Livemode: true})
 	if err != nil {
@@ -302,8 +303,8 @@ func TestChangePlanConfirmExecutesOnce(t *testing.T) {
 	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuted {
 		t.Errorf("status = %s, want executed", c.Status)
 	}
-	if sub := f.subscription(); sub.Plan != "scale" || sub.Version != 2 || sub.StripeItemID != "si_new" {
-		t.Errorf("stored subscription = %+v, want scale v2 si_new", sub)
+	if sub := f.subscription(); sub.Plan != "scale" || sub.Version != 2 || sub.StripeItemID != "si_1" {
+		t.Errorf("stored subscription = %+v, want scale v2 si_1 (a price swap keeps the item)", sub)
 	}
 	st := f.store.Snapshot()
 	if got, want := eventsOf(st), []string{billing.EventTokenIssued, billing.EventTokenValidated, billing.EventOperationExecuted}; !slices.Equal(got, want) {

@@ -9,67 +9,141 @@ import (
 
 // Settling unknown outcomes.
 //
-// When the provider does not say whether it made a change (a timeout, a 5xx,
-// a lost answer), the confirmation is committed as executing and settled by
+// A second call commits a recovery point (the confirmation executing,
+// SaveRecoveryPoint) before its provider request leaves. If the request's
+// answer is lost (a timeout, a 5xx, a reset) or billingd dies before it
+// records the answer, the confirmation stays executing and is settled by
 // whoever comes first: the owner repeating the second call, the background
-// reconciler (SettleUnknownOutcomes, run by every replica), or a webhook that
-// shows the change (ReconcileSubscription). Settling never makes a second
-// change for one confirmation:
+// settler of any replica (SettleUnknownOutcomes), or a webhook that shows
+// the change (ReconcileSubscription). Settling never makes a second change
+// for one confirmation, and never sends one the person's consent no longer
+// covers:
 //
-//  1. The same request is sent again under the same idempotency key. Stripe
-//     replays the first answer: a success or a definite refusal settles it.
-//     No answer, or the key still in flight: still unknown, try later.
-//  2. A replayed 5xx means the first request is over but may or may not have
-//     changed the subscription, and that key will answer 5xx for 24 hours.
-//     The subscription is read back: its metadata names the confirmation that
-//     last changed it and its item the price. Applied: recorded as executed.
-//     Not applied: the change is sent once more under the next attempt's key.
+//  1. While the consent still holds (consentHolds: the whole policy allows
+//     the change and it is at most the token's lifetime since the second
+//     call), the same request is sent again under the same idempotency key.
+//     Stripe replays the first answer: a success or a definite refusal
+//     settles it. No answer, or the key still in flight: still unknown.
+//  2. Otherwise, and after a replayed 5xx (the first request is over, and
+//     Stripe answers 5xx for that key for 24 hours), the subscription is
+//     read back. Its metadata names the confirmation whose update last
+//     changed it: if that is this one, the change was applied, whatever
+//     happened to the subscription since (a price changed in the
+//     dashboard does not make an applied change look unapplied).
+//  3. Not applied: while the consent holds, the change is sent once more
+//     under the next attempt's key, after a recovery point of its own;
+//     once it no longer holds and the last request is certainly over, it is
+//     recorded as not made (OPERATION_FAILED, reason not_applied).
 //
 // While a confirmation is executing, no other change of the subscription is
 // proposed or executed (Account.Unsettled), so the read-back is never
 // ambiguous and an old intent is never applied on top of a newer one.
 
-// maxSettleAge is how long after its first call a confirmation may still be
-// sent again under a new key; after that a change shown as not applied is
-// recorded as failed (Stripe keeps idempotency keys for 24 hours).
-const maxSettleAge = 24 * time.Hour
-
 const (
 	reasonOutcomeUnknown = "outcome_unknown"
+	reasonNotApplied     = "not_applied"
 	reasonDailyLimit     = "daily limit"
 )
 
 // settle finds out what became of an executing confirmation and records it.
-func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time) (redemption, error) {
-	if err := beforeProvider(ctx, tx); err != nil {
+func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time, withheld bool) (redemption, error) {
+	consent, err := s.consentHolds(ctx, tx, c, acct, now)
+	if err != nil {
 		return redemption{}, err
 	}
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
-	tooOld := now.Sub(c.CreatedAt) > maxSettleAge
-	if !tooOld { // past it, Stripe may have forgotten the key: a resend would be a new request
+	if consent {
 		applied, err := s.apply(ctx, c, acct)
 		if !needsReadBack(err) {
-			return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err)
+			return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, false, withheld)
 		}
 	}
-	state, readErr := s.payments.ReadSubscription(ctx, acct.Subscription.StripeSubscriptionID)
+	readCtx, cancelRead := context.WithTimeout(ctx, s.execTimeout)
+	state, readErr := s.payments.ReadSubscription(readCtx, acct.Subscription.StripeSubscriptionID)
+	cancelRead()
 	if readErr != nil { // whatever the read says, it says nothing about the change
-		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, fmt.Errorf("%w: read back: %w", ErrUnavailable, readErr))
+		unknown := fmt.Errorf("%w: read back: %w", ErrUnavailable, readErr)
+		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, unknown, false, withheld)
 	}
-	if state.ConfirmationID == c.ID && state.PriceID == c.Terms.ToPriceID {
-		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, appliedFrom(state))
+	if state.ConfirmationID == c.ID {
+		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state)
+	}
+	if !consent {
+		if !s.attemptOver(c, now) { // a request may still be under way at the provider
+			return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, ErrUnavailable, false, withheld)
+		}
+		return s.recordNotMade(ctx, tx, caller, c)
 	}
 	// Certainly not applied: the request under the last key is over and the
-	// subscription does not show it.
-	c.Attempt++
-	if tooOld || !s.termsHold(c.Terms, acct.Subscription) {
-		failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, "not_applied")
-		return redemption{outcome: Errorf(CodeTokenInvalid, "the change was not made and can no longer be retried: start again with a first call")},
-			tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed, Attempt: &c.Attempt, Events: []AuditEvent{failed}})
+	// subscription does not show it. The next attempt has its own key and
+	// its own recovery point.
+	c, acct, now, err = tx.SaveRecoveryPoint(ctx, c.ID, c.Attempt+1)
+	if err != nil {
+		return redemption{}, fmt.Errorf("save recovery point: %w", err)
 	}
-	applied, err := s.apply(ctx, c, acct)
-	return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err)
+	if c.Status != StatusExecuting {
+		return s.answerSettled(c, acct, withheld), nil
+	}
+	return s.send(ctx, tx, caller, c, acct, now, false, withheld)
+}
+
+// consentHolds reports whether the person's consent still covers sending
+// c's change: the second call was made at most the token's lifetime ago,
+// billingd's copy of the subscription is still the one quoted, and the
+// org's whole policy, as it is now, allows the change (an approval or a
+// verification it asks for was given).
+func (s *Service) consentHolds(ctx context.Context, tx Tx, c Confirmation, acct Account, now time.Time) (bool, error) {
+	sentAt := c.SentAt
+	if sentAt.IsZero() {
+		sentAt = c.AttemptedAt
+	}
+	if sentAt.IsZero() || now.Sub(sentAt) > s.ttl || !s.termsHold(c.Terms, acct.Subscription) {
+		return false, nil
+	}
+	action, _, err := s.policyNow(ctx, tx, c, acct.Policy, false)
+	if err != nil {
+		return false, err
+	}
+	switch action {
+	case ActionDeny:
+		return false, nil
+	case ActionApprove:
+		return c.Approval == ApprovalGranted, nil
+	case ActionVerify:
+		return c.Verification != nil, nil
+	}
+	return !c.VerifyRequired || c.Verification != nil, nil
+}
+
+// attemptOver reports whether c's last request is certainly over at the
+// provider: billingd gave up on it at the execution timeout, and the
+// provider finishes or drops a request well within as long again.
+func (s *Service) attemptOver(c Confirmation, now time.Time) bool {
+	return !c.AttemptedAt.IsZero() && now.Sub(c.AttemptedAt) > 2*s.execTimeout
+}
+
+// recordAppliedAtProvider records c as executed because the provider's
+// subscription names it, then records the subscription as the provider has
+// it now, if it has changed since (drift).
+func (s *Service) recordAppliedAtProvider(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
+	now time.Time, state ProviderSubscription) (redemption, error) {
+	applied := AppliedChange{Status: state.Status, CurrentPeriodEnd: state.CurrentPeriodEnd, ItemID: state.ItemID,
+		Invoice: state.LatestInvoice}
+	r, err := s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
+	if err != nil {
+		return r, err
+	}
+	_, err = s.recordProviderState(ctx, tx, executedAccount(acct, c, state), state, time.Time{})
+	return r, err
+}
+
+// recordNotMade records that c's change was not made and will not be.
+func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation) (redemption, error) {
+	failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, reasonNotApplied)
+	c.Failure = reasonNotApplied
+	return redemption{outcome: errFailed(c)}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed,
+		Failure: reasonNotApplied, Events: []AuditEvent{failed}})
 }
 
 // needsReadBack reports whether the answer to a resent request leaves only
@@ -80,10 +154,6 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 // request is over (one still in flight answers 409, which stays unknown).
 func needsReadBack(err error) bool {
 	return errors.Is(err, ErrProviderFailed) || errors.Is(err, ErrProviderRejected)
-}
-
-func appliedFrom(p ProviderSubscription) AppliedChange {
-	return AppliedChange{Status: p.Status, CurrentPeriodEnd: p.CurrentPeriodEnd, ItemID: p.ItemID}
 }
 
 // SettleUnknownOutcomes settles executing confirmations whose last attempt is
@@ -105,7 +175,7 @@ func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration,
 				return fmt.Errorf("lock unsettled confirmation: %w", err)
 			}
 			caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "settle"}
-			_, err = s.settle(ctx, tx, caller, c, acct, now)
+			_, err = s.settle(ctx, tx, caller, c, acct, now, true)
 			return err
 		})
 		if err != nil {

@@ -57,7 +57,7 @@ func TestSettleReplayed5xx(t *testing.T) {
 	p := f.propose(t, alice, billing.OpUpgrade, "scale")
 	fivexx := fmt.Errorf("stripe 500: %w: %w", billing.ErrUnavailable, billing.ErrProviderFailed)
 	f.provider.ApplyErrs = []error{fivexx, fivexx}
-	f.provider.ReadState = billing.ProviderSubscription{PriceID: "price_billingd_pro", ConfirmationID: "cfm_earlier"}
+	f.provider.ReadState.ConfirmationID = "cfm_earlier" // an earlier change's
 
 	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, billing.CodeUpstreamUnavailable)
@@ -90,9 +90,10 @@ func TestSettleReadBackShowsApplied(t *testing.T) {
 	p := f.propose(t, alice, billing.OpUpgrade, "scale")
 	fivexx := fmt.Errorf("stripe 500: %w: %w", billing.ErrUnavailable, billing.ErrProviderFailed)
 	f.provider.ApplyErrs = []error{fivexx, fivexx}
-	f.provider.ReadState = billing.ProviderSubscription{PriceID: "price_billingd_scale", ConfirmationID: p.ConfirmationID, Status: "active", ItemID: "si_1"}
 	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	// The first request was applied after all; its answer was lost.
+	f.provider.ReadState.PriceID, f.provider.ReadState.ConfirmationID = "price_billingd_scale", p.ConfirmationID
 	f.store.Advance(time.Second)
 	n, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10)
 	if err != nil || n != 1 {
@@ -154,6 +155,7 @@ func TestSettleResendRefusedIsNotAFailure(t *testing.T) {
 	timeout := fmt.Errorf("timeout: %w", billing.ErrUnavailable)
 	refused := fmt.Errorf("stripe 400 idempotency_error: %w", billing.ErrProviderRejected)
 	f.provider.ApplyErrs = []error{timeout, refused, refused}
+	f.provider.ReadErrs = []error{nil} // the check before the change reads it; then it cannot be read
 	f.provider.ReadErr = fmt.Errorf("stripe 404: %w", billing.ErrProviderRejected)
 	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, billing.CodeUpstreamUnavailable)
@@ -164,7 +166,7 @@ func TestSettleResendRefusedIsNotAFailure(t *testing.T) {
 		t.Fatalf("an unreadable outcome was recorded as %s", c.Status)
 	}
 	f.provider.ReadErr = nil
-	f.provider.ReadState = billing.ProviderSubscription{PriceID: "price_billingd_scale", ConfirmationID: p.ConfirmationID, Status: "active"}
+	f.provider.ReadState.PriceID, f.provider.ReadState.ConfirmationID = "price_billingd_scale", p.ConfirmationID
 	res, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, "")
 	if !res.OK || f.provider.Changes() != 0 {

@@ -41,12 +41,6 @@ type Store interface {
 	// (0: from the newest).
 	AuditEvents(ctx context.Context, org string, limit int, before int64) ([]AuditEvent, error)
 
-	// MarkAttempted marks a pending confirmation executing (its provider
-	// outcome unknown), outside any transaction: for an attempt whose
-	// transaction rolled back after the provider was called, so that the
-	// reconciler settles it. A confirmation no longer pending is left alone.
-	MarkAttempted(ctx context.Context, confirmationID string) error
-
 	// AppendAudit writes events outside any transaction: for refusals that
 	// need no lock and outcomes whose transaction was rolled back.
 	AppendAudit(ctx context.Context, events ...AuditEvent) error
@@ -79,7 +73,8 @@ type changeCounter interface {
 // up.
 type Tx interface {
 	// LockByToken locks the confirmation with the given token hash, if it
-	// belongs to org and principal, together with the org's subscription, and
+	// belongs to org and principal, together with the org's subscription
+	// (the subscription first: the one lock order of every step), and
 	// returns them with the database's now. A token of anyone else is
 	// ErrNotFound: nothing about it is revealed and it stays valid.
 	// Account.Unsettled tells whether another confirmation of the org is
@@ -117,9 +112,21 @@ type Tx interface {
 	Record(ctx context.Context, r Record) error
 
 	// Flush sends the writes Record holds back, if any. A step calls it
-	// before anything outside the database happens (a provider call), so
-	// that a write that fails stops the step before it, not after.
+	// before anything outside the database happens (a read at the
+	// provider), so that a write that fails stops the step before it.
 	Flush(ctx context.Context) error
+
+	// SaveRecoveryPoint is the step that must come before every provider
+	// request that may change a subscription. It marks the confirmation
+	// executing under attempt (attempted_at now, sent_at too if unset) and
+	// COMMITS the transaction with everything recorded so far, so that a
+	// crash at any later instant leaves a row from which any replica's
+	// settler finishes the attempt with the same idempotency key. It then
+	// opens a new transaction and locks the subscription and the
+	// confirmation again, in the one lock order (subscription first), and
+	// returns them as they are now with the database's now. An error after
+	// the commit wraps ErrRecoveryPointSaved.
+	SaveRecoveryPoint(ctx context.Context, confirmationID string, attempt int) (Confirmation, Account, time.Time, error)
 }
 
 // Record is what one step of the handshake changes.
@@ -139,6 +146,8 @@ type Record struct {
 	// Attempt, when set with Status, records the number of the provider
 	// request that led to the status (and when it was made).
 	Attempt *int
+	// Failure, set with Status failed, is why the change was not made.
+	Failure string
 	// Result, set with Status executed, is the answer to replay.
 	Result *ChangeResult
 	// Receipt is the signed receipt of the change this step executed.

@@ -141,6 +141,15 @@ type Confirmation struct {
 	// Attempt numbers the provider requests made for this confirmation; each
 	// has its own idempotency key (see idempotencyKey).
 	Attempt int
+	// SentAt is when the change was first about to be sent to the provider
+	// (the second call's recovery point); zero until then. A resend under a
+	// new key must come within the token's lifetime of it.
+	SentAt time.Time
+	// AttemptedAt is when the last attempt was made or recorded.
+	AttemptedAt time.Time
+	// Failure is why a failed confirmation's change was not made (the
+	// audit reason: payment_failed, not_applied, …).
+	Failure string
 	// Result is the second call's answer once executed, replayed to the
 	// owner who repeats the call.
 	Result *ChangeResult

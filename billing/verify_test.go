@@ -16,7 +16,8 @@ func newVerifyFixture(t *testing.T, action billing.Action, acrValues ...string) 
 	acct := testAccount()
 	acct.Policy = billing.Policy{AgentClients: []string{"bot"}, Rules: []billing.PolicyRule{{Name: "r", Action: action}}}
 	store := billingtest.NewStore(dbNow, acct)
-	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, PeriodEnd: periodEnd}
+	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, PeriodEnd: periodEnd,
+		ReadState: billingtest.StateOf(testAccount())}
 	svc, err := billing.NewService(billing.Config{Store: store, Payments: provider, Catalog: testCatalog(t, billing.DefaultPlans()),
 		TokenTTL: time.Minute, PublicBaseURL: "https://billing.example", VerifyACRValues: acrValues})
 	if err != nil {
@@ -69,7 +70,8 @@ func TestStepUpReceiptCarriesVerification(t *testing.T) {
 	acct := testAccount()
 	acct.Policy = billing.Policy{AgentClients: []string{"bot"}, Rules: []billing.PolicyRule{{Name: "r", Action: billing.ActionVerify}}}
 	store := billingtest.NewStore(dbNow, acct)
-	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, PeriodEnd: periodEnd}
+	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, PeriodEnd: periodEnd,
+		ReadState: billingtest.StateOf(testAccount())}
 	signer := &claimsSigner{}
 	svc, err := billing.NewService(billing.Config{Store: store, Payments: provider, Catalog: testCatalog(t, billing.DefaultPlans()),
 		TokenTTL: time.Minute, PublicBaseURL: "https://billing.example", Receipts: signer})

@@ -32,7 +32,7 @@ const (
 // that name nothing, or another org's change, say so.
 func TestApprovalPageInBrowser(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("apw", "Approvals Web", "pro")
 	h.setPolicy("apw", agentsNeedApproval)
 	agent := h.user("apw", "support-bot")
@@ -125,7 +125,7 @@ func (b *browser) wantLinksRefused(h *harness) {
 // sleeping laptop) gets consent_token_expired, shown on the page.
 func TestApprovalPageExpiredInBrowser(t *testing.T) {
 	// Not parallel: a 4 s token must outlive the page load.
-	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "4s"))
+	h := newHarness(t, withEnv("CONFIRM_TTL", "4s"))
 	h.createOrg("late", "Late", "pro")
 	h.setPolicy("late", agentsNeedApproval)
 	b := newBrowser(t)
@@ -157,7 +157,7 @@ func TestApprovalPageExpiredInBrowser(t *testing.T) {
 // billing:admin does not get the section.
 func TestDashboardPendingApprovalsInBrowser(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("dash", "Dash", "pro")
 	h.setPolicy("dash", `{"rules":[{"name":"spending needs a human","amount_due_above_cents":100,"action":"approve"}]}`)
 	agent := h.user("dash", "support-bot")

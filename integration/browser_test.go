@@ -24,7 +24,7 @@ import (
 // confirmation from the list; the page, the API and the audit log agree.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("web", "Web Shop", "pro")
 	admin := h.admin("web", "wendy")
 	// A pending confirmation of someone else's, for the admin's list.

@@ -30,7 +30,7 @@ func TestChaosInvariant(t *testing.T) {
 		seed = s
 	}
 	t.Logf("CHAOS_SEED=%d", seed)
-	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "1s"), withEnv("SETTLE_INTERVAL", "300ms"))
+	h := newHarness(t, withEnv("STRIPE_TIMEOUT", "1s"), withEnv("SETTLE_INTERVAL", "300ms"))
 	replicas := []*harness{h, h.replica()}
 	faults := &chaos{rng: rand.New(rand.NewPCG(seed, 1))}
 	h.fake.SetChaos(faults.pick)

@@ -329,7 +329,7 @@ func TestTestModeStated(t *testing.T) {
 		t.Fatalf("MCP test mode: %q, livemode %t", mp.Summary, mp.Details.Livemode)
 	}
 
-	live := newHarness(t, withFakeStripe(), withEnv("STRIPE_SECRET_KEY", "sk_live_billingd")) // stripe-mock refuses live keys
+	live := newHarness(t, withEnv("STRIPE_SECRET_KEY", "sk_live_billingd")) // stripe-mock refuses live keys
 	live.createOrg("vector", "Vector Build", "pro")
 	lp := live.propose(live.user("vector", "alice"), "upgrade", "scale")
 	if strings.Contains(lp.Summary, "Test mode") || !lp.Details.Livemode {
@@ -367,7 +367,7 @@ func TestReceiptOverMCP(t *testing.T) {
 // names that key, verifies, and the export (one chain, one receipt) checks
 // out. Stripe changed the subscription once.
 func TestReceiptAfterSettling(t *testing.T) {
-	h := newHarness(t, withFakeStripe(), withEnv("SETTLE_INTERVAL", "300ms"))
+	h := newHarness(t, withEnv("SETTLE_INTERVAL", "300ms"))
 	acct, tok, p := h.pendingUpgrade("settled")
 	h.fake.FailNext(stripepaytest.ServerError)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
@@ -405,7 +405,7 @@ func TestReceiptAfterSettling(t *testing.T) {
 // redeemed by a replica running with a live key (consent_token_mismatch),
 // and nothing reaches Stripe.
 func TestModeBoundIntoToken(t *testing.T) {
-	h := newHarness(t, withFakeStripe()) // sk_test_…
+	h := newHarness(t) // sk_test_…
 	acct, tok, p := h.pendingUpgrade("modes")
 	live := *h
 	live.env = map[string]string{}

@@ -15,7 +15,7 @@ import (
 // made by the token's owner, gets that change's answer replayed.
 func TestConcurrentSecondCalls(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct, tok, p := h.pendingUpgrade("race")
 
 	const callers = 50
@@ -55,7 +55,7 @@ func TestConcurrentSecondCalls(t *testing.T) {
 // longer holds.
 func TestConcurrentConfirmationsOfOneOrg(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct := h.createOrg("pair", "Pair", "free")
 	alice, bob := h.user("pair", "alice"), h.user("pair", "bob")
 	pa := h.propose(alice, "upgrade", "pro")
@@ -88,7 +88,7 @@ func TestConcurrentConfirmationsOfOneOrg(t *testing.T) {
 // answered with the original result, replayed.
 func TestLostResponseRetry(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct, tok, p := h.pendingUpgrade("lost")
 
 	h.fake.FailNext(stripepaytest.LoseResponse)
@@ -118,7 +118,7 @@ func TestLostResponseRetry(t *testing.T) {
 // released, the token stays redeemable, and the retry executes once.
 func TestStripeTimeoutRetry(t *testing.T) {
 	// Not parallel: measures how long the second call is held.
-	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "1s"))
+	h := newHarness(t, withEnv("STRIPE_TIMEOUT", "1s"))
 	acct, tok, p := h.pendingUpgrade("slow")
 
 	h.fake.FailNext(stripepaytest.Delay(3 * time.Second))
@@ -135,7 +135,7 @@ func TestStripeTimeoutRetry(t *testing.T) {
 // leaves the subscription as it was.
 func TestDeclinedCard(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct, tok, p := h.pendingUpgrade("poor")
 
 	h.fake.FailNext(stripepaytest.DeclineCard)
@@ -157,7 +157,7 @@ func TestDeclinedCard(t *testing.T) {
 // completes, exactly once.
 func TestStripeServerError(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct, tok, p := h.pendingUpgrade("flaky")
 	h.fake.FailNext(stripepaytest.ServerError)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
@@ -179,7 +179,7 @@ func TestStripeServerError(t *testing.T) {
 // retries, the subscription changes exactly once.
 func TestStripeConnectionReset(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct, tok, p := h.pendingUpgrade("reset")
 	h.fake.FailNext(stripepaytest.DropConnection)
 	r := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)

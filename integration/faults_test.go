@@ -212,7 +212,7 @@ func confirmAt(t *testing.T, addr, token, confirmToken string) (int, error) {
 // subscription changes exactly once and the audit log tells one story.
 func TestKilledBetweenStripeAndCommit(t *testing.T) {
 	// Not parallel: kills a billingd process at a chosen moment.
-	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_TIMEOUT", "20s"))
+	h := newHarness(t, withEnv("STRIPE_TIMEOUT", "20s"))
 	acct, tok, p := h.pendingUpgrade("crash")
 	addr := freeAddr(t)
 	first := h.startServe(addr)
@@ -247,7 +247,7 @@ func TestKilledBetweenStripeAndCommit(t *testing.T) {
 // connections are refused, and billingd exits 0.
 func TestGracefulShutdown(t *testing.T) {
 	// Not parallel: times connections around SIGTERM.
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct, tok, p := h.pendingUpgrade("term")
 	addr := freeAddr(t)
 	s := h.startServe(addr)

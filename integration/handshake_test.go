@@ -93,7 +93,7 @@ func TestDowngradeHandshake(t *testing.T) {
 // prorations, that the amount quoted is the amount of the executed change.
 func TestSummaryMatchesCharge(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct := h.createOrg("quote", "Quote Co", "pro")
 	tok := h.user("quote", "carol")
 	p := h.propose(tok, "upgrade", "scale")

@@ -32,7 +32,7 @@ type harness struct {
 	// metricsURL is the base URL of the metrics listener (METRICS_ADDR).
 	metricsURL string
 	env        map[string]string
-	fake       *stripepaytest.Server // nil when running against stripe-mock
+	fake       *stripepaytest.Server // nil when running against stripe-mock (withStripeMock)
 	// offSpecRequests: the requests are deliberately outside the OpenAPI
 	// description; only the answers are validated (see offSpec).
 	offSpecRequests bool
@@ -42,7 +42,7 @@ type harness struct {
 }
 
 type harnessOptions struct {
-	fakeStripe   bool
+	stripeMock   bool
 	poolMaxConns int
 	env          map[string]string
 	noPaste      bool
@@ -54,9 +54,12 @@ func withoutTokenPaste() option { return func(o *harnessOptions) { o.noPaste = t
 
 type option func(*harnessOptions)
 
-// withFakeStripe runs against internal/stripepay/stripepaytest, which keeps state, honours
-// idempotency keys and injects faults, instead of stripe-mock.
-func withFakeStripe() option { return func(o *harnessOptions) { o.fakeStripe = true } }
+// withStripeMock runs against stripe-mock, which checks the wire format of
+// every request but keeps no state, instead of the Stripe fake
+// (internal/stripepay/stripepaytest, which keeps state, honours idempotency
+// keys and injects faults). Second calls need the fake: billingd checks the
+// subscription at Stripe before a change, and stripe-mock's is a fixture.
+func withStripeMock() option { return func(o *harnessOptions) { o.stripeMock = true } }
 
 // withPoolMaxConns caps billingd's database pool (pgx's pool_max_conns).
 func withPoolMaxConns(n int) option { return func(o *harnessOptions) { o.poolMaxConns = n } }
@@ -72,7 +75,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	}
 	h := &harness{t: t, db: testenv.NewDatabase(t), tokenPaste: !o.noPaste}
 	h.issuer = startIssuer(t)
-	stripeURL := h.stripeBase(o.fakeStripe)
+	stripeURL := h.stripeBase(!o.stripeMock)
 	ln := listen(t)
 	h.url = "http://" + ln.Addr().String()
 	h.env = map[string]string{

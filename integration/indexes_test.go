@@ -56,7 +56,7 @@ func (r *statementRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceB
 // table sequentially.
 func TestHotStatementsUseIndexes(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe(), withEnv("RATE_LIMIT_PROPOSALS", "1000"),
+	h := newHarness(t, withEnv("RATE_LIMIT_PROPOSALS", "1000"),
 		withEnv("RATE_LIMIT_FAILED_CONFIRMS", "1000"), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
 	acct := h.createOrg("big", "Big", "pro")
 	h.setPolicy("big", `{"rules":[],"daily_limit":100}`)

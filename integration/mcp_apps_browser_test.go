@@ -35,7 +35,7 @@ import (
 // docs/images/mcp-app-view.png (kept up to date with MCP_APP_SCREENSHOT=1).
 func TestMCPAppViewInBrowser(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "5m"))
+	h := newHarness(t, withEnv("CONFIRM_TTL", "5m"))
 	acct := h.createOrg("appweb", "Vector Build", "pro")
 	host := startAppHost(t, h)
 	token := h.mcpToken("appweb", "alice", "chat-host", auth.ScopeRead, auth.ScopeWrite)
@@ -122,7 +122,7 @@ func TestMCPAppViewInBrowser(t *testing.T) {
 // the proposal expired and offers no button; nothing changes.
 func TestMCPAppViewExpiresInBrowser(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "3s"))
+	h := newHarness(t, withEnv("CONFIRM_TTL", "3s"))
 	acct := h.createOrg("appold", "Old", "pro")
 	host := startAppHost(t, h)
 	b := newBrowser(t)

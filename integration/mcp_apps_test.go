@@ -115,7 +115,7 @@ func TestMCPAppsTools(t *testing.T) {
 // the expiry but no token anywhere the model reads; the token is in _meta,
 // and confirm_plan_change with it executes the change once (again: a replay).
 func TestMCPAppsHandshake(t *testing.T) {
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	for i, version := range bothProtocols {
 		t.Run(version, func(t *testing.T) {
 			org := []string{"apps-a", "apps-b"}[i]
@@ -204,7 +204,7 @@ func TestMCPAppsWithoutExtension(t *testing.T) {
 // of another principal is refused like an unknown token and stays valid for
 // its owner; a cancelled one says so too.
 func TestMCPAppsRefusals(t *testing.T) {
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct := h.createOrg("apps-refuse", "Refuse", "pro")
 	alice := appsConnect(t, h.url, h.mcpUser("apps-refuse", "alice"), "")
 	bob := appsConnect(t, h.url, h.mcpUser("apps-refuse", "bob"), "")

@@ -171,7 +171,7 @@ var bothProtocols = []string{protocol20251125, protocol20260728}
 // sees a token; any other answer cancels the confirmation.
 func TestMCPElicitationConfirm(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	cases := []struct {
 		name    string
 		answer  func(*sdk.ElicitParams) (*sdk.ElicitResult, error)
@@ -244,7 +244,7 @@ func wantOutcome(t *testing.T, h *harness, org string, got changeOutcome, execut
 // expires.
 func TestMCPElicitationClientFailure(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	fail := func(*sdk.ElicitParams) (*sdk.ElicitResult, error) { return nil, errors.New("host crashed") }
 	for i, version := range bothProtocols {
 		t.Run(version, func(t *testing.T) {
@@ -281,7 +281,7 @@ func TestMCPElicitationClientFailure(t *testing.T) {
 // can show forms but not URLs when the policy wants an approval.
 func TestMCPElicitationFallback(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	for i, version := range bothProtocols {
 		t.Run(version+"/no capability", func(t *testing.T) {
 			org := "plain" + string(rune('a'+i))
@@ -324,7 +324,7 @@ func TestMCPElicitationFallback(t *testing.T) {
 // REST. Declining the page cancels the confirmation.
 func TestMCPElicitationApproval(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	const policy = `{"rules":[{"name":"agents need a human","caller":"agent","action":"approve"}]}`
 	for i, version := range bothProtocols {
 		t.Run(version+"/approved", func(t *testing.T) {
@@ -380,7 +380,7 @@ func TestMCPElicitationApproval(t *testing.T) {
 // another replica that shares MCP_REQUEST_STATE_KEY.
 func TestMCPElicitationRequestState(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe(), withEnv("MCP_REQUEST_STATE_KEY", "an-integration-test-key-of-enough-bytes"))
+	h := newHarness(t, withEnv("MCP_REQUEST_STATE_KEY", "an-integration-test-key-of-enough-bytes"))
 	other := h.replica()
 	accept := sdk.InputResponseMap{"billingd_consent": &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}}
 	args := map[string]any{"to": "scale"}

@@ -161,7 +161,7 @@ func TestMCPUpgradeHandshake(t *testing.T) {
 	second := callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken})
 	var done executed
 	raw = wantSuccess(t, second, &done)
-	if keys := keysOf(t, raw); keys != "ok,receipt,subscription" || !done.OK || done.Subscription.Plan != "scale" {
+	if keys := keysOf(t, raw); keys != "charged,ok,receipt,subscription" || !done.OK || done.Subscription.Plan != "scale" {
 		t.Fatalf("second call %s", raw)
 	}
 	if sub := h.subscription(h.user("vector", "alice")); sub != "scale" {

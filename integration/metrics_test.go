@@ -19,7 +19,7 @@ import (
 // exactly what happened, labelled by route template, never by raw path.
 func TestMetricsMoveAfterHandshake(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("met", "Metrics", "pro")
 	tok := h.user("met", "mia")
 	before := h.scrape()
@@ -66,7 +66,7 @@ func TestMetricsMoveAfterHandshake(t *testing.T) {
 // the same handshake series as the REST API's.
 func TestMetricsMCPHandshake(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("mcpmet", "MCP Metrics", "pro")
 	cs := mcpConnect(t, h.url, h.mcpUser("mcpmet", "mia"), "")
 	before := h.scrape()

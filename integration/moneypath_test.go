@@ -22,7 +22,7 @@ import (
 // pool for a second connection while holding the first, and every call hung).
 func TestSecondCallsOnSmallPool(t *testing.T) {
 	// Not parallel: sixteen concurrent second calls on a two-connection pool, with a hang deadline.
-	h := newHarness(t, withFakeStripe(), withPoolMaxConns(2))
+	h := newHarness(t, withPoolMaxConns(2))
 	h.fake.SetChaos(func(e stripepaytest.Endpoint) stripepaytest.Fault {
 		if e == stripepaytest.UpdateSubscription {
 			return stripepaytest.Delay(200 * time.Millisecond) // locks held across a slow answer
@@ -73,7 +73,7 @@ func TestSecondCallsOnSmallPool(t *testing.T) {
 // the old plan while Stripe charged the new one).
 func TestClientHangsUpDuringSlowStripe(t *testing.T) {
 	// Not parallel: a 300 ms client timeout must fall inside a 1.5 s Stripe answer.
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct, tok, p := h.pendingUpgrade("hangup")
 	h.fake.FailNext(stripepaytest.Delay(1500 * time.Millisecond))
 	if r, err := h.tryConfirm(300*time.Millisecond, tok, "upgrade", "scale", p.ConfirmToken); err == nil {
@@ -92,7 +92,7 @@ func TestClientHangsUpDuringSlowStripe(t *testing.T) {
 // change Stripe made is recorded, once.
 func TestUnknownOutcomeSettledWithoutRetry(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe(), withEnv("SETTLE_INTERVAL", "300ms"))
+	h := newHarness(t, withEnv("SETTLE_INTERVAL", "300ms"))
 	acct, tok, p := h.pendingUpgrade("orphan")
 	h.fake.FailNext(stripepaytest.LoseResponse)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
@@ -110,7 +110,7 @@ func TestUnknownOutcomeSettledWithoutRetry(t *testing.T) {
 // sees nothing applied, and executes under the next key.
 func TestStripeServerErrorSettledByReconciler(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe(), withEnv("SETTLE_INTERVAL", "300ms"))
+	h := newHarness(t, withEnv("SETTLE_INTERVAL", "300ms"))
 	acct, tok, p := h.pendingUpgrade("fivehundred")
 	h.fake.FailNext(stripepaytest.ServerError)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
@@ -127,7 +127,7 @@ func TestStripeServerErrorSettledByReconciler(t *testing.T) {
 // retry is answered with that result.
 func TestWebhookSettlesUnknownOutcome(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe(), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("SETTLE_INTERVAL", "1h"))
+	h := newHarness(t, withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("SETTLE_INTERVAL", "1h"))
 	acct, tok, p := h.pendingUpgrade("hooked")
 	h.fake.FailNext(stripepaytest.LoseResponse)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
@@ -151,15 +151,18 @@ func TestWebhookSettlesUnknownOutcome(t *testing.T) {
 	h.wantStripeChanges(acct, 1)
 }
 
-// TestWebhookBasilPeriodEnd: a renewal in the 2025-03-31.basil shape, where
-// the subscription has no current_period_end of its own, moves the stored
-// period end (before: it parsed as zero and never moved).
+// TestWebhookBasilPeriodEnd: a renewal announced by an event in the
+// 2025-03-31.basil shape, where the subscription has no current_period_end
+// of its own, moves the stored period end to Stripe's.
 func TestWebhookBasilPeriodEnd(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
 	acct := h.createOrg("renew", "Renew", "pro")
 	tok := h.user("renew", "ren")
 	next := time.Now().Add(60 * 24 * time.Hour).UTC().Truncate(time.Second)
+	h.changeInDashboard(acct.Subscription.StripeSubscriptionID, func(s *stripepaytest.Subscription) {
+		s.CurrentPeriodStart, s.CurrentPeriodEnd = s.CurrentPeriodEnd, next
+	})
 	event := basilSubscription(acct.Subscription.StripeSubscriptionID, acct.Subscription.StripeItemID, "price_billingd_pro", next, nil)
 	wantStatus(t, h.sendWebhook("evt_renew", "customer.subscription.updated", time.Now(), event, webhookSecret), http.StatusOK, "")
 	r := h.do("GET", "/api/billing/subscription", tok, nil)
@@ -192,7 +195,7 @@ func basilSubscription(id, itemID, price string, periodEnd time.Time, metadata m
 // checked again, and the token executed).
 func TestApprovalAddedAfterIssue(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct, tok, p := h.pendingUpgrade("tight")
 	h.setPolicy("tight", `{"rules":[{"name":"approve all","action":"approve"}]}`)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "approval_pending")
@@ -209,7 +212,7 @@ func TestApprovalAddedAfterIssue(t *testing.T) {
 // deny rules were checked again at all).
 func TestAgentRuleAcrossChannels(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	const agentsApprove = `{"rules":[{"name":"agents need approval","caller":"agent","action":"approve"}]}`
 
 	t.Run("issued over REST, redeemed over MCP", func(t *testing.T) {
@@ -236,7 +239,7 @@ func TestAgentRuleAcrossChannels(t *testing.T) {
 // twenty denied calls made twenty previews and were never limited).
 func TestDeniedFirstCallsAreCheap(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe(), withEnv("RATE_LIMIT_PROPOSALS", "5"), withEnv("RATE_LIMIT_WINDOW", "1m"))
+	h := newHarness(t, withEnv("RATE_LIMIT_PROPOSALS", "5"), withEnv("RATE_LIMIT_WINDOW", "1m"))
 	h.createOrg("cheap", "Cheap", "pro")
 	h.setPolicy("cheap", `{"rules":[{"name":"no scale","to_plans":["scale"],"action":"deny"}]}`)
 	tok := h.user("cheap", "den")
@@ -259,7 +262,7 @@ func TestDeniedFirstCallsAreCheap(t *testing.T) {
 // caller's pending token).
 func TestStrictJSONAtEveryDepth(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	_, tok, p := h.pendingUpgrade("strict")
 	admin := h.admin("strict", "ada")
 	for name, body := range map[string]string{

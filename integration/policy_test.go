@@ -68,7 +68,7 @@ func TestPolicyAPI(t *testing.T) {
 
 func TestPolicyDeny(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("den", "Den", "pro")
 	h.setPolicy("den", `{"rules":[
 		{"name":"downgrades are fine","operation":"downgrade_plan","action":"allow"},
@@ -89,7 +89,7 @@ func TestPolicyDeny(t *testing.T) {
 // is due now; a change with a charge still needs the second call.
 func TestPolicyAllow(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("allow", "Allow", "pro")
 	h.setPolicy("allow", `{"rules":[{"name":"trust us","action":"allow"}]}`)
 	tok := h.user("allow", "al")
@@ -109,7 +109,7 @@ func TestPolicyAllow(t *testing.T) {
 // admin of the org approves out of band; the agent cannot approve itself.
 func TestApprovalFlow(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "60s"))
+	h := newHarness(t, withEnv("CONFIRM_TTL", "60s"))
 	h.createOrg("appr", "Appr", "pro")
 	h.createOrg("other", "Other", "pro")
 	h.setPolicy("appr", `{"agent_clients":["test-agent"],"approval_window_seconds":600,
@@ -162,7 +162,7 @@ func TestApprovalFlow(t *testing.T) {
 
 func TestApprovalRejected(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("rej", "Rej", "pro")
 	h.setPolicy("rej", `{"rules":[{"name":"big spend","amount_due_above_cents":100,"action":"approve"}]}`)
 	tok := h.user("rej", "rita")
@@ -182,7 +182,7 @@ func TestApprovalRejected(t *testing.T) {
 
 func TestApprovalAfterExpiry(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe(), withEnv("CONFIRM_TTL", "1s"))
+	h := newHarness(t, withEnv("CONFIRM_TTL", "1s"))
 	h.createOrg("exp", "Exp", "pro")
 	h.setPolicy("exp", `{"rules":[{"name":"always","action":"approve"}]}`)
 	tok := h.user("exp", "eve")
@@ -197,7 +197,7 @@ func TestApprovalAfterExpiry(t *testing.T) {
 
 func TestDailyLimit(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("daily", "Daily", "free")
 	h.setPolicy("daily", `{"rules":[],"daily_limit":1}`)
 	tok := h.user("daily", "dot")
@@ -216,7 +216,7 @@ func TestDailyLimit(t *testing.T) {
 // the change does not execute once a deny rule or the daily limit applies.
 func TestPolicyCheckedAgainAtExecution(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("later", "Later", "free")
 	tok := h.user("later", "lena")
 	first := h.propose(tok, "upgrade", "pro")
@@ -263,7 +263,7 @@ func (h *harness) proposeApprovalOf(token, op, to string) proposal {
 // whatever the token's client id.
 func TestPolicyAgentRuleOverMCP(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("agents", "Agents", "pro")
 	h.setPolicy("agents", `{"rules":[{"name":"no agents","caller":"agent","action":"deny"}]}`)
 	h.propose(h.user("agents", "ann"), "upgrade", "scale") // over REST with an unlisted client: a user

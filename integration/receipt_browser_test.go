@@ -14,7 +14,7 @@ import (
 // every executed change to its receipt; a receipt whose signature is broken
 // is shown as not verified.
 func TestReceiptInBrowser(t *testing.T) {
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("web", "Web Shop", "pro")
 	admin := h.admin("web", "wendy")
 	b := newBrowser(t)

@@ -33,7 +33,7 @@ import (
 // confirmation intact; 2026-07-28 requests go to any replica.
 func TestMCPBehindNginxReplicas(t *testing.T) {
 	nginx := nginxBinary(t)
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	acct := h.createOrg("relay", "Relay", "pro")
 
 	proxyAddr := freeAddr(t)

@@ -52,7 +52,7 @@ func (b *browser) loginAs(subject string, fresh bool) {
 // with its old token, executes. A form or API call with the session cookie
 // but without its CSRF token is refused.
 func TestVerifyPageInBrowser(t *testing.T) {
-	h := newHarness(t, withFakeStripe(), withoutTokenPaste())
+	h := newHarness(t, withoutTokenPaste())
 	h.createOrg("vpg", "Verify Page", "pro")
 	h.setPolicy("vpg", `{"rules":[{"name":"prove it is you","action":"verify"}],"approval_window_seconds":600}`)
 	h.signInPeople("vpg", nil, "vera", "mallory")
@@ -125,7 +125,7 @@ func TestVerifyPageInBrowser(t *testing.T) {
 // an admin approves on the approval page with their sign-in recorded, and
 // sign-out ends the session.
 func TestSignInDashboardInBrowser(t *testing.T) {
-	h := newHarness(t, withFakeStripe(), withoutTokenPaste())
+	h := newHarness(t, withoutTokenPaste())
 	h.createOrg("sid", "Sign In", "pro")
 	h.setPolicy("sid", agentsNeedApproval)
 	h.signInPeople("sid", []string{"wendy"}, "oscar")
@@ -249,7 +249,7 @@ func TestSignInCallbackRefused(t *testing.T) {
 // the wrong class (the dev issuer's password) does not verify; one with a
 // passkey does.
 func TestVerifyPageACRInBrowser(t *testing.T) {
-	h := newHarness(t, withFakeStripe(), withoutTokenPaste(), withEnv("VERIFY_ACR_VALUES", devissuer.StrongACR))
+	h := newHarness(t, withoutTokenPaste(), withEnv("VERIFY_ACR_VALUES", devissuer.StrongACR))
 	h.createOrg("vac", "Verify ACR", "pro")
 	h.setPolicy("vac", `{"rules":[{"name":"prove it is you","action":"verify"}],"approval_window_seconds":600}`)
 	h.signInPeople("vac", nil, "vera")

@@ -58,7 +58,7 @@ func (h *harness) stepUpToken(org, principal string, authTime time.Time, acr str
 // fresh token of another person is not the owner's (consent_token_invalid);
 // the token stays redeemable by its owner throughout.
 func TestVerifyStepUpREST(t *testing.T) {
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("ver", "Ver", "pro")
 	h.setPolicy("ver", verifyEverything)
 	agent := h.stepUpToken("ver", "vera", time.Now().Add(-10*time.Minute), "")
@@ -100,7 +100,7 @@ func TestVerifyStepUpREST(t *testing.T) {
 // TestVerifyStepUpACR: with VERIFY_ACR_VALUES, a fresh token must also
 // carry one of those acr values, and the challenge names them.
 func TestVerifyStepUpACR(t *testing.T) {
-	h := newHarness(t, withFakeStripe(), withEnv("VERIFY_ACR_VALUES", "urn:test:passkey,urn:test:hwk"))
+	h := newHarness(t, withEnv("VERIFY_ACR_VALUES", "urn:test:passkey,urn:test:hwk"))
 	h.createOrg("acr", "Acr", "pro")
 	h.setPolicy("acr", verifyEverything)
 	p := h.proposeVerify(h.stepUpToken("acr", "ann", time.Time{}, ""), "upgrade", "scale")
@@ -124,7 +124,7 @@ func TestVerifyStepUpACR(t *testing.T) {
 // message gives the verify_url; a step-up token with a fresh auth_time
 // executes. The tool descriptions tell the agent so.
 func TestVerifyOverMCP(t *testing.T) {
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("mver", "MCP Verify", "pro")
 	h.setPolicy("mver", verifyEverything)
 	stale := h.stepUpToken("mver", "vera", time.Now().Add(-time.Hour), "")
@@ -171,7 +171,7 @@ func TestVerifyOverMCP(t *testing.T) {
 // click in the agent's client proves nothing); the agent's second call is
 // refused until the person confirmed there, then executes.
 func TestMCPElicitationVerify(t *testing.T) {
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("mev", "Mev", "pro")
 	h.setPolicy("mev", verifyEverything)
 	o := &host{h: h, token: h.user("mev", "vera"), answer: answerWith("accept", nil)}

@@ -250,7 +250,8 @@ func (t tools) conclude(ctx context.Context, caller billing.Caller, p pending, a
 		return final(changeOutput{ChangeResult: p.Proposal, Elicitation: report}, approvalText(p.Proposal)), nil
 	}
 	res, err := t.handshake(ctx, caller, billing.ChangeRequest{
-		Operation: p.Proposal.Operation, To: p.Proposal.Details.To, ConfirmToken: p.Proposal.ConfirmToken})
+		Operation: p.Proposal.Operation, To: p.Proposal.Details.To, ConfirmToken: p.Proposal.ConfirmToken,
+		TokenWithheld: true}) // the agent never saw the token: no answer may send it back with one
 	if err != nil {
 		return reply[changeOutput]{}, err
 	}

@@ -3,6 +3,7 @@ package billingtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -26,11 +27,22 @@ type Provider struct {
 	// ApplyErrs are returned by successive ApplyPlanChange calls, before
 	// anything changes; nil or exhausted: success.
 	ApplyErrs []error
-	PeriodEnd time.Time                    // the period end of every applied change
-	ReadState billing.ProviderSubscription // answered by ReadSubscription
-	ReadErr   error                        // returned with ReadState
+	PeriodEnd time.Time // the period end of every applied change
+	// ReadState is the subscription as the provider has it: answered by
+	// ReadSubscription, and changed by every change ApplyPlanChange makes
+	// (its price and metadata), as Stripe's would be.
+	ReadState billing.ProviderSubscription
+	ReadErr   error // returned by ReadSubscription instead, when set
+	// ReadErrs are returned by successive ReadSubscription calls before
+	// ReadErr; nil entries answer ReadState.
+	ReadErrs []error
+
+	// InvoiceDelta is added to the previewed amount on the invoice of every
+	// change charged at once: tax or a discount that moved after the quote.
+	InvoiceDelta int64
 
 	mu       sync.Mutex
+	invoices int
 	previews []billing.PlanChange
 	calls    []ApplyCall
 	done     map[string]billing.AppliedChange // idempotency key → result
@@ -38,6 +50,14 @@ type Provider struct {
 }
 
 var _ billing.PaymentProvider = (*Provider)(nil)
+
+// StateOf is a's subscription as the provider has it when it agrees with
+// billingd (prices named as billing.DefaultPlans names them): a Provider's
+// ReadState to start from.
+func StateOf(a billing.Account) billing.ProviderSubscription {
+	return billing.ProviderSubscription{PriceID: "price_billingd_" + a.Subscription.Plan, ItemID: a.Subscription.StripeItemID,
+		Items: 1, Quantity: 1, Status: a.Subscription.Status, CurrentPeriodEnd: a.Subscription.CurrentPeriodEnd}
+}
 
 // PreviewPlanChange implements billing.PaymentProvider: it records change and
 // answers Preview, PreviewErr.
@@ -67,7 +87,15 @@ func (p *Provider) ApplyPlanChange(_ context.Context, change billing.PlanChange,
 		p.done = map[string]billing.AppliedChange{}
 	}
 	p.changes++
-	r := billing.AppliedChange{Status: "active", CurrentPeriodEnd: p.PeriodEnd, ItemID: "si_new"}
+	p.ReadState.PriceID, p.ReadState.ConfirmationID = change.NewPriceID, change.ConfirmationID
+	p.ReadState.Status, p.ReadState.CurrentPeriodEnd = "active", p.PeriodEnd
+	r := billing.AppliedChange{Status: "active", CurrentPeriodEnd: p.PeriodEnd, ItemID: p.ReadState.ItemID}
+	if change.ChargeNow {
+		p.invoices++
+		r.Invoice = &billing.Invoice{ID: fmt.Sprintf("in_%d", p.invoices), AmountDueCents: p.Preview.AmountDueNowCents + p.InvoiceDelta,
+			Currency: p.Preview.Currency}
+		p.ReadState.LatestInvoice = r.Invoice
+	}
 	p.done[key] = r
 	return r, nil
 }
@@ -77,7 +105,18 @@ func (p *Provider) ApplyPlanChange(_ context.Context, change billing.PlanChange,
 func (p *Provider) ReadSubscription(context.Context, string) (billing.ProviderSubscription, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.ReadState, p.ReadErr
+	if len(p.ReadErrs) > 0 {
+		err := p.ReadErrs[0]
+		p.ReadErrs = p.ReadErrs[1:]
+		if err != nil {
+			return billing.ProviderSubscription{}, err
+		}
+		return p.ReadState, nil
+	}
+	if p.ReadErr != nil {
+		return billing.ProviderSubscription{}, p.ReadErr
+	}
+	return p.ReadState, nil
 }
 
 // CreateCustomer implements billing.PaymentProvider; the handshake's tests

@@ -46,6 +46,9 @@ type Store struct {
 	// CountErr, when set, fails every Tx.ExecutedSince (a database blink).
 	// Set it before the store is used.
 	CountErr error
+	// RecoveryPointErr, when set, fails every Tx.SaveRecoveryPoint before
+	// it commits. Set it before the store is used.
+	RecoveryPointErr error
 
 	mu        sync.Mutex
 	now       time.Time
@@ -203,18 +206,6 @@ func (s *Store) AppendAudit(_ context.Context, events ...billing.AuditEvent) err
 	return nil
 }
 
-// MarkAttempted implements billing.Store.
-func (s *Store) MarkAttempted(_ context.Context, confirmationID string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.state.Confirmations[confirmationID]; ok && c.Status == billing.StatusPending {
-		c.Status = billing.StatusExecuting
-		s.state.Confirmations[confirmationID] = c
-		s.state.AttemptedAt[confirmationID] = s.now
-	}
-	return nil
-}
-
 // RecentActivity implements billing.Store.
 func (s *Store) RecentActivity(_ context.Context, org, principal string, window time.Duration) (billing.Activity, error) {
 	s.mu.Lock()
@@ -293,6 +284,29 @@ func (tx *tx) LockByToken(_ context.Context, org, principal string, tokenHash []
 // Flush implements billing.Tx: the fake writes at once.
 func (tx *tx) Flush(context.Context) error { return nil }
 
+// SaveRecoveryPoint implements billing.Tx: the transaction's state so far,
+// with the confirmation executing, becomes the store's (committed), and the
+// transaction goes on from there.
+func (tx *tx) SaveRecoveryPoint(ctx context.Context, confirmationID string, attempt int) (billing.Confirmation, billing.Account, time.Time, error) {
+	c, ok := tx.state.Confirmations[confirmationID]
+	if !ok {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
+	}
+	c.Status, c.Attempt, c.AttemptedAt = billing.StatusExecuting, attempt, tx.store.now
+	if c.SentAt.IsZero() {
+		c.SentAt = tx.store.now
+	}
+	tx.state.Confirmations[confirmationID] = c
+	tx.state.AttemptedAt[confirmationID] = tx.store.now
+	if tx.store.RecoveryPointErr != nil {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, tx.store.RecoveryPointErr
+	}
+	tx.store.state = tx.state.clone()
+	a := tx.state.Accounts[c.Org]
+	a.Unsettled = tx.state.executing(c.Org, c.ID)
+	return c, a, tx.store.now, nil
+}
+
 func (tx *tx) LockUnsettled(_ context.Context, idle time.Duration) (billing.Confirmation, billing.Account, time.Time, error) {
 	for _, c := range tx.state.Confirmations {
 		// Not after (rather than before): the fake's clock stands still, and
@@ -367,6 +381,9 @@ func (tx *tx) Record(_ context.Context, r billing.Record) error {
 			return fmt.Errorf("record: confirmation %s: %w", r.ConfirmationID, billing.ErrNotFound)
 		}
 		c.Status = r.Status
+		if r.Failure != "" {
+			c.Failure = r.Failure
+		}
 		tx.state.Confirmations[r.ConfirmationID] = c
 	}
 	if r.Approval != nil {
@@ -388,7 +405,7 @@ func (tx *tx) Record(_ context.Context, r billing.Record) error {
 	}
 	if r.Attempt != nil {
 		c := tx.state.Confirmations[r.ConfirmationID]
-		c.Attempt = *r.Attempt
+		c.Attempt, c.AttemptedAt = *r.Attempt, tx.store.now
 		tx.state.Confirmations[r.ConfirmationID] = c
 		tx.state.AttemptedAt[r.ConfirmationID] = tx.store.now
 	}

@@ -33,7 +33,7 @@ func TestScriptsMirrorBillingdSQL(t *testing.T) {
 		required []string // store methods whose statements the script must run
 	}{
 		{propose, []string{"queueActivity", "AccountForCall", "IssueConfirmation"}},
-		{handshake, []string{"queueActivity", "AccountForCall", "IssueConfirmation", "LockByToken", "queueReceipt", "queueAudit"}},
+		{handshake, []string{"queueActivity", "AccountForCall", "IssueConfirmation", "LockByToken", "SaveRecoveryPoint", "queueReceipt", "queueAudit"}},
 	} {
 		t.Run(string(tc.script), func(t *testing.T) {
 			body, err := scripts.ReadFile("scripts/" + string(tc.script) + ".sql")

@@ -256,16 +256,6 @@ func (s *Store) AuditEvents(ctx context.Context, org string, limit int, before i
 	return events, nil
 }
 
-// MarkAttempted implements billing.Store.
-func (s *Store) MarkAttempted(ctx context.Context, confirmationID string) error {
-	_, err := s.pool.Exec(ctx, `UPDATE confirmations SET status = 'executing', attempted_at = clock_timestamp()
-		WHERE id = $1 AND status = 'pending'`, confirmationID)
-	if err != nil {
-		return fmt.Errorf("mark attempted: %w", classify(err))
-	}
-	return nil
-}
-
 // AppendAudit implements billing.Store.
 func (s *Store) AppendAudit(ctx context.Context, events ...billing.AuditEvent) error {
 	batch := &pgx.Batch{}

@@ -120,7 +120,7 @@ const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c
 	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
-	c.agent, c.attempt, c.result,
+	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode, ` + verificationColumns
 
 // verificationColumns are the verify level's columns of a confirmation c.
@@ -133,7 +133,7 @@ func scanConfirmation(c *billing.Confirmation) []any {
 		&t.FromPlan, &t.ToPlan, &t.FromPriceID, &t.ToPriceID, &t.FromAmountCents, &t.ToAmountCents, &t.Currency,
 		&t.ProrationDate, &t.SubscriptionVer, &t.AmountDueCents, &t.CreditCents, &t.NextChargeAt,
 		&c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.Approval, &c.Approver,
-		&c.Agent, &c.Attempt, &c.Result,
+		&c.Agent, &c.Attempt, &c.Result, optionalTime{&c.SentAt}, optionalTime{&c.AttemptedAt}, &c.Failure,
 		optionalTime{&c.ApproverAuth.AuthTime}, &c.ApproverAuth.ACR, &t.Livemode}, scanVerification(c)...)
 }
 
@@ -178,26 +178,52 @@ func (s verifiedAt) Scan(src any) error {
 	return nil
 }
 
-// LockByToken implements billing.Tx. The subscription row is locked with the
-// confirmation so that two different confirmations of one org execute one
-// after the other, and the second sees the first's new subscription version.
-// Whether another confirmation of the org is executing, the org's policy
-// and the clock are read by a second statement of the same round trip: it
-// runs once the locks are held, with a snapshot of its own, so it sees what
-// the previous holder (or an admin saving the policy) committed meanwhile;
-// the locking statement re-reads only the rows it locks, and its now() is
-// the transaction's start, before any wait.
+// LockByToken implements billing.Tx. The subscription row is locked before
+// the confirmation (lockSubscriptionOfToken): every step that locks both
+// (second calls, webhooks, the settler) does so in that order, so two of
+// them never wait for each other in a cycle. Holding the subscription, two
+// different confirmations of one org execute one after the other, and the
+// second sees the first's new subscription version. Whether another
+// confirmation of the org is executing, the org's policy and the clock are
+// read by a third statement of the same round trip: it runs once the locks
+// are held, with a snapshot of its own, so it sees what the previous holder
+// (or an admin saving the policy) committed meanwhile; the locking
+// statements re-read only the rows they lock, and their now() is the
+// transaction's start, before any wait.
 func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (billing.Confirmation, billing.Account, time.Time, error) {
+	batch := &pgx.Batch{}
+	batch.Queue(lockSubscriptionOfToken, tokenHash, org, principal)
+	return t.lockConfirmation(ctx, batch, lockByTokenSQL, []any{tokenHash, org, principal}, afterLockSQL, org, tokenHash)
+}
+
+// lockConfirmationSQL reads a confirmation with its account and the clock;
+// lockByTokenSQL and relockByIDSQL complete it.
+const lockConfirmationSQL = `SELECT ` + confirmationColumns + `, ` + accountColumns + `, now()
+		FROM confirmations c JOIN ` + accountFrom + ` ON o.id = c.org
+		WHERE `
+
+const lockByTokenSQL = lockConfirmationSQL + `c.token_hash = $1 AND c.org = $2 AND c.principal = $3
+		FOR UPDATE OF c, s`
+
+const relockByIDSQL = lockConfirmationSQL + `c.id = $1 FOR UPDATE OF c, s`
+
+// lockSubscriptionOfToken locks the subscription of the confirmation with
+// token hash $1, if it is org $2's and principal $3's: the first lock.
+const lockSubscriptionOfToken = `SELECT 1 FROM subscriptions s WHERE s.org = $2 AND EXISTS (
+	SELECT 1 FROM confirmations c WHERE c.token_hash = $1 AND c.org = $2 AND c.principal = $3) FOR UPDATE OF s`
+
+// lockConfirmation queues, after what batch holds, the statement that locks
+// (again) a confirmation with its account (lockByTokenSQL or
+// relockByIDSQL, over args) and the after-lock statement (afterLockSQL or
+// afterRelockSQL, over afterArgs), and sends them: one round trip.
+func (t *storeTx) lockConfirmation(ctx context.Context, batch *pgx.Batch, lockSQL string, args []any,
+	afterLock string, afterArgs ...any) (billing.Confirmation, billing.Account, time.Time, error) {
 	var c billing.Confirmation
 	var a billing.Account
 	var now time.Time
 	dest := append(append(scanConfirmation(&c), scanAccount(&a)...), &now)
-	batch := &pgx.Batch{}
 	found := false
-	batch.Queue(`SELECT `+confirmationColumns+`, `+accountColumns+`, now()
-		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
-		WHERE c.token_hash = $1 AND c.org = $2 AND c.principal = $3
-		FOR UPDATE OF c, s`, tokenHash, org, principal).QueryRow(func(row pgx.Row) error {
+	batch.Queue(lockSQL, args...).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(dest...)
 		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -205,7 +231,7 @@ func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenH
 		}
 		return err
 	})
-	batch.Queue(afterLockSQL, org, tokenHash).QueryRow(func(row pgx.Row) error {
+	batch.Queue(afterLock, afterArgs...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&a.Unsettled, policyColumn{&a.Policy}, &now)
 	})
 	if err := t.send(ctx, batch); err != nil {
@@ -218,11 +244,55 @@ func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenH
 	return c, a, now, nil
 }
 
+// recoveryPointSQL marks confirmation $1 executing under attempt $2.
+const recoveryPointSQL = `UPDATE confirmations SET status = 'executing', attempt = $2, attempted_at = clock_timestamp(),
+		sent_at = coalesce(sent_at, clock_timestamp()) WHERE id = $1`
+
+// SaveRecoveryPoint implements billing.Tx in one round trip: the waiting
+// writes, the confirmation marked executing, COMMIT, then BEGIN and the
+// locks again (subscription first) with the account, policy and clock.
+// Statements of one pipeline run in order; COMMIT ends the transaction
+// there, and what follows it runs in a new one.
+func (t *storeTx) SaveRecoveryPoint(ctx context.Context, confirmationID string, attempt int) (billing.Confirmation, billing.Account, time.Time, error) {
+	if !t.begun {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, errors.New("recovery point outside a transaction")
+	}
+	committed := false
+	batch := &pgx.Batch{}
+	batch.Queue(recoveryPointSQL, confirmationID, attempt)
+	batch.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return errCommitRolledBack
+		}
+		committed = true
+		return nil
+	})
+	batch.Queue("BEGIN")
+	batch.Queue(relockSubscriptionSQL, confirmationID)
+	c, a, now, err := t.lockConfirmation(ctx, batch, relockByIDSQL, []any{confirmationID}, afterRelockSQL, confirmationID)
+	if committed && err != nil {
+		err = fmt.Errorf("%w: %w", billing.ErrRecoveryPointSaved, err)
+	}
+	if err != nil {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("recovery point: %w", err)
+	}
+	return c, a, now, nil
+}
+
 // afterLockSQL asks whether a confirmation of org other than the one with
 // token hash $2 is executing, and reads the org's policy and the clock.
 const afterLockSQL = `SELECT EXISTS (SELECT 1 FROM confirmations
 	WHERE org = $1 AND status = 'executing' AND token_hash <> $2),
 	(SELECT policy FROM org_policies WHERE org = $1), clock_timestamp()`
+
+// relockSubscriptionSQL locks the subscription of confirmation $1 again:
+// the first lock of the transaction after a recovery point.
+const relockSubscriptionSQL = `SELECT 1 FROM subscriptions s JOIN confirmations c ON c.org = s.org WHERE c.id = $1 FOR UPDATE OF s`
+
+// afterRelockSQL is afterLockSQL for the confirmation with id $1.
+const afterRelockSQL = `WITH this AS (SELECT id, org FROM confirmations WHERE id = $1)
+	SELECT EXISTS (SELECT 1 FROM confirmations x, this WHERE x.org = this.org AND x.status = 'executing' AND x.id <> this.id),
+	(SELECT policy FROM org_policies p, this WHERE p.org = this.org), clock_timestamp()`
 
 // LockUnsettled implements billing.Tx.
 func (t *storeTx) LockUnsettled(ctx context.Context, idle time.Duration) (billing.Confirmation, billing.Account, time.Time, error) {
@@ -280,8 +350,9 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 		// (now()), so a slow attempt is not already "idle" for the
 		// reconciler when it commits.
 		batch.Queue(`UPDATE confirmations SET status = $2, finished_at = now(), attempt = coalesce($3, attempt),
-			attempted_at = CASE WHEN $3::integer IS NULL THEN attempted_at ELSE clock_timestamp() END, result = coalesce($4, result)
-			WHERE id = $1`, r.ConfirmationID, string(r.Status), r.Attempt, r.Result)
+			attempted_at = CASE WHEN $3::integer IS NULL THEN attempted_at ELSE clock_timestamp() END, result = coalesce($4, result),
+			failure = coalesce(NULLIF($5, ''), failure)
+			WHERE id = $1`, r.ConfirmationID, string(r.Status), r.Attempt, r.Result, r.Failure)
 	}
 	if sub := r.Subscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET plan = $2, status = $3, current_period_end = $4, stripe_item_id = $5,

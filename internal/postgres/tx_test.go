@@ -232,7 +232,7 @@ func TestStepWritesReachDatabaseBeforeProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"},
-		PeriodEnd: time.Now().Add(30 * 24 * time.Hour)}
+		PeriodEnd: time.Now().Add(30 * 24 * time.Hour), ReadState: billingtest.StateOf(billingtest.Account("acme"))}
 	catalog, err := billing.NewCatalog(billing.DefaultPlans())
 	if err != nil {
 		t.Fatal(err)

@@ -56,6 +56,8 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 	if change.ConfirmationID != "" {
 		params.AddMetadata(MetadataConfirmationID, change.ConfirmationID)
 	}
+	// The invoice the update made, with its amounts: what was charged.
+	params.Expand = []*string{stripe.String("latest_invoice")}
 	params.SetIdempotencyKey(idempotencyKey)
 	params.Context = ctx
 	sub, err := p.api.Subscriptions.Update(change.SubscriptionID, params)
@@ -67,17 +69,32 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 		// A price swap keeps the item's id, so the id we sent is still right.
 		itemID = change.ItemID
 	}
-	return billing.AppliedChange{
+	applied := billing.AppliedChange{
 		Status:           string(sub.Status),
 		CurrentPeriodEnd: unixTime(sub.CurrentPeriodEnd),
 		ItemID:           itemID,
-	}, nil
+	}
+	if change.ChargeNow { // always_invoice: the latest invoice is the one this update made
+		applied.Invoice = invoiceOf(sub.LatestInvoice)
+	}
+	return applied, nil
 }
 
-// ReadSubscription reads the subscription as Stripe has it now, to settle a
-// plan change whose outcome is unknown.
+// invoiceOf is what billing states of an (expanded) invoice; nil when
+// Stripe sent none, or only its id.
+func invoiceOf(inv *stripe.Invoice) *billing.Invoice {
+	if inv == nil || inv.ID == "" || inv.Currency == "" {
+		return nil
+	}
+	return &billing.Invoice{ID: inv.ID, AmountDueCents: inv.AmountDue, Currency: string(inv.Currency)}
+}
+
+// ReadSubscription reads the subscription as Stripe has it now, with its
+// latest invoice: before a change is sent, to settle one whose outcome is
+// unknown, and on a webhook.
 func (p *Provider) ReadSubscription(ctx context.Context, subscriptionID string) (billing.ProviderSubscription, error) {
 	params := &stripe.SubscriptionParams{}
+	params.Expand = []*string{stripe.String("latest_invoice")}
 	params.Context = ctx
 	sub, err := p.api.Subscriptions.Get(subscriptionID, params)
 	if err != nil {
@@ -87,10 +104,15 @@ func (p *Provider) ReadSubscription(ctx context.Context, subscriptionID string) 
 		Status:           string(sub.Status),
 		CurrentPeriodEnd: unixTime(sub.CurrentPeriodEnd),
 		ConfirmationID:   sub.Metadata[MetadataConfirmationID],
+		LatestInvoice:    invoiceOf(sub.LatestInvoice),
 	}
 	if sub.Items != nil && len(sub.Items.Data) > 0 {
 		item := sub.Items.Data[0]
-		state.ItemID = item.ID
+		state.Items = len(sub.Items.Data)
+		if sub.Items.HasMore {
+			state.Items++ // more than one page: more than one item
+		}
+		state.ItemID, state.Quantity = item.ID, item.Quantity
 		if item.Price != nil {
 			state.PriceID = item.Price.ID
 		}

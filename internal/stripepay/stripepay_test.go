@@ -353,10 +353,20 @@ func TestFakePreview(t *testing.T) {
 func TestFakeApplyThenDowngradePreview(t *testing.T) {
 	t.Parallel()
 	env := newFakeEnv(t, Config{})
+	quoted, err := env.p.PreviewPlanChange(context.Background(), env.change(priceScale, true))
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := env.p.ApplyPlanChange(context.Background(), env.change(priceScale, true), "conf_1:apply")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The update's own invoice, read from its latest_invoice, charges what
+	// the preview with the same proration date quoted.
+	if got.Invoice == nil || got.Invoice.AmountDueCents != quoted.AmountDueNowCents || got.Invoice.Currency != "usd" {
+		t.Fatalf("invoice %+v, want %d usd as quoted", got.Invoice, quoted.AmountDueNowCents)
+	}
+	got.Invoice = nil
 	want := billing.AppliedChange{Status: "active", CurrentPeriodEnd: periodStart.Add(30 * 24 * time.Hour), ItemID: env.cust.ItemID}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)

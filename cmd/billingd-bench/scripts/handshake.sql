@@ -1,11 +1,14 @@
 -- A full handshake (propose, then confirm), statement for statement as
 -- internal/postgres runs it, round trip for round trip. First the first
 -- call (see propose.sql), then the second: Store.RecentActivity (the rate
--- limit on failed second calls, read before any lock), then one
--- transaction in two round trips, as storeTx sends it: BEGIN goes with
--- storeTx.LockByToken's batch (the lock and the unsettled check), the
--- storeTx.Record writes go with COMMIT. The Stripe call billingd makes
--- between the two is not part of the database's ceiling. pgbench cannot bind NULL or an empty string, so approval is
+-- limit on failed second calls, read before any lock), then three round
+-- trips, as storeTx sends them: BEGIN goes with storeTx.LockByToken's
+-- batch (the subscription's lock, the confirmation's, the unsettled
+-- check); the recovery point (SaveRecoveryPoint: TOKEN_VALIDATED, the
+-- confirmation executing, COMMIT, BEGIN and the same locks again); the
+-- storeTx.Record writes with COMMIT. The Stripe requests billingd makes
+-- between them (the read of the subscription before the recovery point,
+-- the update after it) are not part of the database's ceiling. pgbench cannot bind NULL or an empty string, so approval is
 -- "granted" where billingd's is empty (NULLIF makes that NULL), synced_at
 -- gets a time where billingd sends NULL (coalesce keeps the column) and the
 -- audit reason is "-" where billingd's is empty. A few bytes, same work.
@@ -60,11 +63,13 @@ SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE
 			AND at > now() - :window_us * interval '1 microsecond';
 \startpipeline
 BEGIN;
+SELECT 1 FROM subscriptions s WHERE s.org = :org AND EXISTS (
+	SELECT 1 FROM confirmations c WHERE c.token_hash = :hash AND c.org = :org AND c.principal = :principal) FOR UPDATE OF s;
 SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
-	c.agent, c.attempt, c.result,
+	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
 	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
@@ -77,14 +82,36 @@ SELECT EXISTS (SELECT 1 FROM confirmations
 	(SELECT policy FROM org_policies WHERE org = :org), clock_timestamp();
 \endpipeline
 \startpipeline
+INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
+			VALUES (:ev_validated, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id);
+UPDATE confirmations SET status = 'executing', attempt = :attempt, attempted_at = clock_timestamp(),
+		sent_at = coalesce(sent_at, clock_timestamp()) WHERE id = :cid;
+COMMIT;
+BEGIN;
+SELECT 1 FROM subscriptions s JOIN confirmations c ON c.org = s.org WHERE c.id = :cid FOR UPDATE OF s;
+SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
+	c.from_plan, c.to_plan, c.from_price_id, c.to_price_id, c.from_amount_cents, c.to_amount_cents, c.currency,
+	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
+	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
+	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
+	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
+	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now()
+		FROM confirmations c JOIN orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id ON o.id = c.org
+		WHERE c.id = :cid FOR UPDATE OF c, s;
+WITH this AS (SELECT id, org FROM confirmations WHERE id = :cid)
+	SELECT EXISTS (SELECT 1 FROM confirmations x, this WHERE x.org = this.org AND x.status = 'executing' AND x.id <> this.id),
+	(SELECT policy FROM org_policies p, this WHERE p.org = this.org), clock_timestamp();
+\endpipeline
+\startpipeline
 UPDATE confirmations SET status = :executed, finished_at = now(), attempt = coalesce(:attempt, attempt),
-			attempted_at = CASE WHEN :attempt::integer IS NULL THEN attempted_at ELSE clock_timestamp() END, result = coalesce(:result, result)
+			attempted_at = CASE WHEN :attempt::integer IS NULL THEN attempted_at ELSE clock_timestamp() END, result = coalesce(:result, result),
+			failure = coalesce(NULLIF(:reason, ''), failure)
 			WHERE id = :cid;
 UPDATE subscriptions SET plan = :to_plan, status = :sub_status, current_period_end = :period_end, stripe_item_id = :item_id,
 			synced_at = coalesce(:synced_at, synced_at), version = version + 1, updated_at = now() WHERE org = :org;
 INSERT INTO receipts (confirmation_id, org, principal, summary, receipt) VALUES (:cid, :org, :principal, :summary, :receipt);
-INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
-			VALUES (:ev_validated, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id);
 INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
 			VALUES (:ev_executed, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id);
 COMMIT;

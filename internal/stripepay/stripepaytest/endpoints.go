@@ -64,7 +64,8 @@ func (s *Server) createSubscription(r *http.Request) (any, error) {
 		Metadata:           hashParams(f, "metadata"),
 	}
 	s.subs[sub.ID] = sub
-	return s.toSubscriptionJSON(sub), nil
+	s.emit("customer.subscription.created", sub)
+	return s.toSubscriptionJSON(sub, r), nil
 }
 
 // newItems makes the items of a new subscription; callers hold s.mu.
@@ -91,17 +92,19 @@ func (s *Server) newItems(params []itemParam) ([]Item, error) {
 // updateSubscription: POST /v1/subscriptions/{id}. The fake supports what
 // billingd does with it: swapping the price of existing items
 // (items[i][id], items[i][price], optional items[i][quantity]), with
-// proration_behavior, proration_date, payment_behavior and metadata. The
-// proration and payment parameters are validated but otherwise have no
-// effect: the fake keeps no invoices.
+// proration_behavior, proration_date, payment_behavior and metadata.
+// always_invoice invoices the proration at once (invoiceChange), as the
+// subscription's latest_invoice; the payment parameters are validated but
+// otherwise have no effect: the fake takes no payments.
 func (s *Server) updateSubscription(r *http.Request) (any, error) {
 	f := r.PostForm
 	params, err := parseItems(f, "items")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := enumParam(f, "proration_behavior", "create_prorations",
-		"create_prorations", "always_invoice", "none"); err != nil {
+	behavior, err := enumParam(f, "proration_behavior", "create_prorations",
+		"create_prorations", "always_invoice", "none")
+	if err != nil {
 		return nil, err
 	}
 	if _, err := enumParam(f, "payment_behavior", "allow_incomplete",
@@ -129,12 +132,20 @@ func (s *Server) updateSubscription(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if behavior == "always_invoice" {
+		at := s.now().Truncate(time.Second)
+		if hasProrationDate {
+			at = time.Unix(prorationDate, 0)
+		}
+		s.invoiceChange(sub, changes, at)
+	}
 	for _, c := range changes {
 		sub.Items[c.index].PriceID, sub.Items[c.index].Quantity = c.price.id, c.quantity
 	}
 	mergeMetadata(&sub.Metadata, hashParams(f, "metadata"))
 	s.updates[sub.ID]++
-	return s.toSubscriptionJSON(sub), nil
+	s.emit("customer.subscription.updated", sub)
+	return s.toSubscriptionJSON(sub, r), nil
 }
 
 // getSubscription: GET /v1/subscriptions/{id}.
@@ -146,7 +157,7 @@ func (s *Server) getSubscription(r *http.Request) (any, error) {
 	if !ok {
 		return nil, errNoSuch(http.StatusNotFound, "id", "subscription", id)
 	}
-	return s.toSubscriptionJSON(sub), nil
+	return s.toSubscriptionJSON(sub, r), nil
 }
 
 // createPreview: POST /v1/invoices/create_preview for a change to an

@@ -30,6 +30,7 @@ const (
 	dropConnection
 	delayAnswer
 	stallExecution
+	applyThenServerError
 )
 
 // The faults. Like Stripe, the fake saves the outcome of a request that
@@ -57,6 +58,12 @@ var (
 	// the replayed response rather than an error; use a client without
 	// keep-alives to see the error.
 	DropConnection = Fault{kind: dropConnection}
+
+	// ApplyThenServerError performs the request, then saves and answers a
+	// 500 instead of its response, as Stripe may when it fails after the
+	// change was made: a retry with the same key gets the 500 again, so
+	// only reading the subscription back shows the change.
+	ApplyThenServerError = Fault{kind: applyThenServerError}
 )
 
 // Delay makes the change and saves its response at once, then holds the

@@ -105,6 +105,9 @@ func (s *Server) execute(fn endpointFunc, r *http.Request, fault Fault) result {
 		res = errorResult(errCardDeclined())
 	case serverError:
 		res = errorResult(errServer())
+	case applyThenServerError:
+		_ = answer(fn(r))
+		res = errorResult(errServer())
 	default:
 		res = answer(fn(r))
 	}

@@ -47,6 +47,8 @@ type Subscription struct {
 	CurrentPeriodEnd   time.Time
 	Items              []Item
 	Metadata           map[string]string
+	// LatestInvoice is the id of the subscription's latest invoice, if any.
+	LatestInvoice string
 }
 
 // Item is one subscription item.
@@ -72,6 +74,10 @@ type Server struct {
 	faults    map[Endpoint][]Fault
 	chaos     func(Endpoint) Fault
 	keys      keyStore
+	invoices  map[string]invoiceJSON
+	// invoiceAdjustment is added to the next invoice an update makes.
+	invoiceAdjustment int64
+	events            []Event
 }
 
 type price struct {
@@ -97,6 +103,7 @@ func New() *Server {
 		requests:  map[Endpoint]int{},
 		faults:    map[Endpoint][]Fault{},
 		keys:      newKeyStore(maxStoredKeys),
+		invoices:  map[string]invoiceJSON{},
 	}
 	s.handler = s.routes()
 	return s

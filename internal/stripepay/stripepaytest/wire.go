@@ -1,5 +1,11 @@
 package stripepaytest
 
+import (
+	"net/http"
+	"slices"
+	"strings"
+)
+
 // The JSON shapes of Stripe's objects, cut down to the fields stripe-go's
 // types need for what billingd reads. Timestamps are Unix seconds.
 
@@ -58,6 +64,9 @@ type subscriptionJSON struct {
 	Items              listJSON[subscriptionItemJSON] `json:"items"`
 	Metadata           map[string]string              `json:"metadata"`
 	Livemode           bool                           `json:"livemode"`
+	// LatestInvoice is the invoice's id, or the invoice itself when the
+	// request asked for expand[]=latest_invoice; null when there is none.
+	LatestInvoice any `json:"latest_invoice"`
 }
 
 type periodJSON struct {
@@ -119,8 +128,9 @@ func toPriceJSON(p price) priceJSON {
 	}
 }
 
-// toSubscriptionJSON renders sub; callers hold s.mu (prices).
-func (s *Server) toSubscriptionJSON(sub *Subscription) subscriptionJSON {
+// toSubscriptionJSON renders sub, its latest invoice expanded if r asks
+// for it (r may be nil); callers hold s.mu (prices, invoices).
+func (s *Server) toSubscriptionJSON(sub *Subscription, r *http.Request) subscriptionJSON {
 	items := make([]subscriptionItemJSON, len(sub.Items))
 	for i, it := range sub.Items {
 		items[i] = subscriptionItemJSON{
@@ -133,10 +143,35 @@ func (s *Server) toSubscriptionJSON(sub *Subscription) subscriptionJSON {
 		ID: sub.ID, Object: "subscription", Status: sub.Status, Customer: sub.Customer,
 		Created: sub.Created.Unix(), StartDate: sub.Created.Unix(),
 		CurrentPeriodStart: sub.CurrentPeriodStart.Unix(), CurrentPeriodEnd: sub.CurrentPeriodEnd.Unix(),
-		Currency: s.currency(sub),
-		Items:    newList("/v1/subscription_items?subscription="+sub.ID, items),
-		Metadata: orEmpty(sub.Metadata),
+		Currency:      s.currency(sub),
+		Items:         newList("/v1/subscription_items?subscription="+sub.ID, items),
+		Metadata:      orEmpty(sub.Metadata),
+		LatestInvoice: s.latestInvoice(sub, r),
 	}
+}
+
+// latestInvoice is sub's latest_invoice field: nil, its id, or the invoice
+// when r asks for expand[]=latest_invoice.
+func (s *Server) latestInvoice(sub *Subscription, r *http.Request) any {
+	inv, ok := s.invoices[sub.LatestInvoice]
+	if !ok {
+		return nil
+	}
+	if r != nil && expands(r, "latest_invoice") {
+		return inv
+	}
+	return inv.ID
+}
+
+// expands reports whether r asks to expand field: expand[]=field, or
+// expand[0]=field as stripe-go writes it (in the query or the form).
+func expands(r *http.Request, field string) bool {
+	for name, values := range r.Form {
+		if (name == "expand" || strings.HasPrefix(name, "expand[")) && slices.Contains(values, field) {
+			return true
+		}
+	}
+	return false
 }
 
 // currency is the subscription's currency: that of its items' prices, which

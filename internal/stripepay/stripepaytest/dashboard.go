@@ -1,0 +1,106 @@
+package stripepaytest
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// What the fake does besides answering billingd: the invoices its updates
+// make, changes made "in Stripe's dashboard" (by anyone but billingd), and
+// the events Stripe would send about all of them.
+
+// invoiceChange makes and keeps the invoice an always_invoice update of sub
+// creates and charges at once: the previewed proration invoice (see
+// previewInvoice), paid, plus an adjustment a test asked for
+// (AdjustNextInvoice). Callers hold s.mu.
+func (s *Server) invoiceChange(sub *Subscription, changes []itemChange, at time.Time) {
+	inv := s.previewInvoice(sub, changes, "always_invoice", at)
+	inv.ID, inv.Status = s.newID("in"), "paid"
+	inv.Total += s.invoiceAdjustment
+	inv.AmountDue = max(inv.Total, 0)
+	inv.AmountRemaining = 0
+	s.invoiceAdjustment = 0
+	s.invoices[inv.ID] = inv
+	sub.LatestInvoice = inv.ID
+}
+
+// AdjustNextInvoice adds cents to the next invoice an update makes, and to
+// no preview: what a tax rate or a discount that changed between a quote
+// and its execution does to the amount charged.
+func (s *Server) AdjustNextInvoice(cents int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.invoiceAdjustment = cents
+}
+
+// Invoice returns the amount due and currency of an invoice the fake made.
+func (s *Server) Invoice(id string) (amountDue int64, currency string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inv, ok := s.invoices[id]
+	return inv.AmountDue, inv.Currency, ok
+}
+
+// ChangeInDashboard changes a subscription the way a person in Stripe's
+// dashboard (or another integration) would: edit may change the status,
+// the period, the items' prices and quantities; metadata it leaves alone
+// stays, as Stripe keeps it. The change does not count in UpdateCount (which
+// counts billingd's updates), and makes a customer.subscription.updated
+// event (deleted when the status becomes canceled).
+func (s *Server) ChangeInDashboard(subscriptionID string, edit func(*Subscription)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub, ok := s.subs[subscriptionID]
+	if !ok {
+		return fmt.Errorf("no subscription %s", subscriptionID)
+	}
+	edited := sub.clone()
+	edit(&edited)
+	for _, it := range edited.Items {
+		if _, ok := s.prices[it.PriceID]; !ok {
+			return fmt.Errorf("no price %s", it.PriceID)
+		}
+	}
+	*sub = edited
+	kind := "customer.subscription.updated"
+	if sub.Status == "canceled" {
+		kind = "customer.subscription.deleted"
+	}
+	s.emit(kind, sub)
+	return nil
+}
+
+// Event is a webhook event the fake made: what Stripe would POST to an
+// endpoint, unsigned. Created has whole seconds, as Stripe's does, so events
+// of one second cannot be ordered by it.
+type Event struct {
+	ID      string
+	Type    string
+	Created time.Time
+	// Payload is the event's JSON (id, type, created, data.object).
+	Payload []byte
+}
+
+// Events returns the events made so far, oldest first. A test delivers
+// them as Stripe does: late, twice, in any order.
+func (s *Server) Events() []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.events)
+}
+
+// emit records an event about sub as it is now. Callers hold s.mu.
+func (s *Server) emit(kind string, sub *Subscription) {
+	id := s.newID("evt")
+	created := s.now().Truncate(time.Second)
+	payload, err := json.Marshal(map[string]any{
+		"id": id, "object": "event", "type": kind, "created": created.Unix(), "api_version": "2024-06-20",
+		"livemode": false, "data": map[string]any{"object": s.toSubscriptionJSON(sub, nil)},
+	})
+	if err != nil {
+		panic(err) // the fake's own types always marshal
+	}
+	s.events = append(s.events, Event{ID: id, Type: kind, Created: created, Payload: payload})
+}

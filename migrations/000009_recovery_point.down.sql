@@ -1,0 +1,2 @@
+ALTER TABLE confirmations DROP COLUMN failure;
+ALTER TABLE confirmations DROP COLUMN sent_at;
