@@ -51,6 +51,11 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	if err != nil {
 		return redemption{}, err
 	}
+	if !consent && !s.attemptOver(c, now) {
+		// Nothing may be sent, and a request may still be under way at the
+		// provider: a read now could not tell "not made" from "not yet".
+		return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil
+	}
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
 	if consent {
@@ -70,9 +75,6 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state)
 	}
 	if !consent {
-		if !s.attemptOver(c, now) { // a request may still be under way at the provider
-			return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, ErrUnavailable, false, withheld)
-		}
 		return s.recordNotMade(ctx, tx, caller, c)
 	}
 	// Certainly not applied: the request under the last key is over and the
@@ -163,14 +165,18 @@ func needsReadBack(err error) bool {
 // again once idle has passed.
 func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration, limit int) (int, error) {
 	n := 0
+	// A confirmation that cannot be settled yet keeps its place at the
+	// head of the queue: the round ends when it comes round again.
+	seen := map[string]bool{}
 	for ; n < limit; n++ {
 		found := true
 		err := s.store.InTx(ctx, func(tx Tx) error {
 			c, acct, now, err := tx.LockUnsettled(ctx, idle)
-			if errors.Is(err, ErrNotFound) {
+			if errors.Is(err, ErrNotFound) || err == nil && seen[c.ID] {
 				found = false
 				return nil
 			}
+			seen[c.ID] = true
 			if err != nil {
 				return fmt.Errorf("lock unsettled confirmation: %w", err)
 			}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -226,4 +227,145 @@ func planOfPrice(price string) string {
 		}
 	}
 	return price
+}
+
+// TestChaosWithReplicaKills: the chaos of TestChaosInvariant, served by
+// two billingd serve processes on one database of which a killer SIGKILLs
+// one at random every few hundred milliseconds and restarts it at once,
+// with Stripe's events delivered late, shuffled and twice. After settling,
+// for every org billingd's plan and executed changes equal Stripe's, every
+// change Stripe made has its receipt, and nothing was made twice. Several
+// seeds (CHAOS_SEED adds one).
+func TestChaosWithReplicaKills(t *testing.T) {
+	// Not parallel: kills processes at seeded moments.
+	seeds := []uint64{20261124, 7}
+	if s, err := strconv.ParseUint(os.Getenv("CHAOS_SEED"), 10, 64); err == nil {
+		seeds = append(seeds, s)
+	}
+	for _, seed := range seeds {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) { chaosWithKills(t, seed) })
+	}
+}
+
+func chaosWithKills(t *testing.T, seed uint64) {
+	h := newHarness(t, withEnv("STRIPE_TIMEOUT", "1s"), withEnv("SETTLE_INTERVAL", "300ms"),
+		withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
+	faults := &chaos{rng: rand.New(rand.NewPCG(seed, 1))}
+	h.fake.SetChaos(faults.pick)
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	procs := make([]*server, len(addrs))
+	replicas := make([]*harness, len(addrs))
+	for i, addr := range addrs {
+		procs[i] = h.startServe(addr)
+		r := *h
+		r.url = "http://" + addr
+		replicas[i] = &r
+	}
+
+	stop := make(chan struct{})
+	var background sync.WaitGroup
+	kills := 0
+	background.Go(func() { // the killer
+		rng := rand.New(rand.NewPCG(seed, 2))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(400+rng.IntN(800)) * time.Millisecond):
+			}
+			i := rng.IntN(len(procs))
+			_ = procs[i].cmd.Process.Signal(syscall.SIGKILL)
+			<-procs[i].done
+			kills++
+			procs[i] = h.startServe(addrs[i])
+		}
+	})
+	delivered := 0
+	background.Go(func() { // Stripe's webhooks: late, shuffled, twice
+		rng := rand.New(rand.NewPCG(seed, 3))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			delivered = h.deliverShuffled(rng, delivered)
+		}
+	})
+
+	const orgs, rounds = 8, 5
+	var clients sync.WaitGroup
+	statuses := make(chan int, orgs*rounds*4)
+	for i := range orgs {
+		org := fmt.Sprintf("killed%02d", i)
+		h.createOrg(org, org, "pro")
+		rng := rand.New(rand.NewPCG(seed, uint64(i)+10))
+		tok := h.user(org, "user-of-"+org)
+		clients.Go(func() { chaosClient(t, replicas, tok, rng, rounds, statuses) })
+	}
+	clients.Wait()
+	close(stop)
+	background.Wait()
+	close(statuses)
+	seen := map[int]int{}
+	for s := range statuses {
+		seen[s]++
+	}
+	t.Logf("seed %d: %d kills; answers by status: %v", seed, kills, seen)
+	if seen[http.StatusInternalServerError] > 0 {
+		t.Errorf("%d answers were 500", seen[http.StatusInternalServerError])
+	}
+
+	h.fake.SetChaos(nil)
+	h.deliverShuffled(rand.New(rand.NewPCG(seed, 4)), 0) // every event once more, in another order
+	var disagreements []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		disagreements = disagreements[:0]
+		for i := range orgs {
+			org := fmt.Sprintf("killed%02d", i)
+			if d := h.disagreement(org); d != "" {
+				disagreements = append(disagreements, d)
+			} else if d := h.missingReceipts(org); d != "" {
+				disagreements = append(disagreements, d)
+			}
+		}
+		if len(disagreements) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, d := range disagreements {
+		t.Error(d)
+	}
+}
+
+// deliverShuffled delivers the fake's events from the from-th on, in a
+// random order, each twice, to h; it returns how many events there were.
+func (h *harness) deliverShuffled(rng *rand.Rand, from int) int {
+	events := h.fake.Events()
+	batch := events[from:]
+	order := append(rng.Perm(len(batch)), rng.Perm(len(batch))...)
+	for _, i := range order {
+		h.deliver(batch[i])
+	}
+	return len(events)
+}
+
+// missingReceipts says how org's receipts fall short of its executed
+// changes, or "".
+func (h *harness) missingReceipts(org string) string {
+	h.t.Helper()
+	var receipts int
+	if err := h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM receipts WHERE org = $1`, org).Scan(&receipts); err != nil {
+		h.t.Fatal(err)
+	}
+	executed := 0
+	for _, e := range h.auditEvents(org) {
+		if e.Event == "OPERATION_EXECUTED" {
+			executed++
+		}
+	}
+	if receipts != executed {
+		return fmt.Sprintf("%s: %d receipts for %d executed changes", org, receipts, executed)
+	}
+	return ""
 }

@@ -93,11 +93,15 @@ func TestReceipts(t *testing.T) {
 	want := billing.ReceiptClaims{
 		Issuer: h.url, Subject: "alice", Org: "vector", Client: "test-agent", ConfirmationID: p.ConfirmationID,
 		Operation: billing.OpUpgrade, From: "pro", To: "scale", AmountDueNowCents: p.Details.AmountDueNowCents,
-		Currency: "usd", SummarySHA256: hex.EncodeToString(sum[:]),
+		QuotedAmountDueNowCents: p.Details.AmountDueNowCents, Currency: "usd", SummarySHA256: hex.EncodeToString(sum[:]),
 		StripeSubscriptionID: acct.Subscription.StripeSubscriptionID, Livemode: false,
 	}
 	got := c
 	got.IssuedAt, got.ProrationDate, got.ExecutedAt, got.IdempotencyKey = 0, want.ProrationDate, want.ExecutedAt, ""
+	if !strings.HasPrefix(got.InvoiceID, "in_") {
+		t.Fatalf("receipt names no invoice: %+v", c)
+	}
+	got.InvoiceID = "" // Stripe's: the amount is the invoice's (TestReceiptStatesInvoicedAmount)
 	if got != want {
 		t.Fatalf("receipt claims\n got %+v\nwant %+v", got, want)
 	}
