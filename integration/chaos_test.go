@@ -264,16 +264,19 @@ func chaosWithKills(t *testing.T, seed uint64) {
 
 	stop := make(chan struct{})
 	var background sync.WaitGroup
-	kills := 0
+	kills, killsInFlight := 0, 0
 	background.Go(func() { // the killer
 		rng := rand.New(rand.NewPCG(seed, 2))
 		for {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Duration(400+rng.IntN(800)) * time.Millisecond):
+			case <-time.After(time.Duration(150+rng.IntN(500)) * time.Millisecond):
 			}
 			i := rng.IntN(len(procs))
+			if h.fake.InFlight() > 0 {
+				killsInFlight++ // most likely with a Stripe request of its own under way
+			}
 			_ = procs[i].cmd.Process.Signal(syscall.SIGKILL)
 			<-procs[i].done
 			kills++
@@ -293,7 +296,7 @@ func chaosWithKills(t *testing.T, seed uint64) {
 		}
 	})
 
-	const orgs, rounds = 8, 5
+	const orgs, rounds = 8, 10
 	var clients sync.WaitGroup
 	statuses := make(chan int, orgs*rounds*4)
 	for i := range orgs {
@@ -311,7 +314,7 @@ func chaosWithKills(t *testing.T, seed uint64) {
 	for s := range statuses {
 		seen[s]++
 	}
-	t.Logf("seed %d: %d kills; answers by status: %v", seed, kills, seen)
+	t.Logf("seed %d: %d kills (%d while a Stripe request was in flight); answers by status: %v", seed, kills, killsInFlight, seen)
 	if seen[http.StatusInternalServerError] > 0 {
 		t.Errorf("%d answers were 500", seen[http.StatusInternalServerError])
 	}
