@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -43,14 +44,16 @@ func (e *env) serveStripe(h http.Handler) error {
 	return err
 }
 
-// cannedStripe answers the four Stripe requests billingd makes with fixed
-// bodies, echoing only the ids billingd reads back. It keeps no state and
-// no idempotency keys, so its cost per request is a form parse and a small
-// JSON encoding: the stand-in for "Stripe answered instantly". (The stateful
-// fake keeps every saved response for replay, whose memory and GC this
-// process would pay for during the measurement.)
+// cannedStripe answers the five Stripe requests billingd makes with fixed
+// bodies, echoing the ids billingd reads back and remembering only each
+// subscription's item and price, which billingd checks before a change. It
+// keeps no idempotency keys, so its cost per request is a form parse, a
+// map access and a small JSON encoding: the stand-in for "Stripe answered
+// instantly". (The stateful fake keeps every saved response for replay,
+// whose memory and GC this process would pay for during the measurement.)
 func cannedStripe() http.Handler {
 	var seq atomic.Int64
+	var subs sync.Map // subscription id → cannedItem
 	periodEnd := time.Now().Add(30 * 24 * time.Hour).Unix()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/customers", func(w http.ResponseWriter, r *http.Request) {
@@ -58,12 +61,22 @@ func cannedStripe() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
 		n := seq.Add(1)
-		writeJSON(w, cannedSubscription(fmt.Sprintf("sub_bench%d", n), fmt.Sprintf("si_bench%d", n),
-			r.FormValue("items[0][price]"), periodEnd))
+		id, item := fmt.Sprintf("sub_bench%d", n), cannedItem{fmt.Sprintf("si_bench%d", n), r.FormValue("items[0][price]")}
+		subs.Store(id, item)
+		writeJSON(w, cannedSubscription(id, item.id, item.price, periodEnd))
 	})
 	mux.HandleFunc("POST /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, cannedSubscription(r.PathValue("id"), r.FormValue("items[0][id]"),
-			r.FormValue("items[0][price]"), periodEnd))
+		item := cannedItem{r.FormValue("items[0][id]"), r.FormValue("items[0][price]")}
+		subs.Store(r.PathValue("id"), item)
+		writeJSON(w, cannedSubscription(r.PathValue("id"), item.id, item.price, periodEnd))
+	})
+	mux.HandleFunc("GET /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		v, ok := subs.Load(r.PathValue("id"))
+		if !ok { // seeded straight into the database: on Pro, as the seed makes it
+			v = cannedItem{"si_bench", "price_billingd_pro"}
+		}
+		item := v.(cannedItem)
+		writeJSON(w, cannedSubscription(r.PathValue("id"), item.id, item.price, periodEnd))
 	})
 	mux.HandleFunc("POST /v1/invoices/create_preview", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, cannedPreview)
@@ -71,11 +84,14 @@ func cannedStripe() http.Handler {
 	return mux
 }
 
+// cannedItem is what cannedStripe remembers of a subscription.
+type cannedItem struct{ id, price string }
+
 func cannedSubscription(id, itemID, priceID string, periodEnd int64) map[string]any {
 	return map[string]any{
 		"id": id, "object": "subscription", "status": "active", "current_period_end": periodEnd,
 		"items": map[string]any{"object": "list", "has_more": false, "data": []any{map[string]any{
-			"id": itemID, "object": "subscription_item", "price": map[string]any{"id": priceID, "object": "price"},
+			"id": itemID, "object": "subscription_item", "quantity": 1, "price": map[string]any{"id": priceID, "object": "price"},
 		}}},
 	}
 }
