@@ -196,7 +196,7 @@ func (e *Env) startStripe(ctx context.Context) error {
 	}
 	e.stops = append(e.stops, func() error { return stopStripeMock(proc) })
 	e.Config.StripeSecretKey, e.Config.StripeAPIBase = stripeMockKey, base
-	e.Stripe = "stripe-mock " + StripeMockVersion + " at " + base + " (stateless: every request succeeds with 2009 fixtures; --stripe=fake for real dates)"
+	e.Stripe = "stripe-mock " + StripeMockVersion + " at " + base + " (stateless: first calls quote 2009 fixtures, and second calls are refused as drift since its subscriptions never match; --stripe=fake to change plans)"
 	e.step("stripe-mock on %s (pid %d)", base, proc.pid())
 	return nil
 }
