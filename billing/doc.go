@@ -6,10 +6,13 @@
 // confirmation bound to the caller, the operation and every fact the summary
 // states, and returns a pbc_ token with a human-readable summary. The caller
 // (an agent or a dashboard) shows the summary to a human. Only a second call
-// carrying the token (Confirm) executes the change, inside one database
-// transaction that locks and consumes the confirmation, calls the provider
-// with an idempotency key derived from the confirmation, stores the new
-// subscription and writes the audit events.
+// carrying the token executes the change: it locks the subscription and the
+// confirmation, checks every rule and the subscription at the provider,
+// commits a recovery point (the confirmation executing, so that a crash
+// forgets nothing), calls the provider with an idempotency key derived from
+// the confirmation and, in the transaction that consumes the token, stores
+// the new subscription, the receipt and the audit events. Provider events
+// are hints: billingd records the subscription as the provider has it.
 //
 // Transports (rest, mcp) decode requests into ChangeRequest, call Service and
 // map *Error to their own representation; they hold no handshake rules.
@@ -21,13 +24,15 @@
 // Where things are, by use case:
 //
 //	propose.go    the first call: quote, policy gate, issue
-//	confirm.go    the second call: consume (lock, check, execute, record), replay
-//	settle.go     unknown provider outcomes: settled by retry, reconciler, webhook
+//	confirm.go    the second call, step by step: consume (lock, check), checkAtProvider,
+//	              the recovery point, send, recordAttempt; replay
+//	settle.go     unknown provider outcomes: settled by retry, settler, webhook, only
+//	              while the consent still holds
 //	policy.go     the org's rules and how they are applied, before and at execution
 //	verify.go     the verify level: proof that the person signed in afresh
 //	approval.go   the approve level: another person's decision
 //	cancel.go     cancelling a pending confirmation
-//	reconcile.go  provider events (webhooks): drift and settling
+//	reconcile.go  provider events (webhooks): the provider's state, drift and settling
 //	evidence.go   receipts of executed changes
 //	org.go        creating an org with its customer and subscription
 //	queries.go    reads: plans, subscription, pending confirmations, audit log

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,5 +175,23 @@ func TestSettleResendRefusedIsNotAFailure(t *testing.T) {
 	}
 	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuted || c.Attempt != 0 {
 		t.Fatalf("confirmation %s attempt %d", c.Status, c.Attempt)
+	}
+}
+
+// TestNoTokenAdviceToATokenlessCaller: a caller that never held the token
+// (an allow execution, an MCP elicitation redeeming it for the agent) is not
+// told to retry "with the same token" when Stripe's answer is lost; the
+// token's holder is.
+func TestNoTokenAdviceToATokenlessCaller(t *testing.T) {
+	for _, withheld := range []bool{false, true} {
+		f := newHandshakeFixture(t)
+		p := f.propose(t, alice, billing.OpUpgrade, "scale")
+		f.provider.ApplyErrs = []error{fmt.Errorf("timeout: %w", billing.ErrUnavailable)}
+		_, err := f.svc.ChangePlan(context.Background(), alice, billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale",
+			ConfirmToken: p.ConfirmToken, TokenWithheld: withheld})
+		wantCode(t, err, billing.CodeUpstreamUnavailable)
+		if advises := strings.Contains(err.Error(), "same token"); advises == withheld {
+			t.Errorf("token withheld %t: %v", withheld, err)
+		}
 	}
 }
