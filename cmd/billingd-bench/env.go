@@ -33,7 +33,8 @@ type env struct {
 	pool       *pgxpool.Pool // the bench's own connections (setup, old rows)
 	issuer     *devissuer.Issuer
 	stripeURL  string
-	cfg        config.Config // billingd's configuration, as billingd reads it
+	canned     *cannedSubscriptions // the canned Stripe's state; nil for another stand-in
+	cfg        config.Config        // billingd's configuration, as billingd reads it
 	billingd   *exec.Cmd
 	listenAddr string
 	baseURL    string // billingd's PUBLIC_BASE_URL

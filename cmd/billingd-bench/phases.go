@@ -193,15 +193,22 @@ func (e *env) runService(ctx context.Context, w workload, clients int) (sample, 
 
 // syncPlans reads every org's plan back from the database: the pgbench
 // handshake mirror changes plans too, and a client that asked for the plan
-// an org is already on would get a no-op, not a proposal.
+// an org is already on would get a no-op, not a proposal. The canned Stripe
+// is told as well: billingd checks the subscription there before a change.
 func (e *env) syncPlans(ctx context.Context) error {
-	rows, err := e.pool.Query(ctx, `SELECT org, plan FROM subscriptions`)
+	rows, err := e.pool.Query(ctx, `SELECT org, plan, stripe_subscription_id, stripe_item_id FROM subscriptions`)
 	if err != nil {
 		return fmt.Errorf("read plans: %w", err)
 	}
 	plans := map[string]string{}
-	var org, plan string
-	if _, err := pgx.ForEachRow(rows, []any{&org, &plan}, func() error { plans[org] = plan; return nil }); err != nil {
+	var org, plan, subID, itemID string
+	if _, err := pgx.ForEachRow(rows, []any{&org, &plan, &subID, &itemID}, func() error {
+		plans[org] = plan
+		if e.canned != nil {
+			e.canned.set(subID, itemID, planOf(plan).StripePriceID)
+		}
+		return nil
+	}); err != nil {
 		return fmt.Errorf("read plans: %w", err)
 	}
 	for _, a := range e.accounts {

@@ -34,7 +34,8 @@ func (e *env) startStripe(ctx context.Context) error {
 		}
 		return e.serveStripe(fake.Handler())
 	default:
-		return e.serveStripe(cannedStripe())
+		e.canned = &cannedSubscriptions{}
+		return e.serveStripe(cannedStripe(e.canned))
 	}
 }
 
@@ -51,9 +52,8 @@ func (e *env) serveStripe(h http.Handler) error {
 // map access and a small JSON encoding: the stand-in for "Stripe answered
 // instantly". (The stateful fake keeps every saved response for replay,
 // whose memory and GC this process would pay for during the measurement.)
-func cannedStripe() http.Handler {
+func cannedStripe(subs *cannedSubscriptions) http.Handler {
 	var seq atomic.Int64
-	var subs sync.Map // subscription id → cannedItem
 	periodEnd := time.Now().Add(30 * 24 * time.Hour).Unix()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/customers", func(w http.ResponseWriter, r *http.Request) {
@@ -86,6 +86,15 @@ func cannedStripe() http.Handler {
 
 // cannedItem is what cannedStripe remembers of a subscription.
 type cannedItem struct{ id, price string }
+
+// cannedSubscriptions maps a subscription id to its cannedItem. The bench
+// sets it from the database after the pgbench mirror, which changes plans
+// behind the stand-in's back (syncPlans).
+type cannedSubscriptions struct{ sync.Map }
+
+func (c *cannedSubscriptions) set(subscriptionID, itemID, priceID string) {
+	c.Store(subscriptionID, cannedItem{itemID, priceID})
+}
 
 func cannedSubscription(id, itemID, priceID string, periodEnd int64) map[string]any {
 	return map[string]any{
