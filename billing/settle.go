@@ -19,17 +19,18 @@ import (
 // for one confirmation, and never sends one the person's consent no longer
 // covers:
 //
-//  1. While the consent still holds (consentHolds: the whole policy allows
+//  1. The subscription is read back. Its metadata names the confirmation
+//     whose update last changed it: if that is this one, the change was
+//     applied, whatever happened to the subscription since (a price changed
+//     in the dashboard does not make an applied change look unapplied).
+//  2. While the consent still holds (consentHolds: the whole policy allows
 //     the change and it is at most the token's lifetime since the second
-//     call), the same request is sent again under the same idempotency key.
-//     Stripe replays the first answer: a success or a definite refusal
-//     settles it. No answer, or the key still in flight: still unknown.
-//  2. Otherwise, and after a replayed 5xx (the first request is over, and
-//     Stripe answers 5xx for that key for 24 hours), the subscription is
-//     read back. Its metadata names the confirmation whose update last
-//     changed it: if that is this one, the change was applied, whatever
-//     happened to the subscription since (a price changed in the
-//     dashboard does not make an applied change look unapplied).
+//     call) and the subscription is still the one quoted, the same request
+//     is sent again under the same idempotency key. Stripe replays the
+//     first answer: a success or a definite refusal settles it. No answer,
+//     or the key still in flight: still unknown. A replayed 5xx (Stripe
+//     keeps it for that key for 24 hours) means the first request is over:
+//     the subscription is read back again.
 //  3. Not applied: while the consent holds, the change is sent once more
 //     under the next attempt's key, after a recovery point of its own;
 //     once it no longer holds and the last request is certainly over, it is
@@ -51,31 +52,38 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	if err != nil {
 		return redemption{}, err
 	}
-	if !consent && !s.attemptOver(c, now) {
-		// Nothing may be sent, and a request may still be under way at the
-		// provider: a read now could not tell "not made" from "not yet".
-		return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil
-	}
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
-	if consent {
-		applied, err := s.apply(ctx, c, acct)
-		if !needsReadBack(err) {
-			return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, false, withheld)
-		}
-	}
-	readCtx, cancelRead := context.WithTimeout(ctx, s.execTimeout)
-	state, readErr := s.payments.ReadSubscription(readCtx, acct.Subscription.StripeSubscriptionID)
-	cancelRead()
-	if readErr != nil { // whatever the read says, it says nothing about the change
-		unknown := fmt.Errorf("%w: read back: %w", ErrUnavailable, readErr)
-		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, unknown, false, withheld)
+	state, err := s.readBack(ctx, acct)
+	if err != nil {
+		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false, withheld)
 	}
 	if state.ConfirmationID == c.ID {
 		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state)
 	}
-	if !consent {
-		return s.recordNotMade(ctx, tx, caller, c)
+	if !consent || !quoteHolds(c, acct.Subscription, state) {
+		if !s.attemptOver(c, now) {
+			// Nothing may be sent, and a request may still be under way at
+			// the provider: "not made" cannot be told from "not yet".
+			return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil
+		}
+		return s.recordNotMade(ctx, tx, caller, c, acct, state)
+	}
+	// The same request under the same key: Stripe replays its first answer,
+	// or makes the change if the first request never reached it, which the
+	// consent still covers.
+	applied, err := s.apply(ctx, c, acct)
+	if !needsReadBack(err) {
+		return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, false, withheld)
+	}
+	if state, err = s.readBack(ctx, acct); err != nil {
+		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false, withheld)
+	}
+	if state.ConfirmationID == c.ID {
+		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state)
+	}
+	if !quoteHolds(c, acct.Subscription, state) {
+		return s.recordNotMade(ctx, tx, caller, c, acct, state)
 	}
 	// Certainly not applied: the request under the last key is over and the
 	// subscription does not show it. The next attempt has its own key and
@@ -88,6 +96,18 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 		return s.answerSettled(c, acct, withheld), nil
 	}
 	return s.send(ctx, tx, caller, c, acct, now, false, withheld)
+}
+
+// readBack reads acct's subscription at the provider to settle a change;
+// a failure says nothing about the change (ErrUnavailable).
+func (s *Service) readBack(ctx context.Context, acct Account) (ProviderSubscription, error) {
+	readCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
+	defer cancel()
+	state, err := s.payments.ReadSubscription(readCtx, acct.Subscription.StripeSubscriptionID)
+	if err != nil {
+		return ProviderSubscription{}, fmt.Errorf("%w: read back: %w", ErrUnavailable, err)
+	}
+	return state, nil
 }
 
 // consentHolds reports whether the person's consent still covers sending
@@ -140,12 +160,17 @@ func (s *Service) recordAppliedAtProvider(ctx context.Context, tx Tx, caller Cal
 	return r, err
 }
 
-// recordNotMade records that c's change was not made and will not be.
-func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation) (redemption, error) {
+// recordNotMade records that c's change was not made and will not be,
+// and the subscription as the provider has it (state), if it moved.
+func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, state ProviderSubscription) (redemption, error) {
 	failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, reasonNotApplied)
 	c.Failure = reasonNotApplied
-	return redemption{outcome: errFailed(c)}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed,
-		Failure: reasonNotApplied, Events: []AuditEvent{failed}})
+	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed, Failure: reasonNotApplied,
+		Events: []AuditEvent{failed}}); err != nil {
+		return redemption{}, err
+	}
+	_, err := s.recordProviderState(ctx, tx, acct, state, time.Time{})
+	return redemption{outcome: errFailed(c)}, err
 }
 
 // needsReadBack reports whether the answer to a resent request leaves only

@@ -103,8 +103,8 @@ func TestSettleReadBackShowsApplied(t *testing.T) {
 	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuted || c.Attempt != 0 {
 		t.Fatalf("confirmation %s attempt %d", c.Status, c.Attempt)
 	}
-	if got := len(f.provider.ApplyCalls()); got != 2 {
-		t.Fatalf("%d provider requests, want the first and its replay", got)
+	if got := len(f.provider.ApplyCalls()); got != 1 {
+		t.Fatalf("%d provider requests, want the first alone: the read-back shows it applied", got)
 	}
 	res, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, "")
@@ -193,5 +193,35 @@ func TestNoTokenAdviceToATokenlessCaller(t *testing.T) {
 		if advises := strings.Contains(err.Error(), "same token"); advises == withheld {
 			t.Errorf("token withheld %t: %v", withheld, err)
 		}
+	}
+}
+
+// TestSettleNeverResendsOverAChangeAtTheProvider: Stripe saved a 500 for
+// the first request, and the subscription was then changed in Stripe's
+// dashboard. The change is not sent again: once the first request is
+// certainly over it is recorded as not made, and billingd's copy of the
+// subscription becomes Stripe's.
+func TestSettleNeverResendsOverAChangeAtTheProvider(t *testing.T) {
+	f := newHandshakeFixture(t)
+	p := f.propose(t, alice, billing.OpUpgrade, "scale")
+	fivexx := fmt.Errorf("stripe 500: %w: %w", billing.ErrUnavailable, billing.ErrProviderFailed)
+	f.provider.ApplyErrs = []error{fivexx}
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	f.provider.ReadState.PriceID = "price_billingd_free" // changed in the dashboard
+
+	_, err = f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable) // the first request may still be under way
+	f.store.Advance(2 * time.Minute)
+	_, err = f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeTokenInvalid)
+	if n := len(f.provider.ApplyCalls()); n != 1 {
+		t.Fatalf("%d provider requests, want the first alone", n)
+	}
+	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusFailed || c.Failure != "not_applied" {
+		t.Fatalf("confirmation %s (%s)", c.Status, c.Failure)
+	}
+	if sub := f.subscription(); sub.Plan != "free" {
+		t.Fatalf("billingd's copy is on %s; Stripe's on free", sub.Plan)
 	}
 }
