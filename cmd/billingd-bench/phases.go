@@ -196,16 +196,17 @@ func (e *env) runService(ctx context.Context, w workload, clients int) (sample, 
 // an org is already on would get a no-op, not a proposal. The canned Stripe
 // is told as well: billingd checks the subscription there before a change.
 func (e *env) syncPlans(ctx context.Context) error {
-	rows, err := e.pool.Query(ctx, `SELECT org, plan, stripe_subscription_id, stripe_item_id FROM subscriptions`)
+	rows, err := e.pool.Query(ctx, `SELECT org, plan, stripe_subscription_id, stripe_item_id, current_period_end FROM subscriptions`)
 	if err != nil {
 		return fmt.Errorf("read plans: %w", err)
 	}
 	plans := map[string]string{}
 	var org, plan, subID, itemID string
-	if _, err := pgx.ForEachRow(rows, []any{&org, &plan, &subID, &itemID}, func() error {
+	var periodEnd time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&org, &plan, &subID, &itemID, &periodEnd}, func() error {
 		plans[org] = plan
 		if e.canned != nil {
-			e.canned.set(subID, itemID, planOf(plan).StripePriceID)
+			e.canned.set(subID, itemID, planOf(plan).StripePriceID, periodEnd)
 		}
 		return nil
 	}); err != nil {

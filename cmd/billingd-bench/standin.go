@@ -61,22 +61,25 @@ func cannedStripe(subs *cannedSubscriptions) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
 		n := seq.Add(1)
-		id, item := fmt.Sprintf("sub_bench%d", n), cannedItem{fmt.Sprintf("si_bench%d", n), r.FormValue("items[0][price]")}
+		id, item := fmt.Sprintf("sub_bench%d", n), cannedItem{fmt.Sprintf("si_bench%d", n), r.FormValue("items[0][price]"), periodEnd}
 		subs.Store(id, item)
-		writeJSON(w, cannedSubscription(id, item.id, item.price, periodEnd))
+		writeJSON(w, cannedSubscription(id, item.id, item.price, item.periodEnd))
 	})
 	mux.HandleFunc("POST /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
-		item := cannedItem{r.FormValue("items[0][id]"), r.FormValue("items[0][price]")}
+		item := cannedItem{r.FormValue("items[0][id]"), r.FormValue("items[0][price]"), periodEnd}
+		if v, ok := subs.Load(r.PathValue("id")); ok {
+			item.periodEnd = v.(cannedItem).periodEnd // a price swap keeps the period
+		}
 		subs.Store(r.PathValue("id"), item)
-		writeJSON(w, cannedSubscription(r.PathValue("id"), item.id, item.price, periodEnd))
+		writeJSON(w, cannedSubscription(r.PathValue("id"), item.id, item.price, item.periodEnd))
 	})
 	mux.HandleFunc("GET /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
 		v, ok := subs.Load(r.PathValue("id"))
 		if !ok { // seeded straight into the database: on Pro, as the seed makes it
-			v = cannedItem{"si_bench", "price_billingd_pro"}
+			v = cannedItem{"si_bench", "price_billingd_pro", periodEnd}
 		}
 		item := v.(cannedItem)
-		writeJSON(w, cannedSubscription(r.PathValue("id"), item.id, item.price, periodEnd))
+		writeJSON(w, cannedSubscription(r.PathValue("id"), item.id, item.price, item.periodEnd))
 	})
 	mux.HandleFunc("POST /v1/invoices/create_preview", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, cannedPreview)
@@ -85,15 +88,18 @@ func cannedStripe(subs *cannedSubscriptions) http.Handler {
 }
 
 // cannedItem is what cannedStripe remembers of a subscription.
-type cannedItem struct{ id, price string }
+type cannedItem struct {
+	id, price string
+	periodEnd int64
+}
 
 // cannedSubscriptions maps a subscription id to its cannedItem. The bench
 // sets it from the database after the pgbench mirror, which changes plans
 // behind the stand-in's back (syncPlans).
 type cannedSubscriptions struct{ sync.Map }
 
-func (c *cannedSubscriptions) set(subscriptionID, itemID, priceID string) {
-	c.Store(subscriptionID, cannedItem{itemID, priceID})
+func (c *cannedSubscriptions) set(subscriptionID, itemID, priceID string, periodEnd time.Time) {
+	c.Store(subscriptionID, cannedItem{itemID, priceID, periodEnd.Unix()})
 }
 
 func cannedSubscription(id, itemID, priceID string, periodEnd int64) map[string]any {
