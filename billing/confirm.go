@@ -68,7 +68,8 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 		case StatusExecuted:
 			return redemption{result: replayOf(c, acct)}, nil
 		case StatusExecuting:
-			return s.settle(ctx, tx, caller, c, acct, now, req.TokenWithheld)
+			r, err := s.settle(ctx, tx, caller, c, acct, now, req.TokenWithheld)
+			return r, settledLater(err)
 		}
 	}
 	if r := s.checkRedeemable(c, acct, req, now); r != nil {
@@ -115,7 +116,15 @@ func replayOf(c Confirmation, acct Account) ChangeResult {
 // step-up token is recorded and set on c, whose receipt then carries it; now
 // is the transaction's database time.
 func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c *Confirmation, p Policy, now time.Time) (refused error, err error) {
-	action, reason, err := s.policyNow(ctx, tx, *c, p, p.isAgent(caller))
+	if !c.Agent && p.isAgent(caller) {
+		// Redeemed by an agent: an agent's change from now on, also for
+		// deciding later whether it may be sent again (consentHolds).
+		c.Agent = true
+		if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Agent: true}); err != nil {
+			return nil, err
+		}
+	}
+	action, reason, err := s.policyNow(ctx, tx, *c, p, false)
 	if err != nil {
 		return nil, err
 	}
@@ -211,11 +220,43 @@ func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmat
 	if err != nil {
 		return redemption{}, fmt.Errorf("save recovery point: %w", err)
 	}
+	r, err := s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, attempt, withheld)
+	return r, settledLater(err)
+}
+
+// afterRecoveryPoint sends c's change under attempt, unless the locks,
+// released for the recovery point's commit and taken again (now is the
+// time they were), show that someone else settled it meanwhile, that
+// they took too long to get back, or that a webhook recorded a change of
+// the subscription (the terms no longer hold: nothing is sent).
+func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
+	attempt int, withheld bool) (redemption, error) {
 	if c.Status != StatusExecuting || c.Attempt != attempt {
-		// Between the commit and the lock, someone else settled it.
 		return s.answerSettled(c, acct, withheld), nil
 	}
-	return s.send(ctx, tx, caller, c, acct, now, true, withheld)
+	if now.Sub(c.AttemptedAt) > s.execTimeout {
+		// The locks took that long to get back: too late to send, or
+		// attemptOver could no longer bound when the request ends. The
+		// settler sends it under the same key while the consent holds.
+		return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil
+	}
+	if !s.termsHold(c.Terms, acct.Subscription) {
+		revoked := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "drift")
+		return redemption{outcome: Errorf(CodeTokenMismatch, "%s", msgSubscriptionChanged)},
+			tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusRevoked, Events: []AuditEvent{revoked}})
+	}
+	return s.send(ctx, tx, caller, c, acct, now, attempt == 0, withheld)
+}
+
+// settledLater marks an error that came after a recovery point: the
+// confirmation is executing and is settled whatever happens to this step,
+// so the caller must be told the outcome is unknown, never that nothing
+// was changed.
+func settledLater(err error) error {
+	if err == nil || errors.Is(err, ErrRecoveryPointSaved) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrRecoveryPointSaved, err)
 }
 
 // answerSettled answers from a confirmation someone else moved on.
@@ -237,15 +278,6 @@ func (s *Service) send(ctx context.Context, tx Tx, caller Caller, c Confirmation
 	auditUnknown, withheld bool) (redemption, error) {
 	applied, err := s.apply(ctx, c, acct)
 	return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, auditUnknown, withheld)
-}
-
-// beforeProvider sends what the step wrote so far before the provider is
-// asked anything, so that a write that fails stops the step first.
-func beforeProvider(ctx context.Context, tx Tx) error {
-	if err := tx.Flush(ctx); err != nil {
-		return fmt.Errorf("write before the provider call: %w", err)
-	}
-	return nil
 }
 
 // afterSideEffect is the context for the steps from the recovery point on:

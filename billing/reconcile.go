@@ -115,8 +115,9 @@ func (s *Service) applyProviderState(ctx context.Context, tx Tx, acct Account, s
 
 // settleFromState records the executing confirmation the provider's
 // subscription names (its metadata) as executed: billingd sent the change
-// and the answer was lost, or billingd died before recording it. It
-// returns the confirmation it recorded, or nil.
+// and the answer was lost, or billingd died before recording it (or, should
+// the provider have applied it later than any request could take, one
+// recorded as not made). It returns the confirmation it recorded, or nil.
 func (s *Service) settleFromState(ctx context.Context, tx Tx, acct Account, state ProviderSubscription) (*Confirmation, error) {
 	if state.ConfirmationID == "" {
 		return nil, nil
@@ -128,7 +129,13 @@ func (s *Service) settleFromState(ctx context.Context, tx Tx, acct Account, stat
 	if err != nil {
 		return nil, fmt.Errorf("lock confirmation of event: %w", err)
 	}
-	if c.Status != StatusExecuting {
+	switch {
+	case c.Status == StatusFailed && c.Failure == reasonNotApplied:
+		// Recorded as not made once its request was certainly over, and yet
+		// Stripe shows it: Stripe is the truth. Recorded as executed, late.
+		s.log.Error("a change recorded as not made was applied by the provider; recording it as executed",
+			"confirmation_id", c.ID, "org", c.Org)
+	case c.Status != StatusExecuting:
 		return nil, nil
 	}
 	caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "webhook"}

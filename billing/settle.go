@@ -88,14 +88,12 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	// Certainly not applied: the request under the last key is over and the
 	// subscription does not show it. The next attempt has its own key and
 	// its own recovery point.
-	c, acct, now, err = tx.SaveRecoveryPoint(ctx, c.ID, c.Attempt+1)
+	next := c.Attempt + 1
+	c, acct, now, err = tx.SaveRecoveryPoint(ctx, c.ID, next)
 	if err != nil {
 		return redemption{}, fmt.Errorf("save recovery point: %w", err)
 	}
-	if c.Status != StatusExecuting {
-		return s.answerSettled(c, acct, withheld), nil
-	}
-	return s.send(ctx, tx, caller, c, acct, now, false, withheld)
+	return s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, next, withheld)
 }
 
 // readBack reads acct's subscription at the provider to settle a change;
@@ -139,10 +137,12 @@ func (s *Service) consentHolds(ctx context.Context, tx Tx, c Confirmation, acct 
 }
 
 // attemptOver reports whether c's last request is certainly over at the
-// provider: billingd gave up on it at the execution timeout, and the
-// provider finishes or drops a request well within as long again.
+// provider. attempted_at is its recovery point: the request left within
+// STRIPE_TIMEOUT of it or not at all (afterRecoveryPoint), billingd gave up
+// on it STRIPE_TIMEOUT after it left, and the provider finishes or drops a
+// request well within as long again.
 func (s *Service) attemptOver(c Confirmation, now time.Time) bool {
-	return !c.AttemptedAt.IsZero() && now.Sub(c.AttemptedAt) > 2*s.execTimeout
+	return !c.AttemptedAt.IsZero() && now.Sub(c.AttemptedAt) > 3*s.execTimeout
 }
 
 // recordAppliedAtProvider records c as executed because the provider's
@@ -190,21 +190,19 @@ func needsReadBack(err error) bool {
 // again once idle has passed.
 func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration, limit int) (int, error) {
 	n := 0
-	// A confirmation that cannot be settled yet keeps its place at the
-	// head of the queue: the round ends when it comes round again.
-	seen := map[string]bool{}
+	var seen []string // a confirmation that cannot be settled yet is not looked at twice in a round
 	for ; n < limit; n++ {
 		found := true
 		err := s.store.InTx(ctx, func(tx Tx) error {
-			c, acct, now, err := tx.LockUnsettled(ctx, idle)
-			if errors.Is(err, ErrNotFound) || err == nil && seen[c.ID] {
+			c, acct, now, err := tx.LockUnsettled(ctx, idle, seen)
+			if errors.Is(err, ErrNotFound) {
 				found = false
 				return nil
 			}
-			seen[c.ID] = true
 			if err != nil {
 				return fmt.Errorf("lock unsettled confirmation: %w", err)
 			}
+			seen = append(seen, c.ID)
 			caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "settle"}
 			_, err = s.settle(ctx, tx, caller, c, acct, now, true)
 			return err

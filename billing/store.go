@@ -84,7 +84,9 @@ type Tx interface {
 	// LockUnsettled locks one executing confirmation whose last attempt is
 	// older than idle, with its org's subscription, skipping rows other
 	// transactions hold; ErrNotFound when there is none.
-	LockUnsettled(ctx context.Context, idle time.Duration) (Confirmation, Account, time.Time, error)
+	// Those in skip are passed over (a settler's round does not come back
+	// to one it could not settle yet).
+	LockUnsettled(ctx context.Context, idle time.Duration, skip []string) (Confirmation, Account, time.Time, error)
 
 	changeCounter
 
@@ -110,11 +112,6 @@ type Tx interface {
 	// writes with the transaction's next statement or its commit, in order;
 	// an error of theirs then fails that later call, and the transaction.
 	Record(ctx context.Context, r Record) error
-
-	// Flush sends the writes Record holds back, if any. A step calls it
-	// before anything outside the database happens (a read at the
-	// provider), so that a write that fails stops the step before it.
-	Flush(ctx context.Context) error
 
 	// SaveRecoveryPoint is the step that must come before every provider
 	// request that may change a subscription. It marks the confirmation
@@ -146,6 +143,9 @@ type Record struct {
 	// Attempt, when set with Status, records the number of the provider
 	// request that led to the status (and when it was made).
 	Attempt *int
+	// Agent: the confirmation was redeemed by an agent, and is an agent's
+	// from now on (a resend is judged as an agent's change).
+	Agent bool
 	// Failure, set with Status failed, is why the change was not made.
 	Failure string
 	// Result, set with Status executed, is the answer to replay.

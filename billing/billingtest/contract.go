@@ -235,13 +235,6 @@ func testReadsOwnRecord(t *testing.T, s billing.Store) {
 		if err != nil || c.Status != billing.StatusExecuting {
 			return fmt.Errorf("after recording executing: status %q, %v", c.Status, err)
 		}
-		// Flush sends them; a second Flush has nothing to send.
-		if err := tx.Flush(ctx); err != nil {
-			return err
-		}
-		if err := tx.Flush(ctx); err != nil {
-			return err
-		}
 		return nil
 	})
 	if events, _ := s.AuditEvents(ctx, "own-rec", 10, 0); names(events) != "TOKEN_VALIDATED TOKEN_ISSUED" {
@@ -255,7 +248,7 @@ func testUnsettled(t *testing.T, s billing.Store) {
 	issue(t, s, Pending("uns", "bob", "cfm_other", "tok-other"))
 	zero := 0
 	inTx(t, s, func(tx billing.Tx) error {
-		if _, _, _, err := tx.LockUnsettled(ctx, 0); !errors.Is(err, billing.ErrNotFound) {
+		if _, _, _, err := tx.LockUnsettled(ctx, 0, nil); !errors.Is(err, billing.ErrNotFound) {
 			return fmt.Errorf("nothing executing yet: %v, want ErrNotFound", err)
 		}
 		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_exec", Status: billing.StatusExecuting, Attempt: &zero})
@@ -275,10 +268,10 @@ func testUnsettled(t *testing.T, s billing.Store) {
 		return nil
 	})
 	inTx(t, s, func(tx billing.Tx) error {
-		if _, _, _, err := tx.LockUnsettled(ctx, time.Hour); !errors.Is(err, billing.ErrNotFound) {
+		if _, _, _, err := tx.LockUnsettled(ctx, time.Hour, nil); !errors.Is(err, billing.ErrNotFound) {
 			return fmt.Errorf("attempted just now, idle an hour: %v, want ErrNotFound", err)
 		}
-		c, a, _, err := tx.LockUnsettled(ctx, 0)
+		c, a, _, err := tx.LockUnsettled(ctx, 0, nil)
 		if err != nil || c.ID != "cfm_exec" || a.Org.ID != "uns" {
 			return fmt.Errorf("reconciler found %+v / %s: %v", c.ID, a.Org.ID, err)
 		}

@@ -281,9 +281,6 @@ func (tx *tx) LockByToken(_ context.Context, org, principal string, tokenHash []
 	return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
 }
 
-// Flush implements billing.Tx: the fake writes at once.
-func (tx *tx) Flush(context.Context) error { return nil }
-
 // SaveRecoveryPoint implements billing.Tx: the transaction's state so far,
 // with the confirmation executing, becomes the store's (committed), and the
 // transaction goes on from there.
@@ -307,8 +304,11 @@ func (tx *tx) SaveRecoveryPoint(ctx context.Context, confirmationID string, atte
 	return c, a, tx.store.now, nil
 }
 
-func (tx *tx) LockUnsettled(_ context.Context, idle time.Duration) (billing.Confirmation, billing.Account, time.Time, error) {
+func (tx *tx) LockUnsettled(_ context.Context, idle time.Duration, skip []string) (billing.Confirmation, billing.Account, time.Time, error) {
 	for _, c := range tx.state.Confirmations {
+		if slices.Contains(skip, c.ID) {
+			continue
+		}
 		// Not after (rather than before): the fake's clock stands still, and
 		// a transaction later than the attempt must see it as idle, as the
 		// database's does (the store contract checks this).
@@ -389,6 +389,11 @@ func (tx *tx) Record(_ context.Context, r billing.Record) error {
 	if r.Approval != nil {
 		c := tx.state.Confirmations[r.ConfirmationID]
 		c.Approval, c.Approver, c.ApproverAuth = r.Approval.State, r.Approval.Approver, r.Approval.Auth
+		tx.state.Confirmations[r.ConfirmationID] = c
+	}
+	if r.Agent {
+		c := tx.state.Confirmations[r.ConfirmationID]
+		c.Agent = true
 		tx.state.Confirmations[r.ConfirmationID] = c
 	}
 	if r.RequireVerification || r.Verification != nil {

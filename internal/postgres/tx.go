@@ -22,10 +22,18 @@ import (
 // transaction; what changes is only when it is sent, so a write's error
 // shows at the next exchange and fails it (and the transaction, which is
 // rolled back whole, as before).
+//
+// Audit events wait longer: for the COMMIT (or the recovery point's). Their
+// insert locks the org's audit chain head (the chain's trigger), so holding
+// them back makes the head the last lock every transaction takes, after the
+// subscription and the confirmations, and holds it for one round trip: no
+// transaction waits for a confirmation while holding the head, and none
+// holds it across a Stripe request.
 type storeTx struct {
 	conn   *pgxpool.Conn
 	begun  bool               // BEGIN has been sent
 	writes []*pgx.QueuedQuery // queued by the step, not sent yet
+	audit  []*pgx.QueuedQuery // audit inserts, sent with the commit
 	// endTimeout bounds the ROLLBACK of a step that failed, which no longer
 	// depends on the client either.
 	endTimeout time.Duration
@@ -73,15 +81,11 @@ func (t *storeTx) write(batch *pgx.Batch) {
 	t.writes = append(t.writes, batch.QueuedQueries...)
 }
 
-// Flush implements billing.Tx: the waiting writes, alone, if there are any.
-func (t *storeTx) Flush(ctx context.Context) error {
-	if len(t.writes) == 0 {
-		return nil
-	}
-	if err := t.send(ctx, &pgx.Batch{}); err != nil {
-		return fmt.Errorf("write: %w", classify(err))
-	}
-	return nil
+// takeAudit returns the held-back audit inserts and forgets them.
+func (t *storeTx) takeAudit() []*pgx.QueuedQuery {
+	a := t.audit
+	t.audit = nil
+	return a
 }
 
 // errCommitRolledBack: COMMIT answered ROLLBACK, the transaction had failed.
@@ -90,10 +94,10 @@ var errCommitRolledBack = errors.New("the transaction was rolled back")
 // commit sends the waiting writes and COMMIT: one round trip, none for a
 // step that sent and wrote nothing.
 func (t *storeTx) commit(ctx context.Context) error {
-	if !t.begun && len(t.writes) == 0 {
+	if !t.begun && len(t.writes) == 0 && len(t.audit) == 0 {
 		return nil
 	}
-	batch := &pgx.Batch{}
+	batch := &pgx.Batch{QueuedQueries: t.takeAudit()}
 	batch.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			return errCommitRolledBack
@@ -107,7 +111,7 @@ func (t *storeTx) commit(ctx context.Context) error {
 // waiting writes are dropped. Should ROLLBACK fail, the pool closes the
 // connection when it comes back still inside the transaction.
 func (t *storeTx) rollback(ctx context.Context) {
-	t.writes = nil
+	t.writes, t.audit = nil, nil
 	if t.conn.Conn().PgConn().TxStatus() == 'I' {
 		return // never begun, or over
 	}
@@ -260,6 +264,7 @@ func (t *storeTx) SaveRecoveryPoint(ctx context.Context, confirmationID string, 
 	committed := false
 	batch := &pgx.Batch{}
 	batch.Queue(recoveryPointSQL, confirmationID, attempt)
+	batch.QueuedQueries = append(batch.QueuedQueries, t.takeAudit()...)
 	batch.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			return errCommitRolledBack
@@ -270,7 +275,11 @@ func (t *storeTx) SaveRecoveryPoint(ctx context.Context, confirmationID string, 
 	batch.Queue("BEGIN")
 	batch.Queue(relockSubscriptionSQL, confirmationID)
 	c, a, now, err := t.lockConfirmation(ctx, batch, relockByIDSQL, []any{confirmationID}, afterRelockSQL, confirmationID)
-	if committed && err != nil {
+	var pgErr *pgconn.PgError
+	if err != nil && (committed || !errors.As(err, &pgErr)) {
+		// COMMIT answered, or may have run with its answer lost (the
+		// connection failed, the context ended): only the server refusing
+		// a statement before it says for sure that nothing was saved.
 		err = fmt.Errorf("%w: %w", billing.ErrRecoveryPointSaved, err)
 	}
 	if err != nil {
@@ -295,16 +304,19 @@ const afterRelockSQL = `WITH this AS (SELECT id, org FROM confirmations WHERE id
 	(SELECT policy FROM org_policies p, this WHERE p.org = this.org), clock_timestamp()`
 
 // LockUnsettled implements billing.Tx.
-func (t *storeTx) LockUnsettled(ctx context.Context, idle time.Duration) (billing.Confirmation, billing.Account, time.Time, error) {
+func (t *storeTx) LockUnsettled(ctx context.Context, idle time.Duration, skip []string) (billing.Confirmation, billing.Account, time.Time, error) {
+	if skip == nil {
+		skip = []string{} // <> ALL(NULL) would match nothing
+	}
 	var c billing.Confirmation
 	var a billing.Account
 	var now time.Time
 	err := t.queryRow(ctx, append(append(scanConfirmation(&c), scanAccount(&a)...), &now),
 		`SELECT `+confirmationColumns+`, `+accountColumns+`, now()
 		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
-		WHERE c.status = 'executing' AND c.attempted_at < now() - $1 * interval '1 microsecond'
+		WHERE c.status = 'executing' AND c.attempted_at < now() - $1 * interval '1 microsecond' AND c.id <> ALL($2)
 		ORDER BY c.attempted_at LIMIT 1
-		FOR UPDATE OF c, s SKIP LOCKED`, idle.Microseconds())
+		FOR UPDATE OF c, s SKIP LOCKED`, idle.Microseconds(), skip)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
 	}
@@ -363,6 +375,9 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 		batch.Queue(`UPDATE confirmations SET approval = $2, approver = $3, approver_auth_time = $4, approver_acr = NULLIF($5, '')
 			WHERE id = $1`, r.ConfirmationID, string(a.State), a.Approver, nullTime(a.Auth.AuthTime), a.Auth.ACR)
 	}
+	if r.Agent {
+		batch.Queue(`UPDATE confirmations SET agent = true WHERE id = $1`, r.ConfirmationID)
+	}
 	if r.RequireVerification {
 		batch.Queue(`UPDATE confirmations SET verify_required = true WHERE id = $1`, r.ConfirmationID)
 	}
@@ -377,8 +392,10 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	if r.Receipt != nil {
 		queueReceipt(batch, r.Receipt)
 	}
-	queueAudit(batch, r.Events)
 	t.write(batch)
+	audit := &pgx.Batch{}
+	queueAudit(audit, r.Events)
+	t.audit = append(t.audit, audit.QueuedQueries...)
 	return nil
 }
 

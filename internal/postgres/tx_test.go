@@ -291,7 +291,7 @@ func TestNotFoundKeepsStatementsPrepared(t *testing.T) {
 	ctx := context.Background()
 	tick := func() {
 		err := store.InTx(ctx, func(tx billing.Tx) error {
-			_, _, _, err := tx.LockUnsettled(ctx, 0)
+			_, _, _, err := tx.LockUnsettled(ctx, 0, nil)
 			return err
 		})
 		if !errors.Is(err, billing.ErrNotFound) {

@@ -4,9 +4,9 @@
 -- limit on failed second calls, read before any lock), then three round
 -- trips, as storeTx sends them: BEGIN goes with storeTx.LockByToken's
 -- batch (the subscription's lock, the confirmation's, the unsettled
--- check); the recovery point (SaveRecoveryPoint: TOKEN_VALIDATED, the
--- confirmation executing, COMMIT, BEGIN and the same locks again); the
--- storeTx.Record writes with COMMIT. The Stripe requests billingd makes
+-- check); the recovery point (SaveRecoveryPoint: the confirmation
+-- executing, TOKEN_VALIDATED, COMMIT, BEGIN and the same locks again); the
+-- storeTx.Record writes with COMMIT, audit events last. The Stripe requests billingd makes
 -- between them (the read of the subscription before the recovery point,
 -- the update after it) are not part of the database's ceiling. pgbench cannot bind NULL or an empty string, so approval is
 -- "granted" where billingd's is empty (NULLIF makes that NULL), synced_at
@@ -82,10 +82,10 @@ SELECT EXISTS (SELECT 1 FROM confirmations
 	(SELECT policy FROM org_policies WHERE org = :org), clock_timestamp();
 \endpipeline
 \startpipeline
-INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
-			VALUES (:ev_validated, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id);
 UPDATE confirmations SET status = 'executing', attempt = :attempt, attempted_at = clock_timestamp(),
 		sent_at = coalesce(sent_at, clock_timestamp()) WHERE id = :cid;
+INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
+			VALUES (:ev_validated, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id);
 COMMIT;
 BEGIN;
 SELECT 1 FROM subscriptions s JOIN confirmations c ON c.org = s.org WHERE c.id = :cid FOR UPDATE OF s;
