@@ -51,6 +51,20 @@ type Invoice struct {
 	ID             string
 	AmountDueCents int64 // after tax, discounts and the customer's credit: what is charged
 	Currency       string
+	// ConfirmationID is the confirmation named in the subscription's
+	// metadata when the invoice was made (Stripe's
+	// subscription_details.metadata): the change it invoiced.
+	ConfirmationID string
+}
+
+// invoiceOf returns inv if it invoiced c's change, nil otherwise: a
+// subscription's latest invoice, read back later, may be a renewal's or
+// another change's.
+func invoiceOf(inv *Invoice, c Confirmation) *Invoice {
+	if inv == nil || inv.ConfirmationID != c.ID {
+		return nil
+	}
+	return inv
 }
 
 // NewCustomer asks for a customer with a subscription to one price.

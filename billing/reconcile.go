@@ -140,7 +140,7 @@ func (s *Service) settleFromState(ctx context.Context, tx Tx, acct Account, stat
 	}
 	caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "webhook"}
 	applied := AppliedChange{Status: state.Status, CurrentPeriodEnd: state.CurrentPeriodEnd, ItemID: state.ItemID,
-		Invoice: state.LatestInvoice}
+		Invoice: invoiceOf(state.LatestInvoice, c)}
 	if _, err := s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied); err != nil {
 		return nil, err
 	}

@@ -151,7 +151,7 @@ func (s *Service) attemptOver(c Confirmation, now time.Time) bool {
 func (s *Service) recordAppliedAtProvider(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
 	now time.Time, state ProviderSubscription) (redemption, error) {
 	applied := AppliedChange{Status: state.Status, CurrentPeriodEnd: state.CurrentPeriodEnd, ItemID: state.ItemID,
-		Invoice: state.LatestInvoice}
+		Invoice: invoiceOf(state.LatestInvoice, c)}
 	r, err := s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
 	if err != nil {
 		return r, err

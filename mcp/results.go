@@ -36,7 +36,7 @@ var nextStep = map[billing.Code]string{
 	billing.CodeInsufficientUserAuthentication: "Nothing was changed. Show the user the address in the message: they must open it, sign in again and confirm there. Then call this tool again with the same \"to\" and confirm_token. You cannot do this for them.",
 	billing.CodeInsufficientScope:              "The access token does not grant this tool's scope: the user must authorise it.",
 	billing.CodeRateLimited:                    "Wait a little before calling again.",
-	billing.CodeUpstreamUnavailable:            "The outcome is not known yet: retry shortly with the same arguments (and the same confirm_token on a second call); billingd finds out whether the change was made and never makes it twice. Do not start a new first call.",
+	billing.CodeUpstreamUnavailable:            "billingd, its database or the payment provider could not answer now. Do what the message says. If it says the outcome of a change is not known yet, do not start a new change: billingd finds out whether it was made and never makes it twice.",
 }
 
 // success is a tool result carrying out as structuredContent (set by the SDK

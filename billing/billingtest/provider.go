@@ -93,7 +93,7 @@ func (p *Provider) ApplyPlanChange(_ context.Context, change billing.PlanChange,
 	if change.ChargeNow {
 		p.invoices++
 		r.Invoice = &billing.Invoice{ID: fmt.Sprintf("in_%d", p.invoices), AmountDueCents: p.Preview.AmountDueNowCents + p.InvoiceDelta,
-			Currency: p.Preview.Currency}
+			Currency: p.Preview.Currency, ConfirmationID: change.ConfirmationID}
 		p.ReadState.LatestInvoice = r.Invoice
 	}
 	p.done[key] = r

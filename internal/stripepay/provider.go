@@ -86,7 +86,11 @@ func invoiceOf(inv *stripe.Invoice) *billing.Invoice {
 	if inv == nil || inv.ID == "" || inv.Currency == "" {
 		return nil
 	}
-	return &billing.Invoice{ID: inv.ID, AmountDueCents: inv.AmountDue, Currency: string(inv.Currency)}
+	out := &billing.Invoice{ID: inv.ID, AmountDueCents: inv.AmountDue, Currency: string(inv.Currency)}
+	if inv.SubscriptionDetails != nil {
+		out.ConfirmationID = inv.SubscriptionDetails.Metadata[MetadataConfirmationID]
+	}
+	return out
 }
 
 // ReadSubscription reads the subscription as Stripe has it now, with its

@@ -60,7 +60,8 @@ func TestDashboardChangesAndEvents(t *testing.T) {
 		t.Fatal("a change to an unknown price was accepted")
 	}
 	state, err := e.p.ReadSubscription(context.Background(), e.org.SubscriptionID)
-	if err != nil || state.PriceID != priceFree || state.ConfirmationID != "cfm_1" {
+	if err != nil || state.PriceID != priceFree || state.ConfirmationID != "cfm_1" ||
+		state.LatestInvoice == nil || state.LatestInvoice.ConfirmationID != "cfm_1" {
 		t.Fatalf("after the dashboard change: %+v, %v", state, err)
 	}
 	if n := e.fake.UpdateCount(e.org.SubscriptionID); n != 1 {

@@ -1,6 +1,7 @@
 package stripepaytest
 
 import (
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
@@ -143,6 +144,10 @@ func (s *Server) updateSubscription(r *http.Request) (any, error) {
 		sub.Items[c.index].PriceID, sub.Items[c.index].Quantity = c.price.id, c.quantity
 	}
 	mergeMetadata(&sub.Metadata, hashParams(f, "metadata"))
+	if inv, ok := s.invoices[sub.LatestInvoice]; ok && behavior == "always_invoice" {
+		inv.SubscriptionDetails = &subscriptionDetailsJSON{Metadata: maps.Clone(orEmpty(sub.Metadata))}
+		s.invoices[inv.ID] = inv
+	}
 	s.updates[sub.ID]++
 	s.emit("customer.subscription.updated", sub)
 	return s.toSubscriptionJSON(sub, r), nil

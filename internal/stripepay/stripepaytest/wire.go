@@ -105,6 +105,13 @@ type invoiceJSON struct {
 	AmountRemaining int64              `json:"amount_remaining"`
 	Lines           listJSON[lineJSON] `json:"lines"`
 	Livemode        bool               `json:"livemode"`
+	// SubscriptionDetails snapshots the subscription's metadata when an
+	// update made the invoice.
+	SubscriptionDetails *subscriptionDetailsJSON `json:"subscription_details,omitempty"`
+}
+
+type subscriptionDetailsJSON struct {
+	Metadata map[string]string `json:"metadata"`
 }
 
 func newList[T any](url string, data []T) listJSON[T] {
