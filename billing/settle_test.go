@@ -212,7 +212,7 @@ func TestSettleNeverResendsOverAChangeAtTheProvider(t *testing.T) {
 
 	_, err = f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, billing.CodeUpstreamUnavailable) // the first request may still be under way
-	f.store.Advance(5 * time.Minute) // past any request of that attempt
+	f.store.Advance(5 * time.Minute)                  // past any request of that attempt
 	_, err = f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
 	wantCode(t, err, billing.CodeTokenInvalid)
 	if n := len(f.provider.ApplyCalls()); n != 1 {
