@@ -265,22 +265,30 @@ func chaosWithKills(t *testing.T, seed uint64) {
 	stop := make(chan struct{})
 	var background sync.WaitGroup
 	kills, killsInFlight := 0, 0
-	background.Go(func() { // the killer
+	var killerErr error
+	bin := billingdBinary(t)
+	background.Go(func() { // the killer: mostly while a Stripe request is under way
 		rng := rand.New(rand.NewPCG(seed, 2))
-		for {
+		last := time.Now()
+		for killerErr == nil {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Duration(150+rng.IntN(500)) * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
+			}
+			inFlight := h.fake.InFlight() > 0
+			if !(inFlight && rng.IntN(4) == 0 || time.Since(last) > 1500*time.Millisecond) {
+				continue
 			}
 			i := rng.IntN(len(procs))
-			if h.fake.InFlight() > 0 {
-				killsInFlight++ // most likely with a Stripe request of its own under way
-			}
 			_ = procs[i].cmd.Process.Signal(syscall.SIGKILL)
 			<-procs[i].done
 			kills++
-			procs[i] = h.startServe(addrs[i])
+			if inFlight {
+				killsInFlight++
+			}
+			procs[i], killerErr = h.launchServe(bin, addrs[i])
+			last = time.Now()
 		}
 	})
 	delivered := 0
@@ -315,6 +323,12 @@ func chaosWithKills(t *testing.T, seed uint64) {
 		seen[s]++
 	}
 	t.Logf("seed %d: %d kills (%d while a Stripe request was in flight); answers by status: %v", seed, kills, killsInFlight, seen)
+	if killerErr != nil {
+		t.Fatalf("restarting a killed replica: %v", killerErr)
+	}
+	if kills == 0 {
+		t.Fatal("no replica was killed")
+	}
 	if seen[http.StatusInternalServerError] > 0 {
 		t.Errorf("%d answers were 500", seen[http.StatusInternalServerError])
 	}

@@ -206,17 +206,24 @@ func freeAddr(t *testing.T) string {
 
 func waitReady(t *testing.T, url string) {
 	t.Helper()
+	if err := untilReady(url); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// untilReady waits for url to answer 200, for 30 s at most.
+func untilReady(url string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if resp, err := http.Get(url); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("%s not ready within 30s", url)
+	return fmt.Errorf("%s not ready within 30s", url)
 }
 
 func post(t *testing.T, url, token, body string) (int, []byte) {

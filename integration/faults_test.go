@@ -174,7 +174,17 @@ type server struct {
 // startServe runs the billingd binary with h's configuration on addr.
 func (h *harness) startServe(addr string) *server {
 	h.t.Helper()
-	cmd := exec.Command(billingdBinary(h.t), "serve")
+	s, err := h.launchServe(billingdBinary(h.t), addr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+// launchServe is startServe for a goroutine other than the test's: it
+// reports failure rather than ending the test.
+func (h *harness) launchServe(bin, addr string) (*server, error) {
+	cmd := exec.Command(bin, "serve")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LOG_FORMAT=text"}
 	for k, v := range h.env {
 		if k != "LISTEN_ADDR" {
@@ -185,12 +195,11 @@ func (h *harness) startServe(addr string) *server {
 	s := &server{cmd: cmd, logs: &bytes.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = s.logs
 	if err := cmd.Start(); err != nil {
-		h.t.Fatal(err)
+		return nil, err
 	}
 	go func() { s.done <- cmd.Wait() }()
 	h.t.Cleanup(func() { _ = cmd.Process.Kill() })
-	waitReady(h.t, "http://"+addr+"/readyz")
-	return s
+	return s, untilReady("http://" + addr + "/readyz")
 }
 
 // confirmAt makes a second call to the server at addr.
