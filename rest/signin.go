@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,7 +135,18 @@ func (s *server) callback(c echo.Context) error {
 	if err != nil || id.Subject != res.Subject {
 		return refused("access token", err)
 	}
+	// The session may do what the provider granted (the access token's
+	// scopes), not what the sign-in asked for (OIDC_SCOPES): a provider's
+	// consent grants only what the person may have.
+	if !slices.ContainsFunc(id.Scopes, isBillingScope) {
+		s.log.WarnContext(ctx, "signed in without any billing scope: the identity provider granted none of those OIDC_SCOPES asks for",
+			"request_id", requestID(c), "subject", id.Subject, "granted", id.Scopes)
+	}
 	return s.beginSession(c, login, res, id)
+}
+
+func isBillingScope(s string) bool {
+	return s == auth.ScopeRead || s == auth.ScopeWrite || s == auth.ScopeAdmin
 }
 
 // beginSession replaces any session of this browser with a new one (a new
