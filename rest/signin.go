@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -120,7 +121,10 @@ func (s *server) callback(c echo.Context) error {
 		return refused("state of another browser", nil)
 	}
 	if c.QueryParam("error") != "" || c.QueryParam("code") == "" {
-		return refused("the identity provider answered with an error", nil)
+		// The provider's error (RFC 6749 §4.1.2.1) is what an operator needs
+		// to fix its settings; it goes to the log, bounded, never to the page.
+		return refused("the identity provider answered with an error", fmt.Errorf("%.64s: %.300s",
+			c.QueryParam("error"), c.QueryParam("error_description")))
 	}
 	var freshAfter time.Time
 	if login.VerifyID != "" {
