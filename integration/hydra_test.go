@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -14,7 +15,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/app"
 	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/testenv"
 )
 
@@ -290,4 +293,30 @@ func TestHydraDashboardInBrowser(t *testing.T) {
 		t.Fatalf("session after sign-out: %s", r.Body)
 	}
 	b.wantNoScriptErrors()
+}
+
+// TestHydraIssuerMismatchStopsServe: an OAUTH_ISSUER that Hydra's metadata
+// contradicts (here the same server written as localhost) stops billingd
+// at start with a message naming OAUTH_ISSUER and Hydra's issuer, rather
+// than starting and refusing every token.
+func TestHydraIssuerMismatchStopsServe(t *testing.T) {
+	t.Parallel()
+	hy := testenv.StartHydra(t)
+	db := testenv.NewDatabase(t)
+	wrong := strings.Replace(hy.Issuer, "127.0.0.1", "localhost", 1)
+	env := map[string]string{"DATABASE_URL": db.URL, "STRIPE_SECRET_KEY": "sk_test_billingd", "OAUTH_ISSUER": wrong,
+		"OIDC_CLIENT_ID": "billingd-pages", "MIGRATE_ON_START": "false", "METRICS_ADDR": "off"}
+	cfg, err := config.Load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(context.Background(), cfg, app.Options{})
+	if err == nil {
+		a.Close()
+		t.Fatal("billingd started with an issuer Hydra's metadata contradicts")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "OAUTH_ISSUER") || !strings.Contains(msg, hy.Issuer) {
+		t.Fatalf("the error does not name OAUTH_ISSUER and Hydra's issuer: %v", err)
+	}
+	t.Log(err)
 }

@@ -202,20 +202,37 @@ func startHydra(bin string) (*Hydra, error) {
 // ID tokens and JWT access tokens, once, before any test asks: made on
 // demand by concurrent tests on a busy machine, they took longer than a
 // relying party waits for a JWKS.
+// The public listener may come up a moment after the admin one answers
+// ready, so the first answers may be the proxy's 502.
 func (h *Hydra) warmUp() error {
 	client := &http.Client{Timeout: 3 * time.Minute}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		n, err := h.jwksKeys(client)
+		if err == nil && n >= 2 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hydra's JWKS: %d keys, %v", n, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (h *Hydra) jwksKeys(client *http.Client) (int, error) {
 	resp, err := client.Get(h.Issuer + ".well-known/jwks.json")
 	if err != nil {
-		return fmt.Errorf("hydra's JWKS: %w", err)
+		return 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("status %d", resp.StatusCode)
+	}
 	var set struct {
 		Keys []json.RawMessage `json:"keys"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&set); err != nil || resp.StatusCode != http.StatusOK || len(set.Keys) < 2 {
-		return fmt.Errorf("hydra's JWKS: status %d, %d keys, %v", resp.StatusCode, len(set.Keys), err)
-	}
-	return nil
+	err = json.NewDecoder(resp.Body).Decode(&set)
+	return len(set.Keys), err
 }
 
 // hydraLog keeps the end of Hydra's log, for failure messages.
