@@ -152,9 +152,6 @@ func withOpenID(scopes []string) []string {
 	return append([]string{oidc.ScopeOpenID}, scopes...)
 }
 
-// Scopes are the scopes a sign-in requests.
-func (c *Client) Scopes() []string { return slices.Clone(c.oauth.Scopes) }
-
 // Request is one sign-in in progress: what billingd sent and must see again.
 type Request struct {
 	State    string // binds the callback to this request
