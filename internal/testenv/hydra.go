@@ -201,9 +201,9 @@ func startHydra(bin string) (*Hydra, error) {
 // warmUp has Hydra make its signing keys (RSA 4096, made on first use) for
 // ID tokens and JWT access tokens, once, before any test asks: made on
 // demand by concurrent tests on a busy machine, they took longer than a
-// relying party waits for a JWKS.
-// The public listener may come up a moment after the admin one answers
-// ready, so the first answers may be the proxy's 502.
+// relying party waits for a JWKS. The public listener may come up a moment
+// after the admin one answers ready, so the first answers may be the
+// proxy's 502: it asks again.
 func (h *Hydra) warmUp() error {
 	client := &http.Client{Timeout: 3 * time.Minute}
 	deadline := time.Now().Add(3 * time.Minute)
