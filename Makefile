@@ -10,6 +10,15 @@ export PATH := $(STRIPE_MOCK_DIR):$(PATH)
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK_DIR := $(CURDIR)/.tools/staticcheck@$(STATICCHECK_VERSION)
 STATICCHECK := $(STATICCHECK_DIR)/staticcheck
+# ORY Hydra, the real OpenID provider of the page sign-in tests (integration/
+# hydra*_test.go). `go install` refuses it (its go.mod has replace
+# directives), so the module's source is copied out of the module cache and
+# built with SQLite (for DSN=memory), which needs cgo and a C compiler:
+# ~160 s on 2 cores, once; the tests only run the cached binary.
+HYDRA_VERSION := v2.3.0
+HYDRA_DIR := $(CURDIR)/.tools/hydra@$(HYDRA_VERSION)
+HYDRA := $(HYDRA_DIR)/hydra
+export BILLINGD_TEST_HYDRA := $(HYDRA)
 
 # Integration tests use TEST_DATABASE_URL; when it is unset and a PostgreSQL
 # answers on 127.0.0.1:5432, that one is used, else testcontainers (Docker).
@@ -65,10 +74,28 @@ $(APP_VIEW_INSTALLED): $(APP_VIEW)/package-lock.json
 view: $(APP_VIEW_INSTALLED) ## rebuild mcp/appview/view.html (the MCP Apps view) from its source and the pinned ext-apps SDK
 	go run ./mcp/appview/build $(APP_VIEW)
 
-tools: $(STRIPE_MOCK) ## install the pinned test tools (stripe-mock)
+tools: $(STRIPE_MOCK) $(HYDRA) ## install the pinned test tools (stripe-mock, ORY Hydra)
 
 $(STRIPE_MOCK):
 	GOBIN=$(STRIPE_MOCK_DIR) go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+
+# hydra-client-go/v2 is a nested module the module zip leaves out; only
+# Hydra's CLI client uses it, so its replace directive is dropped and the
+# published version Hydra's go.mod requires is used (and added to go.sum).
+$(HYDRA):
+	@if ! command -v cc >/dev/null; then \
+		echo "no C compiler: ORY Hydra is not built, its sign-in tests will skip (and fail with CI=true); apt-get install gcc"; \
+		test "$$CI" != true; exit; fi
+	@echo "building ORY Hydra $(HYDRA_VERSION) into $(HYDRA_DIR) (once; a few minutes)"
+	@set -e; \
+	dir=$$(cd / && go mod download -json github.com/ory/hydra/v2@$(HYDRA_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	test -n "$$dir"; src=$$(mktemp -d); trap 'chmod -R u+w "$$src"; rm -rf "$$src"' EXIT; \
+	cp -R "$$dir/." "$$src"; chmod -R u+w "$$src"; \
+	cd "$$src"; go mod edit -dropreplace github.com/ory/hydra-client-go/v2; \
+	go mod download github.com/ory/hydra-client-go/v2; \
+	mkdir -p $(HYDRA_DIR); \
+	CGO_ENABLED=1 go build -trimpath -tags sqlite,sqlite_omit_load_extension -o $(HYDRA).tmp .; \
+	mv $(HYDRA).tmp $(HYDRA)
 
 FUZZTIME ?= 15s
 FUZZ_TARGETS := ./rest:FuzzDecodeStrict ./internal/httpedge:FuzzBearerToken ./internal/auth:FuzzVerify \

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,7 +121,10 @@ func (s *server) callback(c echo.Context) error {
 		return refused("state of another browser", nil)
 	}
 	if c.QueryParam("error") != "" || c.QueryParam("code") == "" {
-		return refused("the identity provider answered with an error", nil)
+		// The provider's error (RFC 6749 §4.1.2.1) is what an operator needs
+		// to fix its settings; it goes to the log, bounded, never to the page.
+		return refused("the identity provider answered with an error", fmt.Errorf("%.64s: %.300s",
+			c.QueryParam("error"), c.QueryParam("error_description")))
 	}
 	var freshAfter time.Time
 	if login.VerifyID != "" {
@@ -134,7 +139,18 @@ func (s *server) callback(c echo.Context) error {
 	if err != nil || id.Subject != res.Subject {
 		return refused("access token", err)
 	}
+	// The session may do what the provider granted (the access token's
+	// scopes), not what the sign-in asked for (OIDC_SCOPES): a provider's
+	// consent grants only what the person may have.
+	if !slices.ContainsFunc(id.Scopes, isBillingScope) {
+		s.log.WarnContext(ctx, "signed in without any billing scope: the identity provider granted none of those OIDC_SCOPES asks for",
+			"request_id", requestID(c), "subject", id.Subject, "granted", id.Scopes)
+	}
 	return s.beginSession(c, login, res, id)
+}
+
+func isBillingScope(s string) bool {
+	return s == auth.ScopeRead || s == auth.ScopeWrite || s == auth.ScopeAdmin
 }
 
 // beginSession replaces any session of this browser with a new one (a new

@@ -100,15 +100,16 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	})
 	if err != nil {
 		a.Close()
-		return nil, fmt.Errorf("access-token verifier: %w", err)
+		return nil, fmt.Errorf("access-token verifier: %w", startupError(err))
 	}
 	if cfg.OIDCClientID != "" {
 		client, err := signin.New(ctx, signin.Config{Issuer: cfg.OAuthIssuer, ClientID: cfg.OIDCClientID,
 			ClientSecret: cfg.OIDCClientSecret, RedirectURL: cfg.PublicBaseURL + "/auth/callback",
-			Resource: cfg.PublicBaseURL, ClockSkew: cfg.ConfirmClockSkew})
+			Audience: cfg.OAuthAudiences[0], AudienceParams: cfg.OIDCAudienceParams, Scopes: cfg.OIDCScopes,
+			ClockSkew: cfg.ConfirmClockSkew})
 		if err != nil {
 			a.Close()
-			return nil, fmt.Errorf("OIDC sign-in (OIDC_CLIENT_ID): %w", err)
+			return nil, fmt.Errorf("OIDC sign-in (OIDC_CLIENT_ID): %w", startupError(err))
 		}
 		a.signIn = client
 	}
@@ -117,11 +118,22 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	return a, nil
 }
 
+// startupError is err, or the issuer mismatch in it alone: its message
+// names OAUTH_ISSUER and says what to set it to, which is all an operator
+// needs.
+func startupError(err error) error {
+	var mismatch *auth.IssuerMismatchError
+	if errors.As(err, &mismatch) {
+		return mismatch
+	}
+	return err
+}
+
 // edge is the API listener's root handler: the shared middleware of
 // internal/httpedge, with MCP at /mcp and the REST API for every other path.
 func (a *App) edge() http.Handler {
 	api := rest.New(rest.Config{
-		Service: a.Service, Verifier: a.verifier, PublicBaseURL: a.Config.PublicBaseURL, Issuer: a.Config.OAuthIssuer,
+		Service: a.Service, Verifier: a.verifier, PublicBaseURL: a.Config.PublicBaseURL, Issuer: a.verifier.Issuer(),
 		ParseWebhook: webhookParser(a.Config.StripeWebhookSecret), Ready: a.Store.Ready, Logger: a.Log,
 		Observer: a.Metrics, ReceiptKeys: a.Receipts.JWKS(),
 		SignIn: a.signIn, Sessions: a.Store, TokenPaste: a.Config.DevTokenPaste,

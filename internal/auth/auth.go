@@ -74,7 +74,8 @@ var ErrInvalidToken = errors.New("invalid token")
 
 // Config configures a Verifier. Issuer and at least one audience are required.
 type Config struct {
-	// Issuer is the exact iss value expected in tokens (OAUTH_ISSUER).
+	// Issuer is the iss expected in tokens (OAUTH_ISSUER), compared with
+	// SameIssuer.
 	Issuer string
 	// JWKSURL is the issuer's key set. Empty: discovered from the issuer's
 	// metadata (RFC 8414, then OpenID Connect Discovery).
@@ -92,6 +93,9 @@ type Config struct {
 // Verifier verifies access tokens. It is safe for concurrent use. Call Close
 // when done to stop the background key refresh.
 type Verifier struct {
+	// issuer is Config.Issuer as the issuer's metadata spells it, when it
+	// was discovered.
+	issuer   string
 	orgClaim string
 	keys     keyfunc.Keyfunc
 	options  []jwt.ParserOption
@@ -108,9 +112,9 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	jwksURL := cfg.JWKSURL
+	jwksURL, issuer := cfg.JWKSURL, cfg.Issuer
 	if jwksURL == "" {
-		if jwksURL, err = discoverJWKSURL(ctx, cfg.HTTPClient, cfg.Issuer); err != nil {
+		if jwksURL, issuer, err = discoverJWKSURL(ctx, cfg.HTTPClient, cfg.Issuer); err != nil {
 			return nil, err
 		}
 	}
@@ -123,12 +127,18 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 		return nil, err
 	}
 	return &Verifier{
+		issuer:   issuer,
 		orgClaim: cfg.OrgClaim,
 		keys:     keys,
 		options:  parserOptions(cfg),
 		stop:     stop,
 	}, nil
 }
+
+// Issuer is the issuer as its metadata spells it (OAUTH_ISSUER itself when
+// the JWKS URL was configured): what billingd names as its authorization
+// server, for clients that compare issuers exactly (RFC 8414 §3.3).
+func (v *Verifier) Issuer() string { return v.issuer }
 
 // Close stops the background key refresh. Verify must not be called after.
 func (v *Verifier) Close() {
@@ -186,7 +196,7 @@ func newKeyfunc(ctx context.Context, client *http.Client, jwksURL string) (keyfu
 func parserOptions(cfg Config) []jwt.ParserOption {
 	return []jwt.ParserOption{
 		jwt.WithValidMethods(allowedMethods),
-		jwt.WithIssuer(cfg.Issuer),
+		// iss is checked by Verify with SameIssuer, not jwt's exact match.
 		jwt.WithAudience(cfg.Audiences...),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(cfg.Leeway),

@@ -347,10 +347,59 @@ func TestDiscovery(t *testing.T) {
 				cfg.Issuer = tc.iss(iss)
 			}
 			v := newVerifier(t, cfg)
-			if tc.iss == nil {
-				mustVerify(t, v, mint(t, iss, validClaims()))
+			mustVerify(t, v, mint(t, iss, validClaims()))
+			if v.Issuer() != iss.IssuerURL() {
+				t.Errorf("Issuer() = %q, want the metadata's %q", v.Issuer(), iss.IssuerURL())
 			}
 		})
+	}
+}
+
+// TestIssuerRule: one rule for iss everywhere (auth.SameIssuer): the
+// configured issuer and the token's may differ by a trailing slash, whether
+// the JWKS was discovered or configured; any other difference is another
+// issuer. A metadata document naming another issuer stops NewVerifier with
+// an error naming OAUTH_ISSUER.
+func TestIssuerRule(t *testing.T) {
+	iss := startIssuer(t, devissuer.AlgES256, "")
+	base := iss.IssuerURL()
+	for _, discovered := range []bool{true, false} {
+		for _, configured := range []string{base, base + "/"} {
+			cfg := config(iss)
+			cfg.Issuer = configured
+			if discovered {
+				cfg.JWKSURL = ""
+			}
+			v := newVerifier(t, cfg)
+			for tokenIss, ok := range map[string]bool{base: true, base + "/": true, base + "//": false,
+				base + "/x": false, strings.Replace(base, "http://", "https://", 1): false} {
+				tok := mint(t, iss, func() devissuer.Claims { c := validClaims(); c.Extra = map[string]any{"iss": tokenIss}; return c }())
+				_, err := v.Verify(context.Background(), tok)
+				if ok && err != nil {
+					t.Errorf("discovered %v, configured %s, iss %s: %v", discovered, configured, tokenIss, err)
+				}
+				if !ok {
+					wantRejected(t, err, "wrong issuer", tok)
+				}
+			}
+		}
+	}
+	for a, b := range map[string]string{"": "", "https://a.test": "", "https://a.test/": "https://a.test//"} {
+		if auth.SameIssuer(a, b) {
+			t.Errorf("SameIssuer(%q, %q)", a, b)
+		}
+	}
+	impostor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"issuer":%q,"jwks_uri":%q}`, base, iss.JWKSURL())
+	}))
+	t.Cleanup(impostor.Close)
+	cfg := config(iss)
+	cfg.Issuer, cfg.JWKSURL = impostor.URL, ""
+	_, err := auth.NewVerifier(context.Background(), cfg)
+	var mismatch *auth.IssuerMismatchError
+	if !errors.As(err, &mismatch) || !strings.Contains(err.Error(), "OAUTH_ISSUER") || mismatch.Discovered != base {
+		t.Fatalf("metadata naming another issuer: %v", err)
 	}
 }
 

@@ -24,14 +24,32 @@ type issuerMetadata struct {
 	JWKSURI string `json:"jwks_uri"`
 }
 
+// IssuerMismatchError is the issuer's metadata naming another issuer than
+// OAUTH_ISSUER (beyond a trailing slash, see SameIssuer): keys and tokens of
+// a different authority are never trusted, and billingd does not start.
+type IssuerMismatchError struct {
+	Configured string // OAUTH_ISSUER
+	Discovered string // the metadata's issuer
+	URL        string // where the metadata was read, when known
+}
+
+func (e *IssuerMismatchError) Error() string {
+	at := ""
+	if e.URL != "" {
+		at = " at " + e.URL
+	}
+	return fmt.Sprintf("OAUTH_ISSUER is %q but the identity provider's metadata%s names issuer %q: set OAUTH_ISSUER to the provider's issuer (with or without its trailing slash)",
+		e.Configured, at, e.Discovered)
+}
+
 // discoverJWKSURL finds the issuer's jwks_uri by trying each metadata address
-// in turn. The first document that answers decides: if it names another
-// issuer, discovery fails rather than trust keys from a different authority
-// (RFC 8414 §3.3).
-func discoverJWKSURL(ctx context.Context, client *http.Client, issuer string) (string, error) {
+// in turn, and the issuer as the metadata spells it. The first document
+// that answers decides: if it names another issuer, discovery fails rather
+// than trust keys from a different authority (RFC 8414 §3.3).
+func discoverJWKSURL(ctx context.Context, client *http.Client, issuer string) (jwksURL, spelled string, err error) {
 	candidates, err := metadataURLs(issuer)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	var errs []error
 	for _, u := range candidates {
@@ -40,15 +58,15 @@ func discoverJWKSURL(ctx context.Context, client *http.Client, issuer string) (s
 			errs = append(errs, fmt.Errorf("%s: %w", u, err))
 			continue
 		}
-		if !sameIssuer(md.Issuer, issuer) {
-			return "", fmt.Errorf("auth: metadata at %s names issuer %q, not %q", u, md.Issuer, issuer)
+		if !SameIssuer(md.Issuer, issuer) {
+			return "", "", &IssuerMismatchError{Configured: issuer, Discovered: md.Issuer, URL: u}
 		}
 		if err := checkHTTPURL(md.JWKSURI); err != nil {
-			return "", fmt.Errorf("auth: metadata at %s: jwks_uri: %w", u, err)
+			return "", "", fmt.Errorf("auth: metadata at %s: jwks_uri: %w", u, err)
 		}
-		return md.JWKSURI, nil
+		return md.JWKSURI, md.Issuer, nil
 	}
-	return "", fmt.Errorf("auth: discover JWKS of issuer %s: %w", issuer, errors.Join(errs...))
+	return "", "", fmt.Errorf("auth: discover JWKS of issuer %s: %w", issuer, errors.Join(errs...))
 }
 
 // metadataURLs lists where an issuer's metadata may be, in the order the MCP
@@ -96,9 +114,15 @@ func fetchMetadata(ctx context.Context, client *http.Client, u string) (issuerMe
 	return md, nil
 }
 
-// sameIssuer compares issuer identifiers, tolerating only a trailing slash:
-// operators write OAUTH_ISSUER with or without one, and both name the same
-// authority. Tokens are still checked against Config.Issuer exactly.
-func sameIssuer(a, b string) bool {
+// SameIssuer is billingd's one rule for issuer identifiers, applied to the
+// issuer's metadata, to access tokens' iss and to ID tokens' iss: equal, or
+// equal but for one trailing slash. Operators write OAUTH_ISSUER with or
+// without one (ORY Hydra's issuer ends with "/", Keycloak's and Okta's do
+// not), and both spellings name the same authority; anything else is
+// another issuer. Empty names no issuer.
+func SameIssuer(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
 	return strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/")
 }

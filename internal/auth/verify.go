@@ -70,11 +70,30 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (Identity, error) {
 	if _, err := jwt.ParseWithClaims(raw, claims, v.keys.KeyfuncCtx(ctx), v.options...); err != nil {
 		return Identity{}, reject(parseFailure(err, claims), err)
 	}
+	if err := v.checkIssuer(claims); err != nil {
+		return Identity{}, err
+	}
 	id, err := v.identity(claims)
 	if err == nil {
 		v.verified.put(raw, id, now)
 	}
 	return id, err
+}
+
+// checkIssuer requires iss, from the configured issuer by SameIssuer (the
+// rule discovery and ID tokens follow too).
+func (v *Verifier) checkIssuer(claims jwt.MapClaims) error {
+	raw, present := claims["iss"]
+	iss, ok := raw.(string)
+	switch {
+	case !present:
+		return reject("missing iss", jwt.ErrTokenRequiredClaimMissing)
+	case !ok:
+		return reject("malformed claim", jwt.ErrInvalidType)
+	case !SameIssuer(iss, v.issuer):
+		return reject("wrong issuer", jwt.ErrTokenInvalidIssuer)
+	}
+	return nil
 }
 
 // parseFailure names why jwt rejected a token. The order matters: jwt joins

@@ -56,6 +56,17 @@ type Config struct {
 	// (OIDC_CLIENT_SECRET) makes it a confidential client.
 	OIDCClientID     string
 	OIDCClientSecret string
+	// OIDCAudienceParams (OIDC_AUDIENCE_PARAMS) are the authorization
+	// request parameters that ask for the access token's audience (the
+	// first OAUTH_AUDIENCE value): "audience" (ORY Hydra, Auth0),
+	// "resource" (RFC 8707), both (the default), or none (OIDC_AUDIENCE_PARAMS=none,
+	// for providers that set the audience on the server: Okta, Keycloak,
+	// Entra ID).
+	OIDCAudienceParams []string
+	// OIDCScopes (OIDC_SCOPES, separated by spaces or commas) are the scopes
+	// the sign-in requests; empty: openid, profile and the three billing
+	// scopes. The session gets what the provider granted of them.
+	OIDCScopes []string
 	// VerifyACRValues (VERIFY_ACR_VALUES, comma-separated) are the acr values
 	// the verify level accepts, e.g. a passkey's; empty: any.
 	VerifyACRValues []string
@@ -138,6 +149,13 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.OIDCClientSecret != "" && c.OIDCClientID == "" {
 		fail("OIDC_CLIENT_SECRET", "set OIDC_CLIENT_ID too")
 	}
+	c.OIDCAudienceParams = audienceParams(getenv("OIDC_AUDIENCE_PARAMS"), fail)
+	c.OIDCScopes = strings.FieldsFunc(getenv("OIDC_SCOPES"), func(r rune) bool { return r == ',' || r == ' ' })
+	for _, sc := range c.OIDCScopes {
+		if !scopeToken.MatchString(sc) {
+			fail("OIDC_SCOPES", "%q is not a scope (RFC 6749: printable ASCII without spaces, quotes or backslashes)", sc)
+		}
+	}
 	for _, v := range c.VerifyACRValues {
 		if strings.ContainsAny(v, "\"\\ ") {
 			fail("VERIFY_ACR_VALUES", "an acr value may not contain quotes, backslashes or spaces")
@@ -204,6 +222,32 @@ func (c Config) Require(names ...string) error {
 	}
 	return nil
 }
+
+// DefaultAudienceParams is OIDC_AUDIENCE_PARAMS's default: Hydra and Auth0
+// read audience and ignore resource, RFC 8707 servers the other way round.
+var DefaultAudienceParams = []string{"audience", "resource"}
+
+// audienceParams reads OIDC_AUDIENCE_PARAMS: a comma-separated subset of
+// audience and resource, or none.
+func audienceParams(v string, fail func(name, format string, args ...any)) []string {
+	list := splitList(v)
+	switch {
+	case len(list) == 0:
+		return DefaultAudienceParams
+	case len(list) == 1 && list[0] == "none":
+		return nil
+	}
+	for _, p := range list {
+		if p != "audience" && p != "resource" {
+			fail("OIDC_AUDIENCE_PARAMS", "want audience, resource, audience,resource or none, got %q", v)
+			return DefaultAudienceParams
+		}
+	}
+	return list
+}
+
+// scopeToken is RFC 6749's scope-token.
+var scopeToken = regexp.MustCompile(`^[\x21\x23-\x5b\x5d-\x7e]+$`)
 
 // replicaIDPattern: what a reverse proxy can match in a session id, and
 // nothing that could be mistaken for its separator.

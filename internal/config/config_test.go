@@ -263,6 +263,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"mcp state key too short", map[string]string{"MCP_REQUEST_STATE_KEY": "0123456789abcdef0123456789abcde"}, "MCP_REQUEST_STATE_KEY"},
 		{"mcp replica id with a dot", map[string]string{"MCP_REPLICA_ID": "a.b"}, "MCP_REPLICA_ID"},
 		{"mcp replica id upper case", map[string]string{"MCP_REPLICA_ID": "Replica1"}, "MCP_REPLICA_ID"},
+		{"audience param unknown", map[string]string{"OIDC_AUDIENCE_PARAMS": "aud"}, "OIDC_AUDIENCE_PARAMS"},
+		{"audience param none with another", map[string]string{"OIDC_AUDIENCE_PARAMS": "none,audience"}, "OIDC_AUDIENCE_PARAMS"},
+		{"scope with a quote", map[string]string{"OIDC_SCOPES": `openid "billing:read"`}, "OIDC_SCOPES"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -420,6 +423,28 @@ func TestLoadMetricsAddr(t *testing.T) {
 	for _, bad := range []string{"9100", "yes", "http://127.0.0.1:9100"} {
 		if _, err := Load(env(map[string]string{"METRICS_ADDR": bad})); err == nil || !strings.Contains(err.Error(), "METRICS_ADDR") {
 			t.Errorf("METRICS_ADDR=%q: %v", bad, err)
+		}
+	}
+}
+
+// TestLoadSignInRequest: the audience parameters and scopes of the pages'
+// sign-in (issue 22): both parameters and the default scopes unless set,
+// none for providers that set the audience on the server, scopes separated
+// by spaces or commas.
+func TestLoadSignInRequest(t *testing.T) {
+	for _, tc := range []struct {
+		vars         map[string]string
+		params, scps []string
+	}{
+		{map[string]string{}, []string{"audience", "resource"}, nil},
+		{map[string]string{"OIDC_AUDIENCE_PARAMS": "audience"}, []string{"audience"}, nil},
+		{map[string]string{"OIDC_AUDIENCE_PARAMS": "resource, audience"}, []string{"resource", "audience"}, nil},
+		{map[string]string{"OIDC_AUDIENCE_PARAMS": "none", "OIDC_SCOPES": "openid api://b/billing:read,billing:admin"},
+			nil, []string{"openid", "api://b/billing:read", "billing:admin"}},
+	} {
+		c := load(t, tc.vars)
+		if !slices.Equal(c.OIDCAudienceParams, tc.params) || !slices.Equal(c.OIDCScopes, tc.scps) {
+			t.Errorf("%v: params %q, scopes %q", tc.vars, c.OIDCAudienceParams, c.OIDCScopes)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -20,7 +21,10 @@ import (
 // real protocol (authorization code + PKCE, ID token with nonce and
 // auth_time): /authorize shows a login page on which one chooses a demo user
 // (no password: whoever reaches the loopback port is anyone they like), and
-// /token exchanges the code. It accepts only loopback redirect URIs.
+// /token exchanges the code. It accepts only loopback redirect URIs. Like a
+// real provider's consent, it grants only the scopes the client asked for
+// (those of them the user has), and the audience asked for with resource
+// (RFC 8707) or audience (ORY Hydra, Auth0).
 
 // User is a demo person the login page offers.
 type User struct {
@@ -47,6 +51,7 @@ const (
 type grant struct {
 	clientID, redirectURI, challenge, nonce, resource string
 	user                                              User
+	scopes                                            []string // granted: requested ∩ the user's
 	authTime                                          time.Time
 	acr                                               string
 	expires                                           time.Time
@@ -80,13 +85,16 @@ func (i *Issuer) user(subject string) (User, bool) {
 
 // authRequest is a validated authorization request.
 type authRequest struct {
-	ClientID, RedirectURI, State, Nonce, Challenge, Resource, Prompt, MaxAge, ACRValues string
+	ClientID, RedirectURI, State, Nonce, Challenge, Resource, Scope, Prompt, MaxAge, ACRValues string
 }
 
 func readAuthRequest(form url.Values) (authRequest, string) {
 	r := authRequest{ClientID: form.Get("client_id"), RedirectURI: form.Get("redirect_uri"), State: form.Get("state"),
 		Nonce: form.Get("nonce"), Challenge: form.Get("code_challenge"), Resource: form.Get("resource"),
-		Prompt: form.Get("prompt"), MaxAge: form.Get("max_age"), ACRValues: form.Get("acr_values")}
+		Scope: form.Get("scope"), Prompt: form.Get("prompt"), MaxAge: form.Get("max_age"), ACRValues: form.Get("acr_values")}
+	if r.Resource == "" {
+		r.Resource = form.Get("audience")
+	}
 	switch {
 	case form.Get("response_type") != "code":
 		return r, "response_type must be code"
@@ -152,7 +160,8 @@ func (i *Issuer) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 		i.grants = map[string]grant{}
 	}
 	i.grants[code] = grant{clientID: req.ClientID, redirectURI: req.RedirectURI, challenge: req.Challenge, nonce: req.Nonce,
-		resource: req.Resource, user: user, authTime: time.Now(), acr: acr, expires: time.Now().Add(codeTTL)}
+		resource: req.Resource, user: user, scopes: granted(user.Scopes, req.Scope), authTime: time.Now(), acr: acr,
+		expires: time.Now().Add(codeTTL)}
 	i.mu.Unlock()
 	back, _ := url.Parse(req.RedirectURI)
 	q := back.Query()
@@ -191,7 +200,19 @@ func (i *Issuer) serveToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, map[string]any{"access_token": access, "id_token": idToken, "token_type": "Bearer",
-		"expires_in": int(SignInTokenTTL.Seconds()), "scope": "openid"})
+		"expires_in": int(SignInTokenTTL.Seconds()), "scope": strings.Join(append([]string{"openid"}, g.scopes...), " ")})
+}
+
+// granted is what consent grants: the scopes requested (space-separated)
+// that the user has, never one nobody asked for.
+func granted(has []string, requested string) []string {
+	var out []string
+	for _, s := range strings.Fields(requested) {
+		if slices.Contains(has, s) && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // signInTokens are the access token (for billingd's API, azp the client)
@@ -204,7 +225,7 @@ func (i *Issuer) signInTokens(g grant) (string, string, error) {
 		i.mu.RUnlock()
 	}
 	authTime := g.authTime.Unix()
-	access, err := i.Mint(Claims{Subject: g.user.Subject, Org: g.user.Org, Client: g.clientID, Scopes: g.user.Scopes,
+	access, err := i.Mint(Claims{Subject: g.user.Subject, Org: g.user.Org, Client: g.clientID, Scopes: g.scopes,
 		Audience: []string{aud}, TTL: SignInTokenTTL, Extra: map[string]any{"auth_time": authTime, "acr": g.acr}})
 	if err != nil {
 		return "", "", err
@@ -247,6 +268,7 @@ anyone in as any demo user, without a password. Never use it for anything real.<
 <input type="hidden" name="code_challenge" value="{{.Req.Challenge}}">
 <input type="hidden" name="code_challenge_method" value="S256">
 <input type="hidden" name="resource" value="{{.Req.Resource}}">
+<input type="hidden" name="scope" value="{{.Req.Scope}}">
 <input type="hidden" name="prompt" value="{{.Req.Prompt}}">
 <input type="hidden" name="max_age" value="{{.Req.MaxAge}}">
 <p><label><input type="checkbox" name="passkey" id="passkey"> Use a passkey (acr {{"urn:billingd:dev:passkey"}})</label></p>

@@ -9,6 +9,14 @@
 // the nonce it sent, that sub is a name a person can read (contract §4), and
 // for a verification sign-in that the person authenticated at or after the
 // moment billingd asked (auth_time, with max_age=0 and prompt=login sent).
+//
+// What it asks for follows the providers operators run, not one RFC: the
+// access token must be for billingd's API, and providers learn that in
+// different ways (Hydra and Auth0 read the audience parameter, RFC 8707
+// servers read resource, Okta, Keycloak and Entra ID configure it on the
+// server), so the parameters are configurable (OIDC_AUDIENCE_PARAMS); the
+// billing scopes the pages need are requested explicitly (OIDC_SCOPES),
+// since a provider's consent grants only what was asked for.
 package signin
 
 import (
@@ -18,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,44 +42,114 @@ type Config struct {
 	ClientID     string // OIDC_CLIENT_ID
 	ClientSecret string // OIDC_CLIENT_SECRET; empty for a public client
 	RedirectURL  string // PUBLIC_BASE_URL + "/auth/callback"
-	// Resource is the resource indicator (RFC 8707) sent with the request,
-	// so that the access token is billingd's (PUBLIC_BASE_URL).
-	Resource string
+	// Audience is billingd's API as the provider names it (the first
+	// OAUTH_AUDIENCE value), asked for with AudienceParams so that the
+	// access token is billingd's.
+	Audience string
+	// AudienceParams (OIDC_AUDIENCE_PARAMS) are the authorization request
+	// parameters that carry Audience: ParamAudience, ParamResource (RFC
+	// 8707), both, or none (empty) for providers that configure the
+	// audience on the server.
+	AudienceParams []string
+	// Scopes (OIDC_SCOPES) are the scopes requested; openid is added when
+	// missing. Empty: DefaultScopes.
+	Scopes []string
 	// ClockSkew is tolerated on auth_time (CONFIRM_CLOCK_SKEW).
 	ClockSkew time.Duration
 	// HTTPClient reaches the issuer; nil: a client with a 10 s timeout.
 	HTTPClient *http.Client
 }
 
+// The authorization request parameters that can name the API audience.
+const (
+	// ParamAudience is the audience parameter of ORY Hydra and Auth0.
+	ParamAudience = "audience"
+	// ParamResource is RFC 8707's resource indicator.
+	ParamResource = "resource"
+)
+
+// DefaultScopes are requested when OIDC_SCOPES is unset: the sign-in, and
+// every billing scope a page may need (the dashboard reads and changes the
+// plan, an admin sees the audit log and approves). The provider grants what
+// the person may have; the session gets what was granted.
+var DefaultScopes = []string{oidc.ScopeOpenID, "profile", auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin}
+
 // Client is billingd as an OpenID Connect relying party.
 type Client struct {
-	oauth    oauth2.Config
-	verifier *oidc.IDTokenVerifier
-	resource string
-	skew     time.Duration
-	http     *http.Client
+	oauth          oauth2.Config
+	verifier       *oidc.IDTokenVerifier
+	issuer         string
+	audience       string
+	audienceParams []string
+	skew           time.Duration
+	http           *http.Client
 }
 
 // New discovers the issuer's OpenID configuration. ctx bounds discovery.
+// The issuer's metadata may spell the issuer with or without a trailing
+// slash where cfg.Issuer does not (auth.SameIssuer); any other difference
+// is an *auth.IssuerMismatchError.
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Issuer == "" || cfg.ClientID == "" || cfg.RedirectURL == "" {
 		return nil, errors.New("signin: issuer, client id and redirect URL are required")
 	}
+	for _, p := range cfg.AudienceParams {
+		if p != ParamAudience && p != ParamResource {
+			return nil, fmt.Errorf("signin: unknown audience parameter %q", p)
+		}
+	}
+	if len(cfg.AudienceParams) > 0 && cfg.Audience == "" {
+		return nil, errors.New("signin: an audience parameter without an audience")
+	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	provider, err := oidc.NewProvider(oidc.ClientContext(ctx, cfg.HTTPClient), cfg.Issuer)
+	provider, err := discover(oidc.ClientContext(ctx, cfg.HTTPClient), cfg.Issuer)
 	if err != nil {
-		return nil, fmt.Errorf("signin: discover %s: %w", cfg.Issuer, err)
+		return nil, err
 	}
 	return &Client{
 		oauth: oauth2.Config{ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, RedirectURL: cfg.RedirectURL,
-			Endpoint: provider.Endpoint(), Scopes: []string{oidc.ScopeOpenID, "profile"}},
+			Endpoint: provider.Endpoint(), Scopes: withOpenID(cfg.Scopes)},
 		// The key set is fetched with a context of its own: it outlives ctx.
+		// The issuer is checked by checkIDToken with the one rule
+		// billingd applies everywhere (auth.SameIssuer).
 		verifier: provider.VerifierContext(oidc.ClientContext(context.Background(), cfg.HTTPClient),
-			&oidc.Config{ClientID: cfg.ClientID}),
-		resource: cfg.Resource, skew: cfg.ClockSkew, http: cfg.HTTPClient,
+			&oidc.Config{ClientID: cfg.ClientID, SkipIssuerCheck: true}),
+		issuer: cfg.Issuer, audience: cfg.Audience, audienceParams: cfg.AudienceParams,
+		skew: cfg.ClockSkew, http: cfg.HTTPClient,
 	}, nil
+}
+
+// discover reads the issuer's OpenID configuration. go-oidc wants the
+// metadata's issuer spelled exactly as configured; a difference of a
+// trailing slash only is the same issuer (auth.SameIssuer), so discovery is
+// repeated with the metadata's own spelling.
+func discover(ctx context.Context, issuer string) (*oidc.Provider, error) {
+	provider, err := oidc.NewProvider(ctx, issuer)
+	var mismatch *oidc.IssuerMismatchError
+	if errors.As(err, &mismatch) {
+		if !auth.SameIssuer(mismatch.Discovered, issuer) {
+			return nil, &auth.IssuerMismatchError{Configured: issuer, Discovered: mismatch.Discovered}
+		}
+		provider, err = oidc.NewProvider(ctx, mismatch.Discovered)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("signin: discover %s: %w", issuer, err)
+	}
+	return provider, nil
+}
+
+// withOpenID is scopes (DefaultScopes when empty) with openid first: an
+// OpenID Connect sign-in without it gets no ID token.
+func withOpenID(scopes []string) []string {
+	if len(scopes) == 0 {
+		return slices.Clone(DefaultScopes)
+	}
+	if slices.Contains(scopes, oidc.ScopeOpenID) {
+		return slices.Clone(scopes)
+	}
+	return append([]string{oidc.ScopeOpenID}, scopes...)
 }
 
 // Request is one sign-in in progress: what billingd sent and must see again.
@@ -91,8 +170,8 @@ func NewRequest() Request {
 // when set, asks for those authentication classes.
 func (c *Client) AuthURL(r Request, fresh bool, acrValues []string) string {
 	opts := []oauth2.AuthCodeOption{oidc.Nonce(r.Nonce), oauth2.S256ChallengeOption(r.Verifier)}
-	if c.resource != "" {
-		opts = append(opts, oauth2.SetAuthURLParam("resource", c.resource))
+	for _, p := range c.audienceParams {
+		opts = append(opts, oauth2.SetAuthURLParam(p, c.audience))
 	}
 	if fresh {
 		opts = append(opts, oauth2.SetAuthURLParam("max_age", "0"), oauth2.SetAuthURLParam("prompt", "login"))
@@ -148,6 +227,9 @@ func (c *Client) checkIDToken(ctx context.Context, raw, nonce string, authentica
 	idt, err := c.verifier.Verify(ctx, raw)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: id_token: %w", ErrSignIn, err)
+	}
+	if !auth.SameIssuer(idt.Issuer, c.issuer) {
+		return Result{}, fmt.Errorf("%w: id_token from another issuer", ErrSignIn)
 	}
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(nonce)) != 1 || nonce == "" {
 		return Result{}, fmt.Errorf("%w: id_token nonce does not match", ErrSignIn)

@@ -1,6 +1,6 @@
 // Package testenv gives tests the real components they run against: a
-// PostgreSQL database of their own, created from a migrated template, and a
-// stripe-mock server. On CI (CI=true) a missing component fails the test;
+// PostgreSQL database of their own, created from a migrated template, a
+// stripe-mock server and an OpenID provider (ORY Hydra). On CI (CI=true) a missing component fails the test;
 // elsewhere it skips it with a message saying what to install.
 package testenv
 
