@@ -391,3 +391,17 @@ func (h *harness) pendingIDs(token string) map[string]bool {
 }
 
 func formatCents(c int64) string { return fmt.Sprintf("$%d.%02d", c/100, c%100) }
+
+// TestHandshakeOnStripeMock: org creation and a first call against
+// stripe-mock, which checks every request's wire format against Stripe's
+// own API description. Its second call is refused as drift: billingd reads
+// the subscription at Stripe before a change, and stripe-mock's is a fixture
+// (the other tests run on the stateful fake for that).
+func TestHandshakeOnStripeMock(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withStripeMock())
+	h.createOrg("wire", "Wire", "pro")
+	tok := h.user("wire", "wendy")
+	p := h.propose(tok, "upgrade", "scale")
+	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_mismatch")
+}
