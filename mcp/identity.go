@@ -15,7 +15,7 @@ import (
 )
 
 // Keys of sdkauth.TokenInfo.Extra: what billing needs from the token besides
-// the principal (UserID) and scopes.
+// its scopes (UserID names the session's owner, not the principal).
 const (
 	extraPrincipal = "sub"
 	extraOrg       = "org"
