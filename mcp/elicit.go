@@ -44,8 +44,9 @@ import (
 //     elicitation as an input request with a request state; the client asks
 //     its user and calls the tool again with the answer and the state. The
 //     state holds the proposal, token included, sealed by stateSealer, and
-//     is bound to the caller and the call's arguments: it is never trusted
-//     as sent.
+//     is bound to the caller (org, principal, client), the call's
+//     arguments, the protocol version and the capability it asked through:
+//     it is never trusted as sent.
 //
 // Every rule of the handshake stays in billing: this file only calls
 // ChangePlan (the first call, and the second with the token the first one
