@@ -265,8 +265,7 @@ func (t tools) lateRound(ctx context.Context, caller billing.Caller, p pending) 
 	}
 	switch change.Status {
 	case billing.StatusExecuted, billing.StatusExecuting:
-		res, err := t.handshake(ctx, caller, billing.ChangeRequest{
-			Operation: p.Proposal.Operation, To: p.Proposal.Details.To, ConfirmToken: p.Proposal.ConfirmToken})
+		res, err := t.handshake(ctx, caller, p.secondCall())
 		if err != nil {
 			return reply[changeOutput]{}, err
 		}
@@ -299,9 +298,7 @@ func (t tools) conclude(ctx context.Context, caller billing.Caller, p pending, a
 	if p.Mode == modeURL {
 		return final(changeOutput{ChangeResult: p.Proposal, Elicitation: report}, approvalText(p.Proposal)), nil
 	}
-	res, err := t.handshake(ctx, caller, billing.ChangeRequest{
-		Operation: p.Proposal.Operation, To: p.Proposal.Details.To, ConfirmToken: p.Proposal.ConfirmToken,
-		TokenWithheld: true}) // the agent never saw the token: no answer may send it back with one
+	res, err := t.handshake(ctx, caller, p.secondCall())
 	if err != nil {
 		return reply[changeOutput]{}, err
 	}

@@ -53,6 +53,13 @@ func (p pending) matches(caller billing.Caller, op billing.Operation, to string)
 		p.Proposal.ConfirmToken != "" && p.Proposal.ConfirmationID != ""
 }
 
+// secondCall redeems p's token for the agent, who never saw it: no answer
+// may send it back with one.
+func (p pending) secondCall() billing.ChangeRequest {
+	return billing.ChangeRequest{Operation: p.Proposal.Operation, To: p.Proposal.Details.To,
+		ConfirmToken: p.Proposal.ConfirmToken, TokenWithheld: true}
+}
+
 // askedOf reports whether a next round declared as client answers the
 // question p asked: multi-round-trip on the same protocol version, from a
 // client billingd would ask the same way (a form, or a URL, and not its
