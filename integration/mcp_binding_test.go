@@ -196,8 +196,9 @@ func TestMCPRequestStateAfterItsWindow(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withEnv("CONFIRM_TTL", "2s"),
 		withEnv("MCP_REQUEST_STATE_KEY", "an-integration-test-key-of-enough-bytes"),
-		// The late round, not the reconciler, settles the unknown outcome.
-		withEnv("SETTLE_INTERVAL", "1h"))
+		// The late round, not the reconciler, settles the unknown outcome,
+		// once the lost attempt is certainly over (2 × STRIPE_TIMEOUT).
+		withEnv("SETTLE_INTERVAL", "1h"), withEnv("STRIPE_TIMEOUT", "1s"))
 	late := h.mcpWithClock(func() time.Time { return time.Now().Add(305 * time.Second) })
 	args := map[string]any{"to": "scale"}
 	accept := sdk.InputResponseMap{"billingd_consent": &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}}
@@ -218,7 +219,19 @@ func TestMCPRequestStateAfterItsWindow(t *testing.T) {
 	wantLateAnswer := func(t *testing.T, org string, acct billing.Account, state string, replayed bool) {
 		t.Helper()
 		time.Sleep(2500 * time.Millisecond) // the token's TTL has passed by the database's clock too
-		res := nextRoundOf(t, connect(t, late, org), args, state, accept)
+		cs := connect(t, late, org)
+		res := nextRoundOf(t, cs, args, state, accept)
+		// An unknown outcome is billing's to settle: until Stripe's answer
+		// to the last attempt is certainly in (twice STRIPE_TIMEOUT), the
+		// answer is upstream_unavailable, never "nothing was changed".
+		for deadline := time.Now().Add(15 * time.Second); res.IsError && time.Now().Before(deadline); {
+			wantToolError(t, res, "upstream_unavailable")
+			if text := strings.Join(texts(res), " "); strings.Contains(strings.ToLower(text), "nothing was changed") {
+				t.Fatalf("the late round says nothing was changed: %s", text)
+			}
+			time.Sleep(500 * time.Millisecond)
+			res = nextRoundOf(t, cs, args, state, accept)
+		}
 		var again executed
 		wantSuccess(t, res, &again)
 		if !again.OK || again.Replayed != replayed || again.Subscription.Plan != "scale" {
