@@ -59,10 +59,15 @@ func mcpDial(baseURL, token, version string) (*sdk.ClientSession, error) {
 }
 
 func mcpDialWith(baseURL, token, version string, opts *sdk.ClientOptions, reconnect bool) (*sdk.ClientSession, error) {
+	return mcpDialVia(baseURL, bearer{token}, version, opts, reconnect)
+}
+
+// mcpDialVia is mcpDialWith with the HTTP transport that adds credentials.
+func mcpDialVia(baseURL string, credentials http.RoundTripper, version string, opts *sdk.ClientOptions, reconnect bool) (*sdk.ClientSession, error) {
 	client := sdk.NewClient(&sdk.Implementation{Name: "billingd-integration", Version: "1"}, opts)
 	transport := &sdk.StreamableClientTransport{
 		Endpoint:   baseURL + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{token}, Timeout: 30 * time.Second},
+		HTTPClient: &http.Client{Transport: credentials, Timeout: 30 * time.Second},
 	}
 	if !reconnect {
 		transport.MaxRetries = -1 // a refused request is an answer here, not a reason to retry

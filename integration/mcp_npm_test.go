@@ -51,7 +51,7 @@ func TestMCPNpmClient(t *testing.T) {
 			Annotations struct{ ReadOnlyHint, DestructiveHint bool }
 			Required    []string
 		}
-		First, Second, Replay, Subscription result
+		First, ViewOnly, Second, Replay, Subscription result
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("client output %q: %v", stdout.String(), err)
@@ -69,6 +69,9 @@ func TestMCPNpmClient(t *testing.T) {
 	if err := json.Unmarshal(out.First.StructuredContent, &p); err != nil || out.First.IsError || !strings.HasPrefix(p.ConfirmToken, "pbc_") ||
 		len(out.First.Text) == 0 || out.First.Text[0] != p.Summary || !strings.HasPrefix(p.Summary, "Upgrade Npm Works from Pro") {
 		t.Fatalf("first call: %+v", out.First)
+	}
+	if !out.ViewOnly.IsError || !strings.Contains(string(out.ViewOnly.StructuredContent), `"code":"invalid_request"`) {
+		t.Fatalf("confirm_plan_change from a client without MCP Apps: %+v", out.ViewOnly)
 	}
 	var done executed
 	if err := json.Unmarshal(out.Second.StructuredContent, &done); err != nil || out.Second.IsError || !done.OK || done.Subscription.Plan != "scale" {

@@ -114,18 +114,32 @@ type confirmArgs struct {
 // confirmFromView is confirm_plan_change: the second call of the
 // confirmation's own operation and plan, read through the service, so that
 // the view needs to hold only what the first call gave it.
-func (t tools) confirmFromView(ctx context.Context, _ *sdk.CallToolRequest, caller billing.Caller, in confirmArgs) (reply[changeOutput], error) {
+//
+// Only a client that declared it renders MCP Apps (at initialize, or on
+// 2026-07-28 in the request) has a view to press Confirm in, so only such a
+// client may call it; any other gets a tool error before anything is looked
+// up, and its token stays as it was. What billingd sees is the host's call,
+// not the click, and the result says no more than that.
+func (t tools) confirmFromView(ctx context.Context, req *sdk.CallToolRequest, caller billing.Caller, in confirmArgs) (reply[changeOutput], error) {
+	if !supportsApps(declared(req).caps) {
+		t.log.WarnContext(ctx, "app-only tool called by a client without MCP Apps", callAttrs(toolConfirm, caller, "no_view")...)
+		return reply[changeOutput]{}, billing.Errorf(billing.CodeInvalidRequest,
+			"confirm_plan_change is called by billingd's own view, and this client did not declare that it renders MCP Apps "+
+				"(io.modelcontextprotocol/ui); this call changed nothing. Make the second call with upgrade_plan or downgrade_plan "+
+				"and the confirm_token, once the user has agreed to the summary")
+	}
 	change, err := t.svc.ChangeOf(ctx, caller, in.ConfirmationID)
 	if err != nil {
 		return reply[changeOutput]{}, err
 	}
-	req := change.Request
-	req.ConfirmToken = in.ConfirmToken
-	res, err := t.handshake(ctx, caller, req)
+	second := change.Request
+	second.ConfirmToken = in.ConfirmToken
+	res, err := t.handshake(ctx, caller, second)
 	if err != nil {
 		return reply[changeOutput]{}, errWithMeta{err: err, meta: sdk.Meta{statusMetaKey: string(change.Status)}}
 	}
-	return final(changeOutput{ChangeResult: res}, changeText(res)+" The user pressed Confirm in billingd's view."), nil
+	return final(changeOutput{ChangeResult: res}, changeText(res)+
+		" Made with confirm_plan_change, the call billingd's view makes when its Confirm button is pressed (billingd sees the host's call, not the click)."), nil
 }
 
 // forView is a first call's proposal for a client that renders the view:

@@ -44,17 +44,20 @@ import (
 //     elicitation as an input request with a request state; the client asks
 //     its user and calls the tool again with the answer and the state. The
 //     state holds the proposal, token included, sealed by stateSealer, and
-//     is bound to the caller and the call's arguments: it is never trusted
-//     as sent.
+//     is bound to the caller (org, principal, client), the call's
+//     arguments, the protocol version and the capability it asked through:
+//     it is never trusted as sent.
 //
 // Every rule of the handshake stays in billing: this file only calls
 // ChangePlan (the first call, and the second with the token the first one
 // returned) and Cancel.
 
-// Elicitation modes (MCP 2025-11-25).
+// Elicitation modes (MCP 2025-11-25), and billingd's own view (apps.go):
+// the ways billingd puts a proposal to the person through the client.
 const (
 	modeForm = "form"
 	modeURL  = "url"
+	modeView = "view"
 )
 
 // What the user did with the dialog, as the result reports it.
@@ -113,6 +116,17 @@ func elicitMode(res billing.ChangeResult, caps *sdk.ClientCapabilities) string {
 		return modeForm
 	}
 	return ""
+}
+
+// howToAsk is how billingd puts res to the person through a client with
+// caps: in its own view (a client that renders MCP Apps), in a dialog
+// (elicitMode), or "" for the two-call handshake. The next round of a
+// request state must come from a client that would be asked the same way.
+func howToAsk(res billing.ChangeResult, caps *sdk.ClientCapabilities) string {
+	if res.Proposed() && supportsApps(caps) {
+		return modeView
+	}
+	return elicitMode(res, caps)
 }
 
 // elicitParams is the dialog for p.
@@ -177,9 +191,9 @@ func judge(mode string, res *sdk.ElicitResult, err error) string {
 // ask puts p to the user: as an input request on 2026-07-28, or over the
 // session on older protocols, waiting at most until the confirmation
 // expires.
-func (t tools) ask(ctx context.Context, req *sdk.CallToolRequest, caller billing.Caller, p pending) (reply[changeOutput], error) {
+func (t tools) ask(ctx context.Context, req *sdk.CallToolRequest, client declaration, caller billing.Caller, p pending) (reply[changeOutput], error) {
 	params := elicitParams(p)
-	if usesInputRequests(req) {
+	if client.usesInputRequests() {
 		state, err := t.states.seal(p)
 		if err != nil {
 			return reply[changeOutput]{}, err
@@ -196,34 +210,69 @@ func (t tools) ask(ctx context.Context, req *sdk.CallToolRequest, caller billing
 	return t.conclude(ctx, caller, p, judge(p.Mode, res, err))
 }
 
-// usesInputRequests reports whether the client takes input requests in tool
-// results (protocol 2026-07-28 and later). The SDK decides the same way, and
-// would fulfil input requests itself for an older client.
-func usesInputRequests(req *sdk.CallToolRequest) bool {
-	return req.ProtocolVersion() >= protocol20260728
-}
-
 // isNextRound reports whether the call answers an earlier input request.
 func isNextRound(req *sdk.CallToolRequest) bool {
 	return req.Params.RequestState != "" || len(req.Params.InputResponses) > 0
 }
 
-// nextRound continues a call on 2026-07-28 with the client's answer: the
-// request state must open with billingd's key and have been made for this
-// caller and these arguments; otherwise nothing happens at all.
-func (t tools) nextRound(ctx context.Context, req *sdk.CallToolRequest, caller billing.Caller, op billing.Operation, in changePlanArgs) (reply[changeOutput], error) {
+// nextRound continues a call on 2026-07-28 with the client's answer. The
+// request state must open with billingd's key and have been issued to this
+// caller (org, principal, client) for these arguments, and the answer must
+// come the way the question went: on the same protocol, from a client that
+// declares the capability billingd asked through. Otherwise nothing happens
+// at all. Within the state's window the answer decides (conclude); after it,
+// only billing's record of the confirmation answers (lateRound).
+func (t tools) nextRound(ctx context.Context, req *sdk.CallToolRequest, client declaration, caller billing.Caller, op billing.Operation, in changePlanArgs) (reply[changeOutput], error) {
 	if in.ConfirmToken != "" {
 		return reply[changeOutput]{}, billing.Errorf(billing.CodeInvalidRequest,
 			"send either confirm_token or an elicitation's answer and request state, not both")
 	}
-	p, err := t.states.open(req.Params.RequestState, time.Now())
-	if err != nil || !p.matches(caller, op, in.To) {
-		t.log.WarnContext(ctx, "request state refused", callAttrs(string(op), caller, "bad_request_state")...)
+	p, err := t.states.open(req.Params.RequestState)
+	refused := ""
+	switch {
+	case err != nil:
+		refused = "not_billingds"
+	case !p.matches(caller, op, in.To):
+		refused = "other_caller_or_call"
+	case !p.askedOf(client):
+		refused = "other_protocol_or_capability"
+	}
+	if refused != "" {
+		t.log.WarnContext(ctx, "request state refused", append(callAttrs(string(op), caller, "bad_request_state"), "reason", refused)...)
 		return reply[changeOutput]{}, billing.Errorf(billing.CodeTokenInvalid,
-			"the request state is not one billingd issued for this call, or it is too old; nothing was changed")
+			"the request state is not one billingd issued to this client for this call; this call changed nothing")
+	}
+	if !t.now().Before(p.NotAfter) {
+		return t.lateRound(ctx, caller, p)
 	}
 	res, err := answerIn(req.Params.InputResponses)
 	return t.conclude(ctx, caller, p, judge(p.Mode, res, err))
+}
+
+// lateRound answers a next round that came after its request state's window
+// (the confirmation's expiry plus the largest clock skew billing allows).
+// The answer in it no longer counts, to execute or to cancel: the state's
+// authority is bounded in time. But the confirmation it names is the
+// caller's, and what became of it is billing's to say, whatever the state's
+// age: a change that executed is answered with its original result
+// ("replayed"), one whose outcome is still unknown is settled, as for any
+// repeated second call of its owner. Anything else changed nothing, and the
+// answer says so.
+func (t tools) lateRound(ctx context.Context, caller billing.Caller, p pending) (reply[changeOutput], error) {
+	change, err := t.svc.ChangeOf(ctx, caller, p.Proposal.ConfirmationID)
+	if err != nil {
+		return reply[changeOutput]{}, err
+	}
+	switch change.Status {
+	case billing.StatusExecuted, billing.StatusExecuting:
+		res, err := t.handshake(ctx, caller, p.secondCall())
+		if err != nil {
+			return reply[changeOutput]{}, err
+		}
+		return final(changeOutput{ChangeResult: res}, changeText(res)), nil
+	}
+	return reply[changeOutput]{}, billing.Errorf(billing.CodeTokenExpired,
+		"this answer came after billingd's question about the change had expired, and the change was not made")
 }
 
 var errNoAnswer = errors.New("no answer to billingd's input request")
@@ -249,9 +298,7 @@ func (t tools) conclude(ctx context.Context, caller billing.Caller, p pending, a
 	if p.Mode == modeURL {
 		return final(changeOutput{ChangeResult: p.Proposal, Elicitation: report}, approvalText(p.Proposal)), nil
 	}
-	res, err := t.handshake(ctx, caller, billing.ChangeRequest{
-		Operation: p.Proposal.Operation, To: p.Proposal.Details.To, ConfirmToken: p.Proposal.ConfirmToken,
-		TokenWithheld: true}) // the agent never saw the token: no answer may send it back with one
+	res, err := t.handshake(ctx, caller, p.secondCall())
 	if err != nil {
 		return reply[changeOutput]{}, err
 	}

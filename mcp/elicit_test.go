@@ -107,7 +107,7 @@ func TestMCPRequestState(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC)
-	p := pending{Org: "acme", Principal: "alice", Mode: modeForm, NotAfter: now.Add(time.Minute),
+	p := pending{Org: "acme", Principal: "alice", Client: "agent-a", Protocol: "2026-07-28", Mode: modeForm, NotAfter: now.Add(time.Minute),
 		Proposal: billing.ChangeResult{ConfirmToken: "pbc_secret", ConfirmationID: "cnf_1", Operation: billing.OpUpgrade,
 			Details: &billing.Details{To: "scale"}}}
 	state, err := sealer.seal(p)
@@ -117,19 +117,20 @@ func TestMCPRequestState(t *testing.T) {
 	if strings.Contains(state, "pbc_") || strings.Contains(state, "acme") {
 		t.Fatalf("state readable: %s", state)
 	}
-	got, err := sealer.open(state, now)
-	if err != nil || got.Proposal.ConfirmToken != "pbc_secret" || !got.matches(billing.Caller{Org: "acme", Principal: "alice"}, billing.OpUpgrade, "scale") {
+	alice := billing.Caller{Org: "acme", Principal: "alice", Client: "agent-a"}
+	got, err := sealer.open(state)
+	if err != nil || got.Proposal.ConfirmToken != "pbc_secret" || !got.matches(alice, billing.OpUpgrade, "scale") ||
+		!got.NotAfter.Equal(p.NotAfter) {
 		t.Fatalf("open: %+v, %v", got, err)
 	}
 	other, _ := newStateSealer([]byte(strings.Repeat("o", MinRequestStateKeyBytes)))
 	refused := map[string]func() (pending, error){
-		"expired":       func() (pending, error) { return sealer.open(state, now.Add(time.Minute)) },
-		"other key":     func() (pending, error) { return other.open(state, now) },
-		"altered":       func() (pending, error) { return sealer.open(state[:20]+flip(state[20])+state[21:], now) },
-		"no version":    func() (pending, error) { return sealer.open(strings.TrimPrefix(state, stateVersion), now) },
-		"empty":         func() (pending, error) { return sealer.open("", now) },
-		"too long":      func() (pending, error) { return sealer.open(state+strings.Repeat("A", maxStateBytes), now) },
-		"not base64url": func() (pending, error) { return sealer.open(stateVersion+"!!!", now) },
+		"other key":     func() (pending, error) { return other.open(state) },
+		"altered":       func() (pending, error) { return sealer.open(state[:20] + flip(state[20]) + state[21:]) },
+		"no version":    func() (pending, error) { return sealer.open(strings.TrimPrefix(state, stateVersion)) },
+		"empty":         func() (pending, error) { return sealer.open("") },
+		"too long":      func() (pending, error) { return sealer.open(state + strings.Repeat("A", maxStateBytes)) },
+		"not base64url": func() (pending, error) { return sealer.open(stateVersion + "!!!") },
 	}
 	for name, open := range refused {
 		if _, err := open(); !errors.Is(err, errBadState) {
@@ -141,10 +142,12 @@ func TestMCPRequestState(t *testing.T) {
 		op     billing.Operation
 		to     string
 	}{
-		"other principal": {billing.Caller{Org: "acme", Principal: "mallory"}, billing.OpUpgrade, "scale"},
-		"other org":       {billing.Caller{Org: "evil", Principal: "alice"}, billing.OpUpgrade, "scale"},
-		"other operation": {billing.Caller{Org: "acme", Principal: "alice"}, billing.OpDowngrade, "scale"},
-		"other plan":      {billing.Caller{Org: "acme", Principal: "alice"}, billing.OpUpgrade, "pro"},
+		"other principal": {billing.Caller{Org: "acme", Principal: "mallory", Client: "agent-a"}, billing.OpUpgrade, "scale"},
+		"other org":       {billing.Caller{Org: "evil", Principal: "alice", Client: "agent-a"}, billing.OpUpgrade, "scale"},
+		"other client":    {billing.Caller{Org: "acme", Principal: "alice", Client: "agent-b"}, billing.OpUpgrade, "scale"},
+		"no client":       {billing.Caller{Org: "acme", Principal: "alice"}, billing.OpUpgrade, "scale"},
+		"other operation": {alice, billing.OpDowngrade, "scale"},
+		"other plan":      {alice, billing.OpUpgrade, "pro"},
 	} {
 		if got.matches(c.caller, c.op, c.to) {
 			t.Errorf("%s: matches", name)
@@ -160,4 +163,43 @@ func flip(c byte) string {
 		return "B"
 	}
 	return "A"
+}
+
+// TestMCPRequestStateAskedOf: the next round must come the way the question
+// went: multi-round-trip on the same protocol version, from a client
+// billingd would ask the same way.
+func TestMCPRequestStateAskedOf(t *testing.T) {
+	form := &sdk.ElicitationCapabilities{Form: &sdk.FormElicitationCapabilities{}}
+	formAndURL := &sdk.ElicitationCapabilities{Form: &sdk.FormElicitationCapabilities{}, URL: &sdk.URLElicitationCapabilities{}}
+	apps := map[string]any{appsExtension: map[string]any{"mimeTypes": []any{viewMIMEType}}}
+	proposal := billing.ChangeResult{ConfirmToken: "pbc_x"}
+	approval := billing.ChangeResult{ConfirmToken: "pbc_x", ApprovalRequired: true}
+	asked := pending{Protocol: protocol20260728, Mode: modeForm, Proposal: proposal}
+	askedURL := pending{Protocol: protocol20260728, Mode: modeURL, Proposal: approval}
+	cases := []struct {
+		name   string
+		p      pending
+		client declaration
+		want   bool
+	}{
+		{"same protocol, form", asked, declaration{protocol20260728, &sdk.ClientCapabilities{Elicitation: form}}, true},
+		{"form and url still asked by form", asked, declaration{protocol20260728, &sdk.ClientCapabilities{Elicitation: formAndURL}}, true},
+		{"url for an approval", askedURL, declaration{protocol20260728, &sdk.ClientCapabilities{Elicitation: formAndURL}}, true},
+		{"no capabilities", asked, declaration{protocol20260728, nil}, false},
+		{"no elicitation", asked, declaration{protocol20260728, &sdk.ClientCapabilities{}}, false},
+		{"url only", asked, declaration{protocol20260728, &sdk.ClientCapabilities{Elicitation: &sdk.ElicitationCapabilities{URL: &sdk.URLElicitationCapabilities{}}}}, false},
+		{"form only for a url question", askedURL, declaration{protocol20260728, &sdk.ClientCapabilities{Elicitation: form}}, false},
+		{"renders the view instead", asked, declaration{protocol20260728, &sdk.ClientCapabilities{Elicitation: form, Extensions: apps}}, false},
+		{"2025-11-25 session", asked, declaration{"2025-11-25", &sdk.ClientCapabilities{Elicitation: form}}, false},
+		{"no protocol", asked, declaration{"", &sdk.ClientCapabilities{Elicitation: form}}, false},
+		{"a later protocol than asked", asked, declaration{"2027-01-01", &sdk.ClientCapabilities{Elicitation: form}}, false},
+		{"a state without a mode", pending{Protocol: protocol20260728, Proposal: billing.ChangeResult{}}, declaration{protocol20260728, &sdk.ClientCapabilities{}}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.p.askedOf(c.client); got != c.want {
+				t.Fatalf("askedOf = %v, want %v", got, c.want)
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package mcp
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"slices"
 	"time"
 
@@ -14,27 +15,41 @@ import (
 )
 
 // Keys of sdkauth.TokenInfo.Extra: what billing needs from the token besides
-// the principal (UserID) and scopes.
+// its scopes (UserID names the session's owner, not the principal).
 const (
-	extraOrg    = "org"
-	extraClient = "client"
+	extraPrincipal = "sub"
+	extraOrg       = "org"
+	extraClient    = "client"
 	// extraAuthTime and extraACR carry auth_time and acr for the verify
 	// level's step-up check.
 	extraAuthTime = "auth_time"
 	extraACR      = "acr"
 )
 
-// tokenInfo is the SDK's view of a verified access token. UserID is the
-// principal, so the SDK binds each HTTP session to the principal that
-// opened it.
+// tokenInfo is the SDK's view of a verified access token. The SDK binds
+// each 2025-11-25 session to the UserID of the token that opened it and
+// refuses (403) a request of that session whose token has another UserID,
+// so UserID is the session's owner (sessionOwner), not the principal alone:
+// the same sub in another org, or through another client, must not take
+// over a session. The principal travels in Extra with the org and client.
 func tokenInfo(id auth.Identity) *sdkauth.TokenInfo {
 	return &sdkauth.TokenInfo{
 		Scopes:     id.Scopes,
 		Expiration: id.Expiry,
-		UserID:     id.Subject,
-		Extra: map[string]any{extraOrg: id.Org, extraClient: id.Client,
+		UserID:     sessionOwner(id),
+		Extra: map[string]any{extraPrincipal: id.Subject, extraOrg: id.Org, extraClient: id.Client,
 			extraAuthTime: id.AuthTime, extraACR: id.ACR},
 	}
+}
+
+// sessionOwner names who may use an MCP session: the org, the principal
+// and the client (azp or client_id) of the token that opened it. A session
+// holds what its client declared at initialize (capabilities, extensions),
+// so another client of the same person is not its owner either. The JSON
+// array keeps the three apart whatever characters they hold.
+func sessionOwner(id auth.Identity) string {
+	owner, _ := json.Marshal([]string{id.Org, id.Subject, id.Client}) // strings: cannot fail
+	return string(owner)
 }
 
 const requestIDHeader = "X-Request-Id"
@@ -51,10 +66,12 @@ func callerOf(req *sdk.CallToolRequest, scope string) (billing.Caller, error) {
 	if req.Extra != nil {
 		info = req.Extra.TokenInfo
 	}
-	if info == nil || info.UserID == "" || !time.Now().Before(info.Expiration) {
+	if info != nil {
+		caller.Principal, _ = info.Extra[extraPrincipal].(string)
+	}
+	if info == nil || caller.Principal == "" || !time.Now().Before(info.Expiration) {
 		return caller, billing.Errorf(billing.CodeUnauthorized, "missing, invalid or expired access token")
 	}
-	caller.Principal = info.UserID
 	caller.Org, _ = info.Extra[extraOrg].(string)
 	caller.Client, _ = info.Extra[extraClient].(string)
 	caller.AuthTime, _ = info.Extra[extraAuthTime].(time.Time)

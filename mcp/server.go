@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -43,12 +44,24 @@ type Config struct {
 	// several replicas sends each 2025-11-25 session to the process that
 	// holds it (docs/deployment-replicas.md, replicas.go).
 	ReplicaID string
+	// Clock, when set, replaces time.Now where the MCP layer itself reads
+	// the time: the window of a request state. Tests set it to play a
+	// request that arrives minutes later. Confirmations are timed by the
+	// database's clock, never by this one.
+	Clock func() time.Time
 }
 
 // HandshakeObserver receives the outcome of each handshake call
 // (internal/telemetry.Metrics).
 type HandshakeObserver interface {
 	ObserveHandshake(op billing.Operation, res billing.ChangeResult, err error)
+}
+
+func (c Config) clock() func() time.Time {
+	if c.Clock == nil {
+		return time.Now
+	}
+	return c.Clock
 }
 
 func (c Config) logger() *slog.Logger {
@@ -78,7 +91,7 @@ func newServer(cfg Config, states stateSealer) *sdk.Server {
 			GetSessionID: sessionIDs(cfg.ReplicaID),
 			Capabilities: appsCapable(&sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}, Resources: &sdk.ResourceCapabilities{}}),
 		})
-	t := tools{svc: cfg.Service, log: cfg.logger(), states: states, observer: cfg.Observer}
+	t := tools{svc: cfg.Service, log: cfg.logger(), states: states, observer: cfg.Observer, now: cfg.clock()}
 	registerTools(s, t)
 	registerView(s, t)
 	s.AddReceivingMiddleware(sdkErrorsAsContract(cfg.logger()))

@@ -24,25 +24,50 @@ import (
 type pending struct {
 	Org       string `json:"org"`
 	Principal string `json:"sub"`
-	// Mode is the elicitation billingd sent: modeForm or modeURL.
+	// Client is the access token's client (azp or client_id) that was asked;
+	// "" when the token names none.
+	Client string `json:"client"`
+	// Protocol is the protocol version of the call that asked.
+	Protocol string `json:"protocol"`
+	// Mode is the elicitation billingd sent: modeForm or modeURL. The
+	// client's capability decided it (howToAsk).
 	Mode string `json:"mode"`
 	// Proposal is the first call's result, confirm_token included: the form
 	// round redeems the token, the URL round hands the proposal to the agent.
 	Proposal billing.ChangeResult `json:"proposal"`
-	// NotAfter bounds the state's life: the confirmation's expiry plus the
-	// largest clock skew billing allows. billing still decides expiry by the
-	// database clock; this only stops old states from being replayed forever.
+	// NotAfter bounds the state's authority: the confirmation's expiry plus
+	// the largest clock skew billing allows. After it an answer no longer
+	// executes or cancels anything; billing's record of the confirmation
+	// still answers its owner (tools.lateRound). billing decides expiry by
+	// the database clock; this only stops old answers from counting forever.
 	NotAfter time.Time `json:"not_after"`
 }
 
 // matches reports whether p was made for this caller and this call. A state
-// sealed for another principal, org, operation or plan is refused even
-// though its seal is genuine.
+// sealed for another principal, org, client, operation or plan is refused
+// even though its seal is genuine.
 func (p pending) matches(caller billing.Caller, op billing.Operation, to string) bool {
 	d := p.Proposal.Details
-	return p.Org == caller.Org && p.Principal == caller.Principal &&
+	return p.Org == caller.Org && p.Principal == caller.Principal && p.Client == caller.Client &&
 		p.Proposal.Operation == op && d != nil && d.To == to &&
 		p.Proposal.ConfirmToken != "" && p.Proposal.ConfirmationID != ""
+}
+
+// secondCall redeems p's token for the agent, who never saw it: no answer
+// may send it back with one.
+func (p pending) secondCall() billing.ChangeRequest {
+	return billing.ChangeRequest{Operation: p.Proposal.Operation, To: p.Proposal.Details.To,
+		ConfirmToken: p.Proposal.ConfirmToken, TokenWithheld: true}
+}
+
+// askedOf reports whether a next round declared as client answers the
+// question p asked: multi-round-trip on the same protocol version, from a
+// client billingd would ask the same way (a form, or a URL, and not its
+// view). A client that cannot show the dialog, or a 2025-11-25 session,
+// never answers one.
+func (p pending) askedOf(client declaration) bool {
+	return client.usesInputRequests() && client.protocol == p.Protocol &&
+		p.Mode != "" && howToAsk(p.Proposal, client.caps) == p.Mode
 }
 
 // Request state format: "v1." and the base64url AES-256-GCM sealing (random
@@ -57,7 +82,7 @@ const (
 )
 
 // errBadState: the request state was not sealed by billingd with this key,
-// was altered, or is too old. The caller learns nothing more.
+// or was altered. The caller learns nothing more.
 var errBadState = errors.New("request state refused")
 
 // stateSealer seals and opens request states. The state travels through the
@@ -125,9 +150,9 @@ func (s stateSealer) seal(p pending) (string, error) {
 }
 
 // open returns the pending proposal sealed in state, or errBadState. It
-// checks the seal and the age; the caller checks whom it was made for
-// (pending.matches).
-func (s stateSealer) open(state string, now time.Time) (pending, error) {
+// checks the seal only; the caller checks whom it was made for
+// (pending.matches, pending.askedOf) and its age (NotAfter).
+func (s stateSealer) open(state string) (pending, error) {
 	body, ok := strings.CutPrefix(state, stateVersion)
 	if !ok || len(state) > maxStateBytes {
 		return pending{}, errBadState
@@ -141,7 +166,7 @@ func (s stateSealer) open(state string, now time.Time) (pending, error) {
 		return pending{}, errBadState
 	}
 	var p pending
-	if err := json.Unmarshal(plain, &p); err != nil || !now.Before(p.NotAfter) {
+	if err := json.Unmarshal(plain, &p); err != nil {
 		return pending{}, errBadState
 	}
 	return p, nil

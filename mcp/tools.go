@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -129,6 +130,7 @@ type tools struct {
 	log      *slog.Logger
 	states   stateSealer
 	observer HandshakeObserver // nil: not measured
+	now      func() time.Time  // the request states' clock
 }
 
 // handshake is every handshake call the plan tools make (a tool call that
@@ -146,24 +148,25 @@ func (t tools) handshake(ctx context.Context, caller billing.Caller, req billing
 // user itself (elicit.go).
 func (t tools) changePlan(op billing.Operation) interactiveFunc[changePlanArgs, changeOutput] {
 	return func(ctx context.Context, req *sdk.CallToolRequest, caller billing.Caller, in changePlanArgs) (reply[changeOutput], error) {
+		client := declared(req)
 		if isNextRound(req) {
-			return t.nextRound(ctx, req, caller, op, in)
+			return t.nextRound(ctx, req, client, caller, op, in)
 		}
 		res, err := t.handshake(ctx, caller, billing.ChangeRequest{Operation: op, To: in.To, ConfirmToken: in.ConfirmToken})
 		if err != nil {
 			return reply[changeOutput]{}, err
 		}
-		if res.Proposed() && supportsApps(req.ClientCapabilities()) {
+		switch mode := howToAsk(res, client.caps); mode {
+		case modeView:
 			return forView(res), nil
-		}
-		mode := elicitMode(res, req.ClientCapabilities())
-		if mode == "" {
+		case "":
 			return final(changeOutput{ChangeResult: res}, changeText(res)), nil
+		default:
+			return t.ask(ctx, req, client, caller, pending{
+				Org: caller.Org, Principal: caller.Principal, Client: caller.Client, Protocol: client.protocol,
+				Mode: mode, Proposal: res, NotAfter: res.ExpiresAt.Add(billing.MaxClockSkew),
+			})
 		}
-		return t.ask(ctx, req, caller, pending{
-			Org: caller.Org, Principal: caller.Principal, Mode: mode, Proposal: res,
-			NotAfter: res.ExpiresAt.Add(billing.MaxClockSkew),
-		})
 	}
 }
 

@@ -2,8 +2,9 @@
 // integration/mcp_npm_test.go: it connects to billingd over Streamable HTTP
 // with a bearer token, lists the tools, runs the two-call upgrade the way an
 // agent should (first call, show the summary, second call with the token),
-// repeats the second call (answered with the original result, replayed),
-// reads the subscription, and prints one JSON
+// having first tried the MCP Apps view's confirm_plan_change, which a client
+// without the extension may not call, repeats the second call (answered with
+// the original result, replayed), reads the subscription, and prints one JSON
 // object describing what it saw. Any failure exits non-zero with a message
 // on stderr.
 //
@@ -46,6 +47,10 @@ async function main() {
     const { tools } = await client.listTools();
     const first = await call(client, "upgrade_plan", { to });
     if (first.isError) throw new Error(`first call failed: ${JSON.stringify(first.structuredContent)}`);
+    // This client renders no MCP Apps view: the view's tool is refused.
+    const viewOnly = await call(client, "confirm_plan_change", {
+      confirmation_id: first.structuredContent.confirmation_id, confirm_token: first.structuredContent.confirm_token,
+    });
     // An agent shows first.structuredContent.summary to its user here and
     // makes the second call only after the user agrees.
     const second = await call(client, "upgrade_plan", { to, confirm_token: first.structuredContent.confirm_token });
@@ -56,6 +61,7 @@ async function main() {
       server: client.getServerVersion(),
       tools: tools.map((t) => ({ name: t.name, annotations: t.annotations, required: t.inputSchema.required ?? [] })),
       first: summarize(first),
+      viewOnly: summarize(viewOnly),
       second: summarize(second),
       replay: summarize(replay),
       subscription: summarize(subscription),
