@@ -52,11 +52,13 @@ APP_VIEW_INSTALLED := $(APP_VIEW)/node_modules/.package-lock.json
 # Integration tests spend most of their time waiting (PostgreSQL, Stripe
 # stand-in delays, token expiry), so four run at once even on 2 cores
 # (go test's default is GOMAXPROCS): 255 s serial, 207 s two at a time,
-# 145 s four at a time, -race, on a shared 2-core machine.
+# 145 s four at a time, -race, on a shared 2-core machine. The timeout is
+# go test's per package: the integration package's few minutes run long on a
+# loaded machine, and a timeout there says nothing about billingd.
 TEST_PARALLEL ?= 4
 
 test: tools $(NPM_CLIENT_INSTALLED) $(APP_VIEW_INSTALLED) ## run every test: unit, and integration against PostgreSQL and stripe-mock
-	go test -race -count=1 -parallel $(TEST_PARALLEL) ./...
+	go test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 30m ./...
 
 $(NPM_CLIENT_INSTALLED): $(NPM_CLIENT)/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --prefix $(NPM_CLIENT) --no-audit --no-fund; \
