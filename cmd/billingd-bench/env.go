@@ -20,6 +20,7 @@ import (
 
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/devissuer"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // env is everything a run measures and drives: the bench database, the
@@ -34,6 +35,7 @@ type env struct {
 	issuer     *devissuer.Issuer
 	stripeURL  string
 	canned     *cannedSubscriptions // the canned Stripe's state; nil for another stand-in
+	pacer      *stripepaytest.Pacer // slows the in-process stand-in to Stripe's pace (latency.go)
 	cfg        config.Config        // billingd's configuration, as billingd reads it
 	billingd   *exec.Cmd
 	listenAddr string

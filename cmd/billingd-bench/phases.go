@@ -16,6 +16,7 @@ type results struct {
 	trips      []roundTrips
 	throughput []comparison
 	dataSizes  []dataSize
+	latency    []latencyRow // at Stripe's pace (latency.go)
 	peakRSSKiB int64
 	loadBefore string // /proc/loadavg: other work on the machine skews everything
 	loadAfter  string
@@ -57,6 +58,9 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 		e.log.Printf("pg_stat_statements is not in shared_preload_libraries: no per-statement table")
 	}
 	var err error
+	if e.opts.latencyOnly {
+		return e.latencyOnly(ctx, res)
+	}
 	if res.trips, err = e.countRoundTrips(ctx); err != nil {
 		return results{}, fmt.Errorf("count round trips: %w", err)
 	}
@@ -74,6 +78,11 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 			}
 			res.throughput = append(res.throughput, row)
 		}
+	}
+	// At Stripe's pace before the old rows are added: these rows measure
+	// waiting, not the tables.
+	if res.latency, err = e.runLatency(ctx); err != nil {
+		return results{}, err
 	}
 	if res.dataSizes, err = e.runDataSizes(ctx); err != nil {
 		return results{}, err
@@ -216,4 +225,20 @@ func (e *env) syncPlans(ctx context.Context) error {
 		a.plan = plans[a.id]
 	}
 	return nil
+}
+
+// latencyOnly runs the rows at Stripe's pace alone (-latency-only).
+func (e *env) latencyOnly(ctx context.Context, res results) (results, error) {
+	if err := e.warmUp(ctx); err != nil {
+		return results{}, err
+	}
+	var err error
+	if res.latency, err = e.runLatency(ctx); err != nil {
+		return results{}, err
+	}
+	if _, res.peakRSSKiB, err = memoryKiB(e.billingd.Process.Pid); err != nil {
+		return results{}, err
+	}
+	res.elapsed, res.loadAfter = time.Since(res.started), loadAverage()
+	return res, nil
 }
