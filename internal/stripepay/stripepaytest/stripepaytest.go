@@ -22,6 +22,11 @@
 //	GET  /v1/subscriptions/{id}
 //	POST /v1/invoices/create_preview
 //
+// Server.Pacer gives it Stripe's pace (pace.go): per-endpoint latency with
+// a tail, the 429s of Stripe's limiters (rate limit, lock timeout), and
+// requests held until a test releases them; NewPacer puts the same in front
+// of any other stand-in (make bench's canned answers).
+//
 // The fake is deliberately small: one status ("active"), 30-day periods that
 // never renew, price swaps as the only subscription update, no invoices or
 // charges kept. Any request needs an Authorization header with some bearer
