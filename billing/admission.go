@@ -53,7 +53,7 @@ func newAdmission(n int) admission {
 // once) behind the bulkhead: admitted, or refused at once for load.
 func (s *Service) confirmAdmitted(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
 	if !s.admission.slots.TryAcquire(1) {
-		return ChangeResult{}, errBusy()
+		return ChangeResult{}, errBusy(req.TokenWithheld)
 	}
 	defer s.admission.slots.Release(1)
 	return s.confirm(ctx, caller, req)
@@ -69,9 +69,14 @@ func (s *Service) inExecutionTx(ctx context.Context, fn func(Tx) error) error {
 }
 
 // errBusy: every execution slot of this replica is taken. Nothing was read
-// or changed; the token is as it was.
-func errBusy() *Error {
-	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: executionRetryAfter,
-		Message: "billingd is executing as many changes as it can while the payment provider answers; " +
-			"nothing was changed and the token is still valid: retry the same call shortly"}
+// or changed; the token is as it was. withheld: the caller holds no token
+// (a change its policy allows at once), so the answer does not mention one.
+func errBusy(withheld bool) *Error {
+	msg := "billingd is executing as many changes as it can while the payment provider answers; " +
+		"nothing was changed and the token is still valid: retry the same call shortly"
+	if withheld {
+		msg = "billingd is executing as many changes as it can while the payment provider answers; " +
+			"nothing was changed: retry the same call shortly"
+	}
+	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: executionRetryAfter, Message: msg}
 }
