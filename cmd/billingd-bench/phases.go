@@ -158,6 +158,7 @@ func (e *env) compare(ctx context.Context, w workload, clients int) (comparison,
 	if err := e.settle(ctx); err != nil {
 		return comparison{}, err
 	}
+	e.waitConnectionsClosed(ctx)
 	pg, err := e.runPgbench(ctx, w, clients)
 	if err != nil {
 		return comparison{}, err
@@ -241,4 +242,20 @@ func (e *env) latencyOnly(ctx context.Context, res results) (results, error) {
 	}
 	res.elapsed, res.loadAfter = time.Since(res.started), loadAverage()
 	return res, nil
+}
+
+// waitConnectionsClosed gives billingd's pools up to 10 s to close the
+// connections the run left idle (see withPoolSize), so that pgbench finds
+// room on the server.
+func (e *env) waitConnectionsClosed(ctx context.Context) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var open int
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'billingd%'`).Scan(&open)
+		if err != nil || open <= 2 {
+			return
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
 }
