@@ -165,8 +165,8 @@ func (e *env) compare(ctx context.Context, w workload, clients int) (comparison,
 	}
 	row.pgbench = summarize(pg)
 	sc, pc := row.service.cpu, row.pgbench.cpu
-	e.log.Printf("%-9s %2d clients: billingd %5.0f/s p50 %6.2f p99 %6.2f max %7.2f ms, %d errors, CPU µs/op %.0f (billingd %.0f, bench %.0f, PostgreSQL %.0f) | pgbench %5.0f/s p50 %6.2f p99 %6.2f ms, CPU µs/op %.0f (PostgreSQL %.0f, pgbench %.0f) | %3.0f%%",
-		w, clients, row.service.rate, ms(row.service.p50), ms(row.service.p99), ms(row.service.max), row.service.errors,
+	e.log.Printf("%-9s %2d clients: billingd %5.0f/s p50 %6.2f p99 %6.2f max %7.2f ms, %d errors, %d shed, CPU µs/op %.0f (billingd %.0f, bench %.0f, PostgreSQL %.0f) | pgbench %5.0f/s p50 %6.2f p99 %6.2f ms, CPU µs/op %.0f (PostgreSQL %.0f, pgbench %.0f) | %3.0f%%",
+		w, clients, row.service.rate, ms(row.service.p50), ms(row.service.p99), ms(row.service.max), row.service.errors, row.service.shed,
 		sc.total(), sc.billingd, sc.bench, sc.postgres,
 		row.pgbench.rate, ms(row.pgbench.p50), ms(row.pgbench.p99), pc.total(), pc.postgres, pc.pgbench, 100*row.ratio())
 	for _, msg := range append(row.service.firstErrs, row.pgbench.firstErrs...) {

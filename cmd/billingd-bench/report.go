@@ -96,8 +96,12 @@ func writeThroughput(b *strings.Builder, rows []comparison) {
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
 		s, p := r.service, r.pgbench
-		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %.2f | %.2f | %d | %.0f + %.0f + %.0f | %.0f | %.2f | %.2f | %.2f | %.0f + %.0f | %.0f%% | %.1f |\n",
-			r.workload, r.clients, s.rate, ms(s.p50), ms(s.p99), ms(s.max), s.errors+p.errors,
+		errs := fmt.Sprint(s.errors + p.errors)
+		if s.shed > 0 { // second calls beyond CONFIRM_CONCURRENCY, sent again after Retry-After
+			errs += fmt.Sprintf(" (%d shed)", s.shed)
+		}
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %.2f | %.2f | %s | %.0f + %.0f + %.0f | %.0f | %.2f | %.2f | %.2f | %.0f + %.0f | %.0f%% | %.1f |\n",
+			r.workload, r.clients, s.rate, ms(s.p50), ms(s.p99), ms(s.max), errs,
 			s.cpu.billingd, s.cpu.bench, s.cpu.postgres,
 			p.rate, ms(p.p50), ms(p.p99), ms(p.max), p.cpu.postgres, p.cpu.pgbench, 100*r.ratio(), mib(r.rssKiB))
 	}
