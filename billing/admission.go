@@ -59,6 +59,19 @@ func (s *Service) confirmAdmitted(ctx context.Context, caller Caller, req Change
 	return s.confirm(ctx, caller, req)
 }
 
+// admittedExecutionTx is inExecutionTx behind the bulkhead, for the other
+// steps that hold their locks while the provider answers (settling, a
+// webhook's read of the subscription): they share the second calls' slots
+// and connections, and never take the main pool's. busy: every slot was
+// taken and fn did not run.
+func (s *Service) admittedExecutionTx(ctx context.Context, fn func(Tx) error) (busy bool, err error) {
+	if !s.admission.slots.TryAcquire(1) {
+		return true, nil
+	}
+	defer s.admission.slots.Release(1)
+	return false, s.inExecutionTx(ctx, fn)
+}
+
 // inExecutionTx runs fn, a step that calls the provider, on the store's
 // connections for executions, if it has them.
 func (s *Service) inExecutionTx(ctx context.Context, fn func(Tx) error) error {

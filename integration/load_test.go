@@ -21,14 +21,15 @@ import (
 // TestFirstCallAnsweredWhileExecutionsWaitForStripe: with every execution
 // slot (CONFIRM_CONCURRENCY=2) waiting on a Stripe that does not answer, and
 // a main pool of 2 connections, a first call is answered, and one more
-// second call gets 503 upstream_unavailable with Retry-After at once; its
-// token executes, once, when Stripe answers again.
+// second call gets 503 upstream_unavailable with Retry-After at once (so
+// does a webhook, which reads Stripe under its lock); its token executes,
+// once, when Stripe answers again, and the webhook is taken then.
 func TestFirstCallAnsweredWhileExecutionsWaitForStripe(t *testing.T) {
 	// Held second calls give up on Stripe after STRIPE_TIMEOUT and free
 	// their connections: far beyond the bound of the calls that must not
 	// wait for them.
 	h := newHarness(t, withPoolMaxConns(2), withEnv("CONFIRM_CONCURRENCY", "2"),
-		withEnv("STRIPE_TIMEOUT", "90s"))
+		withEnv("STRIPE_TIMEOUT", "90s"), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
 	orgs := []string{"ld-a", "ld-b", "ld-c", "ld-d"}
 	subs := map[string]string{}
 	tokens := map[string]string{}
@@ -78,12 +79,23 @@ func TestFirstCallAnsweredWhileExecutionsWaitForStripe(t *testing.T) {
 	if n := pacer.Waiting(stripepaytest.UpdateSubscription); n != 2 {
 		t.Errorf("%d requests at Stripe, want the 2 admitted ones: the excess call must not reach Stripe", n)
 	}
+	// A webhook reads Stripe under its row lock too: it shares the slots,
+	// and Stripe delivers it again after a 503.
+	if err := h.fake.ChangeInDashboard(subs["ld-c"], func(s *stripepaytest.Subscription) {
+		s.Metadata = map[string]string{"note": "edited"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	events := h.fake.Events()
+	event := events[len(events)-1]
+	wantStatus(t, h.deliver(event), http.StatusServiceUnavailable, "upstream_unavailable")
 
 	release()
 	for range 2 {
 		r := <-held
 		wantStatus(t, r, http.StatusOK, "")
 	}
+	wantStatus(t, h.deliver(event), http.StatusOK, "")
 	// The excess call's token was left as it was: it executes now, once.
 	wantStatus(t, h.confirm(tokens["ld-d"], "upgrade", "scale", proposals["ld-d"].ConfirmToken), http.StatusOK, "")
 	for _, org := range []string{"ld-a", "ld-b", "ld-d"} {
