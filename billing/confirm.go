@@ -33,7 +33,7 @@ func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest)
 		return ChangeResult{}, s.rejectUnknown(ctx, caller, req.Operation)
 	}
 	var r redemption
-	err := s.store.InTx(ctx, func(tx Tx) (err error) {
+	err := s.inExecutionTx(ctx, func(tx Tx) (err error) {
 		r, err = s.consume(ctx, tx, caller, req)
 		return err
 	})
@@ -311,6 +311,14 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 	switch {
 	case err == nil:
 		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
+	case errors.Is(err, ErrRateLimited):
+		// Stripe refused the request before executing it and kept nothing
+		// under its key: nothing was made. c stays as its recovery point
+		// left it, so the owner's retry, or the settler once it has been
+		// idle for SETTLE_INTERVAL, sends the same request again.
+		limited := s.event(caller, c.Operation, EventOperationFailed, c.ID, "rate_limited")
+		limited.Outcome = "retryable"
+		return redemption{outcome: errProviderRateLimited(err)}, tx.Record(ctx, Record{Events: []AuditEvent{limited}})
 	case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		failure := providerError("apply plan change", err)
 		reason := string(ErrorCode(failure))

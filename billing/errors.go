@@ -139,4 +139,9 @@ var (
 	// ErrRecoveryPointSaved: a step failed after its recovery point was
 	// committed; the confirmation is executing and will be settled.
 	ErrRecoveryPointSaved = errors.New("recovery point saved")
+	// ErrRateLimited: the provider refused the request with its rate limit
+	// (Stripe's 429) before executing it: nothing changed, the same request
+	// may be sent again later. Always together with ErrUnavailable, so that
+	// whoever does not tell the two apart still retries.
+	ErrRateLimited = errors.New("provider rate limit")
 )

@@ -44,7 +44,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	}
 	if action == ActionAllow {
 		// The org's policy lets this change (nothing due now) run at once.
-		return s.confirm(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, ConfirmToken: token, TokenWithheld: true})
+		return s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, ConfirmToken: token, TokenWithheld: true})
 	}
 	return s.proposal(c, token), nil
 }

@@ -48,7 +48,7 @@ const (
 // on once; a failure rolls that back too, and Stripe delivers again.
 func (s *Service) ReconcileSubscription(ctx context.Context, ev SubscriptionEvent) (ReconcileOutcome, error) {
 	var outcome ReconcileOutcome
-	err := s.store.InTx(ctx, func(tx Tx) error {
+	busy, err := s.admittedExecutionTx(ctx, func(tx Tx) error {
 		first, err := tx.MarkEventProcessed(ctx, ev.EventID)
 		if err != nil || !first {
 			outcome = ReconcileDuplicate
@@ -69,6 +69,9 @@ func (s *Service) ReconcileSubscription(ctx context.Context, ev SubscriptionEven
 		outcome, err = s.applyProviderState(ctx, tx, acct, state, ev.Created)
 		return err
 	})
+	if busy { // 503: Stripe delivers the event again later
+		return "", errBusy(true)
+	}
 	if err != nil {
 		return "", storeError("reconcile subscription", err)
 	}

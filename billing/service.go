@@ -26,6 +26,7 @@ type Service struct {
 	evidence      EvidenceStore
 	receipts      ReceiptSigner
 	livemode      bool
+	admission     admission // executions running at once (admission.go)
 }
 
 // Config wires a Service.
@@ -56,6 +57,11 @@ type Config struct {
 	// Livemode: the payment provider moves real money. When false, every
 	// summary says so and details and receipts carry livemode false.
 	Livemode bool
+	// MaxExecutions is how many second calls may execute at once, each
+	// holding a database connection while the provider answers; one more is
+	// refused at once with upstream_unavailable and Retry-After (admission.go).
+	// 0: DefaultMaxExecutions.
+	MaxExecutions int
 }
 
 // Limits of the handshake's settings; configuration outside them is refused.
@@ -78,6 +84,11 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("billing: clock skew %s outside 0s–%s", cfg.ClockSkew, MaxClockSkew)
 	case (cfg.Limits.Proposals > 0 || cfg.Limits.FailedConfirms > 0) && cfg.Limits.Window <= 0:
 		return nil, errors.New("billing: rate limits need a window")
+	case cfg.MaxExecutions < 0:
+		return nil, errors.New("billing: negative MaxExecutions")
+	}
+	if cfg.MaxExecutions == 0 {
+		cfg.MaxExecutions = DefaultMaxExecutions
 	}
 	if cfg.ExecutionTimeout <= 0 {
 		cfg.ExecutionTimeout = 30 * time.Second
@@ -93,6 +104,7 @@ func NewService(cfg Config) (*Service, error) {
 		ttl: cfg.TokenTTL, skew: cfg.ClockSkew, execTimeout: cfg.ExecutionTimeout, limits: cfg.Limits,
 		publicBaseURL: strings.TrimSuffix(cfg.PublicBaseURL, "/"), acrValues: cfg.VerifyACRValues, log: cfg.Logger,
 		evidence: cfg.Evidence, receipts: cfg.Receipts, livemode: cfg.Livemode,
+		admission: newAdmission(cfg.MaxExecutions),
 	}, nil
 }
 
@@ -180,7 +192,7 @@ func (s *Service) ChangePlan(ctx context.Context, caller Caller, req ChangeReque
 	if req.ConfirmToken == "" {
 		return s.propose(ctx, caller, req)
 	}
-	return s.confirm(ctx, caller, req)
+	return s.confirmAdmitted(ctx, caller, req)
 }
 
 // validateRequest checks the shape of a request before anything is looked
@@ -252,9 +264,21 @@ func providerError(doing string, err error) error {
 	switch {
 	case errors.Is(err, ErrPaymentDeclined):
 		return wrapErr(CodePaymentFailed, "the payment was declined; the plan was not changed", cause)
+	case errors.Is(err, ErrRateLimited):
+		return errProviderRateLimited(cause)
 	case errors.Is(err, ErrUnavailable):
 		return wrapErr(CodeUpstreamUnavailable, "the payment provider is unavailable; retry shortly", cause)
 	default:
 		return wrapErr(CodeInternal, "internal error", cause)
 	}
 }
+
+// errProviderRateLimited: the provider refused the request with its rate
+// limit; nothing was done, and the same call may be made again.
+func errProviderRateLimited(cause error) *Error {
+	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: providerRateLimitRetryAfter, Err: cause,
+		Message: "the payment provider is receiving too many requests; nothing was changed. Retry the same call shortly"}
+}
+
+// providerRateLimitRetryAfter: Stripe's limits are per second.
+const providerRateLimitRetryAfter = 2 * time.Second

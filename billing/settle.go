@@ -193,7 +193,7 @@ func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration,
 	var seen []string // a confirmation that cannot be settled yet is not looked at twice in a round
 	for ; n < limit; n++ {
 		found := true
-		err := s.store.InTx(ctx, func(tx Tx) error {
+		busy, err := s.admittedExecutionTx(ctx, func(tx Tx) error {
 			c, acct, now, err := tx.LockUnsettled(ctx, idle, seen)
 			if errors.Is(err, ErrNotFound) {
 				found = false
@@ -210,7 +210,7 @@ func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration,
 		if err != nil {
 			return n, storeError("settle unknown outcome", err)
 		}
-		if !found {
+		if busy || !found { // busy: second calls hold every slot; the next round goes on
 			return n, nil
 		}
 	}

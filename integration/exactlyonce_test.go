@@ -15,7 +15,9 @@ import (
 // made by the token's owner, gets that change's answer replayed.
 func TestConcurrentSecondCalls(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	// Every caller is admitted: beyond CONFIRM_CONCURRENCY (32 by default)
+	// one would get 503 at once (TestFirstCallAnsweredWhileExecutionsWaitForStripe).
+	h := newHarness(t, withEnv("CONFIRM_CONCURRENCY", "64"))
 	acct, tok, p := h.pendingUpgrade("race")
 
 	const callers = 50

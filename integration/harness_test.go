@@ -83,6 +83,10 @@ func newHarness(t *testing.T, opts ...option) *harness {
 		"OAUTH_ISSUER": h.issuer.IssuerURL(), "PUBLIC_BASE_URL": h.url, "LISTEN_ADDR": ln.Addr().String(),
 		"OIDC_CLIENT_ID":   testClientID,
 		"MIGRATE_ON_START": "false", "STRIPE_TIMEOUT": "5s",
+		// Fault tests see each of Stripe's answers once, as billingd does
+		// once stripe-go's retries are spent; TestStripeLockTimeoutRetried
+		// turns them on.
+		"STRIPE_MAX_NETWORK_RETRIES": "0",
 		// A billingd serve started from this environment (startServe) takes
 		// any free metrics port: tests and worktrees run side by side.
 		"METRICS_ADDR": "127.0.0.1:0",

@@ -46,7 +46,8 @@ func selfCPU() time.Duration {
 }
 
 // backendCPU follows the CPU time of the PostgreSQL backends of one
-// application_name while a run goes on. Backends come and go (pgbench's
+// application_name (and its pools': "billingd executions" is billingd's)
+// while a run goes on. Backends come and go (pgbench's
 // leave when it ends), so it polls: for each backend it keeps the first and
 // the last reading, and a backend first seen after the start counts from
 // zero. A backend's last ~100 ms before it exits are missed.
@@ -84,7 +85,7 @@ func watchBackends(ctx context.Context, pool *pgxpool.Pool, app string) *backend
 // poll reads the backends' CPU; at the start, a backend's reading is its
 // baseline, later a new backend's baseline is zero.
 func (b *backendCPU) poll(ctx context.Context, pool *pgxpool.Pool, app string, start bool) {
-	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 OR application_name LIKE $1 || ' %'`, app)
 	if err != nil {
 		return
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/devissuer"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // env is everything a run measures and drives: the bench database, the
@@ -34,6 +35,7 @@ type env struct {
 	issuer     *devissuer.Issuer
 	stripeURL  string
 	canned     *cannedSubscriptions // the canned Stripe's state; nil for another stand-in
+	pacer      *stripepaytest.Pacer // slows the in-process stand-in to Stripe's pace (latency.go)
 	cfg        config.Config        // billingd's configuration, as billingd reads it
 	billingd   *exec.Cmd
 	listenAddr string
@@ -152,17 +154,22 @@ func withDatabase(serverURL, name string) (string, error) {
 	return u.String(), nil
 }
 
-// withPoolSize adds pool_max_conns to a database URL (n = 0: unchanged).
+// withPoolSize adds pool_max_conns to a database URL (n = 0: unchanged),
+// and lets billingd's pools close a connection idle for a second: billingd
+// keeps up to 16 + 32 open after a run at Stripe's pace or with 64 clients,
+// and pgbench's 64 connections come next, on a server whose max_connections
+// is stock (100) and shared. During a run no connection is idle that long.
 func withPoolSize(dbURL string, n int) string {
-	if n == 0 {
-		return dbURL
-	}
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		return dbURL
 	}
 	q := u.Query()
-	q.Set("pool_max_conns", fmt.Sprint(n))
+	if n != 0 {
+		q.Set("pool_max_conns", fmt.Sprint(n))
+	}
+	q.Set("pool_max_conn_idle_time", "1s")
+	q.Set("pool_health_check_period", "500ms")
 	u.RawQuery = q.Encode()
 	return u.String()
 }

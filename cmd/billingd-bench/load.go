@@ -40,6 +40,7 @@ type sample struct {
 	latencies []time.Duration
 	duration  time.Duration
 	errors    int
+	shed      int // second calls answered 503 for load, sent again after Retry-After
 	firstErrs []string
 	cpu       cpuUse         // over the whole run, warm-up included, like ops
 	stmts     []statementUse // over the whole run, when pg_stat_statements is loaded
@@ -56,6 +57,7 @@ func (s *sample) merge(o sample) {
 	s.ops += o.ops
 	s.latencies = append(s.latencies, o.latencies...)
 	s.errors += o.errors
+	s.shed += o.shed
 	for _, e := range o.firstErrs {
 		if len(s.firstErrs) < 3 {
 			s.firstErrs = append(s.firstErrs, e)
@@ -121,9 +123,10 @@ func (c caller) drive(ctx context.Context, w workload, own []*account, win windo
 		if !start.Before(win.to) {
 			break
 		}
-		err := c.do(ctx, w, own[i%len(own)])
+		shed, err := c.do(ctx, w, own[i%len(own)])
 		end := time.Now()
 		s.ops++
+		s.shed += shed
 		if err != nil {
 			s.fail(err)
 		} else if win.contains(end) {
@@ -133,19 +136,32 @@ func (c caller) drive(ctx context.Context, w workload, own []*account, win windo
 	return s
 }
 
-// do runs one operation for a's next principal.
-func (c caller) do(ctx context.Context, w workload, a *account) error {
+// do runs one operation for a's next principal. A second call turned away
+// for load (503 upstream_unavailable: every execution slot taken) is sent
+// again with the same token after its Retry-After; shed counts them.
+func (c caller) do(ctx context.Context, w workload, a *account) (shed int, err error) {
 	u := a.nextUser()
 	path, to := a.nextChange()
 	token, err := c.post(ctx, path, u.bearer, changeBody{To: to}, http.StatusAccepted)
 	if err != nil || w == propose {
-		return err
+		return 0, err
 	}
-	if _, err := c.post(ctx, path, u.bearer, changeBody{To: to, ConfirmToken: token}, http.StatusOK); err != nil {
-		return err
+	for {
+		second, err := c.call(ctx, path, u.bearer, changeBody{To: to, ConfirmToken: token})
+		if err == nil && second.status == http.StatusServiceUnavailable && second.code == "upstream_unavailable" && ctx.Err() == nil {
+			shed++
+			sleepCtx(ctx, max(second.retryAfter, time.Second))
+			continue
+		}
+		if err == nil && second.status != http.StatusOK {
+			err = second.unexpected(path)
+		}
+		if err != nil {
+			return shed, err
+		}
+		a.plan = to
+		return shed, nil
 	}
-	a.plan = to
-	return nil
 }
 
 type changeBody struct {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,17 @@ type options struct {
 	keep         bool
 	pin          bool
 	args         []string // the flags that change what is measured, for the report
+	// At Stripe's pace (latency.go): the rows' clients, the stand-in's
+	// latencies, and each row's warm-up and measured time.
+	latencyClients   []int
+	latencyPreview   time.Duration
+	latencyUpdate    time.Duration
+	latencyRead      time.Duration
+	latencyTail      time.Duration
+	latencyTailShare float64
+	latencyWarmup    time.Duration
+	latencyDuration  time.Duration
+	latencyOnly      bool
 }
 
 // Stripe stand-ins: canned answers (fastest), the stateful in-process fake
@@ -58,11 +70,20 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	oldRows := fs.String("old-rows", "0,1000000,5000000", "old confirmation rows for the data-size rows, ascending")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up at the start of each run")
 	fs.DurationVar(&o.duration, "duration", 6*time.Second, "measured time of each run")
-	// pgx's default pool, max(4, cores), is 4 connections here; 16 gives
-	// billingd as many as pgbench gets at the 16-client rows, and measured
-	// 7–10% more handshakes per second at 16 clients (more commits share a
-	// WAL flush), first calls within noise.
-	fs.IntVar(&o.poolMaxConns, "pool-max-conns", 16, "pool_max_conns for billingd's DATABASE_URL (0: pgx's default)")
+	// billingd's default main pool is 16 connections (pgx's own, max(4,
+	// cores), is 4 here; 16 measured 7–10% more handshakes per second at 16
+	// clients), and its executions pool CONFIRM_CONCURRENCY: the bench runs
+	// billingd's defaults.
+	fs.IntVar(&o.poolMaxConns, "pool-max-conns", 0, "pool_max_conns for billingd's DATABASE_URL (0: billingd's default)")
+	latencyClients := fs.String("latency-clients", "8,32,128", "concurrent clients for the rows at Stripe's pace (\"\": none)")
+	fs.DurationVar(&o.latencyPreview, "latency-preview", 150*time.Millisecond, "Stripe's latency for an invoice preview")
+	fs.DurationVar(&o.latencyUpdate, "latency-update", 300*time.Millisecond, "Stripe's latency for a subscription update with an invoice")
+	fs.DurationVar(&o.latencyRead, "latency-read", 100*time.Millisecond, "Stripe's latency for reading a subscription")
+	fs.DurationVar(&o.latencyTail, "latency-tail", 2*time.Second, "the latency of the updates in the tail")
+	fs.Float64Var(&o.latencyTailShare, "latency-tail-share", 0.01, "the share of updates in the tail")
+	fs.DurationVar(&o.latencyWarmup, "latency-warmup", 2*time.Second, "unmeasured warm-up of each row at Stripe's pace")
+	fs.DurationVar(&o.latencyDuration, "latency-duration", 15*time.Second, "measured time of each row at Stripe's pace")
+	fs.BoolVar(&o.latencyOnly, "latency-only", false, "run only the rows at Stripe's pace (no pgbench rows, old rows or round trips)")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.StringVar(&o.doc, "doc", "", "also replace the results between the bench markers in this page (make bench: docs/performance.md)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench database afterwards")
@@ -82,6 +103,11 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if o.oldRows, err = intList(*oldRows); err != nil {
 		return options{}, fmt.Errorf("-old-rows: %w", err)
 	}
+	if *latencyClients != "" {
+		if o.latencyClients, err = intList(*latencyClients); err != nil {
+			return options{}, fmt.Errorf("-latency-clients: %w", err)
+		}
+	}
 	return o, o.check()
 }
 
@@ -96,6 +122,12 @@ func (o options) check() error {
 		return errors.New("-orgs: want at least one org per client")
 	case o.duration < time.Second:
 		return errors.New("-duration: want at least 1s")
+	case o.latencyDuration < time.Second:
+		return errors.New("-latency-duration: want at least 1s")
+	case o.latencyTailShare < 0 || o.latencyTailShare > 1:
+		return errors.New("-latency-tail-share: want 0–1")
+	case o.latencyOnly && len(o.latencyClients) == 0:
+		return errors.New("-latency-only: want -latency-clients")
 	}
 	for i := 1; i < len(o.oldRows); i++ {
 		if o.oldRows[i] < o.oldRows[i-1] {
@@ -108,7 +140,7 @@ func (o options) check() error {
 // maxClients is the largest number of concurrent clients of any run.
 func maxClients(o options) int {
 	m := o.dataClients
-	for _, c := range o.clients {
+	for _, c := range append(slices.Clone(o.clients), o.latencyClients...) {
 		m = max(m, c)
 	}
 	return m

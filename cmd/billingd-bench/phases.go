@@ -16,6 +16,7 @@ type results struct {
 	trips      []roundTrips
 	throughput []comparison
 	dataSizes  []dataSize
+	latency    []latencyRow // at Stripe's pace (latency.go)
 	peakRSSKiB int64
 	loadBefore string // /proc/loadavg: other work on the machine skews everything
 	loadAfter  string
@@ -57,6 +58,9 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 		e.log.Printf("pg_stat_statements is not in shared_preload_libraries: no per-statement table")
 	}
 	var err error
+	if e.opts.latencyOnly {
+		return e.latencyOnly(ctx, res)
+	}
 	if res.trips, err = e.countRoundTrips(ctx); err != nil {
 		return results{}, fmt.Errorf("count round trips: %w", err)
 	}
@@ -74,6 +78,11 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 			}
 			res.throughput = append(res.throughput, row)
 		}
+	}
+	// At Stripe's pace before the old rows are added: these rows measure
+	// waiting, not the tables.
+	if res.latency, err = e.runLatency(ctx); err != nil {
+		return results{}, err
 	}
 	if res.dataSizes, err = e.runDataSizes(ctx); err != nil {
 		return results{}, err
@@ -149,14 +158,15 @@ func (e *env) compare(ctx context.Context, w workload, clients int) (comparison,
 	if err := e.settle(ctx); err != nil {
 		return comparison{}, err
 	}
+	e.waitConnectionsClosed(ctx)
 	pg, err := e.runPgbench(ctx, w, clients)
 	if err != nil {
 		return comparison{}, err
 	}
 	row.pgbench = summarize(pg)
 	sc, pc := row.service.cpu, row.pgbench.cpu
-	e.log.Printf("%-9s %2d clients: billingd %5.0f/s p50 %6.2f p99 %6.2f max %7.2f ms, %d errors, CPU µs/op %.0f (billingd %.0f, bench %.0f, PostgreSQL %.0f) | pgbench %5.0f/s p50 %6.2f p99 %6.2f ms, CPU µs/op %.0f (PostgreSQL %.0f, pgbench %.0f) | %3.0f%%",
-		w, clients, row.service.rate, ms(row.service.p50), ms(row.service.p99), ms(row.service.max), row.service.errors,
+	e.log.Printf("%-9s %2d clients: billingd %5.0f/s p50 %6.2f p99 %6.2f max %7.2f ms, %d errors, %d shed, CPU µs/op %.0f (billingd %.0f, bench %.0f, PostgreSQL %.0f) | pgbench %5.0f/s p50 %6.2f p99 %6.2f ms, CPU µs/op %.0f (PostgreSQL %.0f, pgbench %.0f) | %3.0f%%",
+		w, clients, row.service.rate, ms(row.service.p50), ms(row.service.p99), ms(row.service.max), row.service.errors, row.service.shed,
 		sc.total(), sc.billingd, sc.bench, sc.postgres,
 		row.pgbench.rate, ms(row.pgbench.p50), ms(row.pgbench.p99), pc.total(), pc.postgres, pc.pgbench, 100*row.ratio())
 	for _, msg := range append(row.service.firstErrs, row.pgbench.firstErrs...) {
@@ -216,4 +226,36 @@ func (e *env) syncPlans(ctx context.Context) error {
 		a.plan = plans[a.id]
 	}
 	return nil
+}
+
+// latencyOnly runs the rows at Stripe's pace alone (-latency-only).
+func (e *env) latencyOnly(ctx context.Context, res results) (results, error) {
+	if err := e.warmUp(ctx); err != nil {
+		return results{}, err
+	}
+	var err error
+	if res.latency, err = e.runLatency(ctx); err != nil {
+		return results{}, err
+	}
+	if _, res.peakRSSKiB, err = memoryKiB(e.billingd.Process.Pid); err != nil {
+		return results{}, err
+	}
+	res.elapsed, res.loadAfter = time.Since(res.started), loadAverage()
+	return res, nil
+}
+
+// waitConnectionsClosed gives billingd's pools up to 10 s to close the
+// connections the run left idle (see withPoolSize), so that pgbench finds
+// room on the server.
+func (e *env) waitConnectionsClosed(ctx context.Context) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var open int
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'billingd%'`).Scan(&open)
+		if err != nil || open <= 2 {
+			return
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
 }

@@ -43,28 +43,40 @@ func renderResults(opts options, res results) string {
 		res.elapsed.Round(time.Second), opts.command())
 	fmt.Fprintf(&b, "Machine: %s. Load average before / after the run: %s / %s "+
 		"(anything above 0 is other work sharing the machine, which skews both columns).\n\n", res.machine, res.loadBefore, res.loadAfter)
-	fmt.Fprintf(&b, "Setup: the real `billingd serve` binary (connection pool: %s), %d orgs × %d principals with real ES256 JWTs, "+
-		"Stripe stand-in `%s` on loopback, each client owning its own orgs. Every row: %s measured after %s of warm-up; "+
-		"pgbench runs scripts/ (billingd's statements, checked by scripts_test.go) with `-M prepared` and as many connections as clients.\n\n",
-		poolDescription(opts), opts.orgs, opts.principals, opts.stripe, opts.duration, opts.warmup)
+	fmt.Fprintf(&b, "Setup: the real `billingd serve` binary (connection pools: %s), %d orgs × %d principals with real ES256 JWTs, "+
+		"Stripe stand-in `%s` on loopback, each client owning its own orgs.", poolDescription(opts), opts.orgs, opts.principals, opts.stripe)
+	if len(res.throughput) > 0 {
+		fmt.Fprintf(&b, " Every row but those at Stripe's pace: %s measured after %s of warm-up; "+
+			"pgbench runs scripts/ (billingd's statements, checked by scripts_test.go) with `-M prepared` and as many connections as clients.",
+			opts.duration, opts.warmup)
+	}
+	b.WriteString("\n\n")
 	if res.pinned != "" {
 		fmt.Fprintf(&b, "**CPU-pinned run** (`-pin`, taskset): %s.\n\n", res.pinned)
 	}
-	writeThroughput(&b, res.throughput)
-	writeCPUBudget(&b, res.throughput)
-	writeStatements(&b, res.throughput)
-	writeDataSizes(&b, opts, res.dataSizes)
-	writeRoundTrips(&b, res.trips)
+	if len(res.throughput) > 0 {
+		writeThroughput(&b, res.throughput)
+		writeCPUBudget(&b, res.throughput)
+		writeStatements(&b, res.throughput)
+	}
+	writeLatency(&b, opts, res.latency)
+	if len(res.throughput) > 0 {
+		writeDataSizes(&b, opts, res.dataSizes)
+		writeRoundTrips(&b, res.trips)
+	}
 	fmt.Fprintf(&b, "### Memory\n\nPeak RSS of the billingd process over the whole run (VmHWM): **%.1f MiB**.\n\n", mib(res.peakRSSKiB))
-	writeTargets(&b, opts, res)
+	if len(res.throughput) > 0 {
+		writeTargets(&b, opts, res)
+	}
+	writeLatencyTargets(&b, opts, res.latency)
 	return b.String()
 }
 
 func poolDescription(opts options) string {
 	if opts.poolMaxConns == 0 {
-		return "pgx's default size, max(4, cores)"
+		return "billingd's defaults: 16 connections, and 32 for executions (CONFIRM_CONCURRENCY)"
 	}
-	return fmt.Sprintf("pool_max_conns=%d", opts.poolMaxConns)
+	return fmt.Sprintf("pool_max_conns=%d, and 32 for executions (CONFIRM_CONCURRENCY)", opts.poolMaxConns)
 }
 
 func (o options) command() string {
@@ -84,8 +96,12 @@ func writeThroughput(b *strings.Builder, rows []comparison) {
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
 		s, p := r.service, r.pgbench
-		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %.2f | %.2f | %d | %.0f + %.0f + %.0f | %.0f | %.2f | %.2f | %.2f | %.0f + %.0f | %.0f%% | %.1f |\n",
-			r.workload, r.clients, s.rate, ms(s.p50), ms(s.p99), ms(s.max), s.errors+p.errors,
+		errs := fmt.Sprint(s.errors + p.errors)
+		if s.shed > 0 { // second calls beyond CONFIRM_CONCURRENCY, sent again after Retry-After
+			errs += fmt.Sprintf(" (%d shed)", s.shed)
+		}
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %.2f | %.2f | %s | %.0f + %.0f + %.0f | %.0f | %.2f | %.2f | %.2f | %.0f + %.0f | %.0f%% | %.1f |\n",
+			r.workload, r.clients, s.rate, ms(s.p50), ms(s.p99), ms(s.max), errs,
 			s.cpu.billingd, s.cpu.bench, s.cpu.postgres,
 			p.rate, ms(p.p50), ms(p.p99), ms(p.max), p.cpu.postgres, p.cpu.pgbench, 100*r.ratio(), mib(r.rssKiB))
 	}
@@ -300,4 +316,84 @@ func count(n int) string {
 		return fmt.Sprintf("%dk", n/1000)
 	}
 	return fmt.Sprint(n)
+}
+
+func writeLatency(b *strings.Builder, opts options, rows []latencyRow) {
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("### At Stripe's pace\n\n")
+	fmt.Fprintf(b, "The same billingd and stand-in, slowed to Stripe's latency by stripepaytest's Pacer: %s. "+
+		"Full handshakes back to back; a second call answered 503 upstream_unavailable is sent again with the same token "+
+		"after its Retry-After (shed). Each row: %s measured after %s of warm-up. Limit: clients ÷ (preview + update, "+
+		"plus the subscription reads a second call makes), the most handshakes that latency allows; in brackets with the "+
+		"tail's mean instead of the typical update. Latency in ms; connections: the most billingd held at once "+
+		"(in a statement or transaction; of them on the executions pool) and had open, from pg_stat_activity.\n\n",
+		paceOf(opts), opts.latencyDuration, opts.latencyWarmup)
+	b.WriteString("| clients | handshakes/s | limit | share | first p50 | first p99 | second p50 | second p99 | longest call | shed | errors (500s) | connections held (executions) / open | billingd RSS MiB |\n")
+	b.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %d | %.1f | %.1f (%.1f) | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %d | %d (%d) | %d (%d) / %d | %.1f |\n",
+			r.clients, r.rate, r.limit, r.limitMean, pct(r.share()), ms(r.first.p50), ms(r.first.p99),
+			ms(r.second.p50), ms(r.second.p99), ms(r.longest), r.shed, r.errors, r.internal,
+			r.conns.held, r.conns.heldExecutions, r.conns.open, mib(r.rssKiB))
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		for _, msg := range r.firstErrs {
+			fmt.Fprintf(b, "- %d clients, error: `%s`\n", r.clients, msg)
+		}
+	}
+}
+
+// Issue 20's targets, at Stripe's pace.
+const (
+	paceTargetClients = 32
+	paceTargetShare   = 0.90                  // of the latency limit
+	paceTargetSlack   = 50 * time.Millisecond // first-call p99 over the preview's latency
+	paceStripeTimeout = 20 * time.Second      // billingd's default STRIPE_TIMEOUT, which the bench keeps
+	paceOverload      = 128                   // clients beyond what one replica holds open
+)
+
+func writeLatencyTargets(b *strings.Builder, opts options, rows []latencyRow) {
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("### Targets at Stripe's pace (issue 20)\n\n| target | measured | |\n|---|---|---|\n")
+	for _, t := range latencyTargets(opts, rows) {
+		verdict := "met"
+		if !t.met {
+			verdict = "**missed**"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", t.goal, t.measured, verdict)
+	}
+	b.WriteString("\n")
+}
+
+func latencyTargets(opts options, rows []latencyRow) []target {
+	var ts []target
+	for _, r := range rows {
+		switch r.clients {
+		case paceTargetClients:
+			ts = append(ts,
+				target{fmt.Sprintf("≥ %s of the latency limit at %d clients", pct(paceTargetShare), r.clients),
+					fmt.Sprintf("%.1f of %.1f handshakes/s: %s (%s of %.1f, the limit with the tail's mean)",
+						r.rate, r.limit, pct(r.share()), pct(r.rate/r.limitMean), r.limitMean), r.share() >= paceTargetShare},
+				target{fmt.Sprintf("first-call p99 ≤ preview + %s at %d clients", paceTargetSlack, r.clients),
+					fmt.Sprintf("%s (preview %s)", msText(r.first.p99), opts.latencyPreview), r.first.p99 <= opts.latencyPreview+paceTargetSlack})
+		case paceOverload:
+			ts = append(ts,
+				target{fmt.Sprintf("no 500s at %d clients", r.clients), fmt.Sprint(r.internal), r.internal == 0},
+				target{fmt.Sprintf("no call longer than STRIPE_TIMEOUT (%s) at %d clients", paceStripeTimeout, r.clients),
+					fmt.Sprintf("longest %s; %d second calls shed and sent again", r.longest.Round(time.Millisecond), r.shed),
+					r.longest <= paceStripeTimeout},
+				target{fmt.Sprintf("bounded memory at %d clients (RSS ≤ 100 MiB)", r.clients), fmt.Sprintf("%.1f MiB", mib(r.rssKiB)),
+					mib(r.rssKiB) <= 100})
+		}
+	}
+	errs := 0
+	for _, r := range rows {
+		errs += r.errors
+	}
+	return append(ts, target{"no errors at Stripe's pace (shed calls are answers, not errors)", fmt.Sprint(errs), errs == 0})
 }

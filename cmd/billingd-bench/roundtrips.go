@@ -135,7 +135,7 @@ func (e *env) countRoundTrips(ctx context.Context) ([]roundTrips, error) {
 	c := caller{hc: &http.Client{Transport: handlerTransport{a.Handler}}, base: e.baseURL}
 	accounts := e.accounts[:min(len(e.accounts), 10)]
 	for i := range 20 {
-		if err := c.do(ctx, handshake, accounts[i%len(accounts)]); err != nil {
+		if _, err := c.do(ctx, handshake, accounts[i%len(accounts)]); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}

@@ -22,7 +22,8 @@ import (
 // startStripe serves the Stripe stand-in the options ask for and sets
 // e.stripeURL. canned and fake run in this process on loopback, so
 // billingd's HTTP client path to Stripe is real but Stripe's own latency is
-// not measured; mock runs stripe-mock, for realism.
+// not measured, except in the rows at Stripe's pace, where e.pacer slows
+// them; mock runs stripe-mock, for realism.
 func (e *env) startStripe(ctx context.Context) error {
 	switch e.opts.stripe {
 	case stripeMock:
@@ -32,10 +33,12 @@ func (e *env) startStripe(ctx context.Context) error {
 		for _, p := range billing.DefaultPlans() {
 			fake.SetPrice(p.StripePriceID, p.AmountCents, p.Currency)
 		}
+		e.pacer = fake.Pacer()
 		return e.serveStripe(fake.Handler())
 	default:
 		e.canned = &cannedSubscriptions{}
-		return e.serveStripe(cannedStripe(e.canned))
+		e.pacer = stripepaytest.NewPacer(cannedStripe(e.canned))
+		return e.serveStripe(e.pacer)
 	}
 }
 

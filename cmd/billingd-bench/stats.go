@@ -11,6 +11,7 @@ type summary struct {
 	rate          float64 // operations per second in the window
 	p50, p99, max time.Duration
 	errors        int
+	shed          int
 	firstErrs     []string
 	cpu           cpuPerOp
 	allOps        int            // warm-up included: what cpu and stmts are per
@@ -20,7 +21,7 @@ type summary struct {
 func summarize(s sample) summary {
 	lat := slices.Clone(s.latencies)
 	slices.Sort(lat)
-	sum := summary{ops: len(lat), errors: s.errors, firstErrs: s.firstErrs, cpu: s.cpu.perOp(s.ops), allOps: s.ops, stmts: s.stmts}
+	sum := summary{ops: len(lat), errors: s.errors, shed: s.shed, firstErrs: s.firstErrs, cpu: s.cpu.perOp(s.ops), allOps: s.ops, stmts: s.stmts}
 	if s.duration > 0 {
 		sum.rate = float64(len(lat)) / s.duration.Seconds()
 	}

@@ -6,6 +6,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,8 +43,11 @@ type App struct {
 	Service        *billing.Service
 	Store          *postgres.Store
 	Pool           *pgxpool.Pool
-	Log            *slog.Logger
-	Metrics        *telemetry.Metrics
+	// Executions is the pool of the transactions that span a Stripe
+	// request (second calls), CONFIRM_CONCURRENCY connections.
+	Executions *pgxpool.Pool
+	Log        *slog.Logger
+	Metrics    *telemetry.Metrics
 	// Receipts signs receipts; its public keys are served at
 	// /.well-known/jwks.json.
 	Receipts *receipt.Keys
@@ -83,7 +87,12 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Pool, a.Store = pool, postgres.NewStore(pool)
+	a.Pool = pool
+	if a.Executions, err = OpenExecutions(ctx, cfg, opts.Tracer); err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.Store = postgres.NewStore(pool).WithExecutions(a.Executions)
 	a.Metrics = telemetry.New()
 	a.Metrics.ObservePool(pool)
 	payments := a.Metrics.ObservePayments(paymentsFor(cfg, opts.Payments), a.Log)
@@ -184,6 +193,9 @@ func (a *App) Close() {
 	if a.Pool != nil {
 		a.Pool.Close()
 	}
+	if a.Executions != nil {
+		a.Executions.Close()
+	}
 }
 
 // NewLogger returns the structured logger LOG_FORMAT asks for, writing to w
@@ -206,11 +218,24 @@ func OpenDatabase(ctx context.Context, cfg config.Config, tracer pgx.QueryTracer
 			return nil, err
 		}
 	}
+	return postgres.Open(ctx, cfg.DatabaseURL, poolConfig(cfg, tracer))
+}
+
+// OpenExecutions opens the pool of the transactions that span a Stripe
+// request: as many connections as second calls may execute at once
+// (CONFIRM_CONCURRENCY), whatever DATABASE_URL's pool_max_conns says, so an
+// admitted second call never waits for one and never takes one of the main
+// pool's. Connections are opened when first needed.
+func OpenExecutions(ctx context.Context, cfg config.Config, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
+	pc := poolConfig(cfg, tracer)
+	pc.MaxConns, pc.Name = int32(cmp.Or(cfg.ConfirmConcurrency, billing.DefaultMaxExecutions)), "billingd executions"
+	return postgres.Open(ctx, cfg.DatabaseURL, pc)
+}
+
+func poolConfig(cfg config.Config, tracer pgx.QueryTracer) postgres.PoolConfig {
 	// A second call holds its row lock while Stripe answers; a concurrent call
 	// for the same org must be willing to wait at least that long.
-	return postgres.Open(ctx, cfg.DatabaseURL, postgres.PoolConfig{
-		LockTimeout: cfg.StripeTimeout + 10*time.Second, Tracer: tracer,
-	})
+	return postgres.PoolConfig{LockTimeout: cfg.StripeTimeout + 10*time.Second, Tracer: tracer}
 }
 
 // MigrateUp applies every pending migration.
@@ -242,7 +267,7 @@ func newService(cfg config.Config, store billing.Store, payments billing.Payment
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
 		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL,
 		VerifyACRValues: cfg.VerifyACRValues, Logger: log,
-		Receipts: receipts, Livemode: cfg.StripeLivemode(),
+		Receipts: receipts, Livemode: cfg.StripeLivemode(), MaxExecutions: cfg.ConfirmConcurrency,
 	})
 }
 
@@ -252,7 +277,8 @@ func paymentsFor(cfg config.Config, payments billing.PaymentProvider) billing.Pa
 	if payments != nil {
 		return payments
 	}
-	return stripepay.New(stripepay.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout})
+	return stripepay.New(stripepay.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout,
+		MaxNetworkRetries: int64(cfg.StripeMaxNetworkRetries)})
 }
 
 // webhookParser is the Stripe adapter's webhook parser bound to secret, in

@@ -30,18 +30,27 @@ type Config struct {
 	StripeAPIBase       string
 	StripeWebhookSecret string
 	StripeTimeout       time.Duration
-	OAuthIssuer         string
-	OAuthJWKSURL        string
-	OAuthAudiences      []string
-	OAuthOrgClaim       string
-	ConfirmTTL          time.Duration
-	ConfirmClockSkew    time.Duration
-	MigrateOnStart      bool
-	LogFormat           string
-	Plans               []billing.Plan
-	RateLimits          billing.RateLimits
-	PurgeRetention      time.Duration
-	PurgeInterval       time.Duration
+	// StripeMaxNetworkRetries (STRIPE_MAX_NETWORK_RETRIES) is how often
+	// stripe-go resends a request that got no answer, a 409, a lock timeout
+	// or a 5xx, under the same idempotency key (0–3; default 1).
+	StripeMaxNetworkRetries int
+	// ConfirmConcurrency (CONFIRM_CONCURRENCY) is how many second calls one
+	// replica executes at once, each holding a database connection of the
+	// executions pool while Stripe answers; one more is answered 503
+	// upstream_unavailable with Retry-After at once (1–1000; default 32).
+	ConfirmConcurrency int
+	OAuthIssuer        string
+	OAuthJWKSURL       string
+	OAuthAudiences     []string
+	OAuthOrgClaim      string
+	ConfirmTTL         time.Duration
+	ConfirmClockSkew   time.Duration
+	MigrateOnStart     bool
+	LogFormat          string
+	Plans              []billing.Plan
+	RateLimits         billing.RateLimits
+	PurgeRetention     time.Duration
+	PurgeInterval      time.Duration
 	// SettleInterval (SETTLE_INTERVAL) is how often each replica settles
 	// plan changes whose Stripe outcome is unknown, and how long such a
 	// change is left to its owner's retry first.
@@ -134,6 +143,8 @@ func Load(getenv func(string) string) (Config, error) {
 	c.ConfirmTTL = duration(getenv, "CONFIRM_TTL", 60*time.Second, billing.MinTokenTTL, billing.MaxTokenTTL, fail)
 	c.ConfirmClockSkew = duration(getenv, "CONFIRM_CLOCK_SKEW", 0, 0, billing.MaxClockSkew, fail)
 	c.StripeTimeout = duration(getenv, "STRIPE_TIMEOUT", 20*time.Second, time.Second, 2*time.Minute, fail)
+	c.StripeMaxNetworkRetries = between(getenv, "STRIPE_MAX_NETWORK_RETRIES", stripepayDefaultRetries, 0, stripepayMaxRetries, fail)
+	c.ConfirmConcurrency = between(getenv, "CONFIRM_CONCURRENCY", billing.DefaultMaxExecutions, 1, 1000, fail)
 	c.MigrateOnStart = boolean(getenv, "MIGRATE_ON_START", true, fail)
 	c.RateLimits = billing.RateLimits{
 		Window:         duration(getenv, "RATE_LIMIT_WINDOW", time.Minute, time.Second, time.Hour, fail),
@@ -304,6 +315,27 @@ func count(getenv func(string) string, name string, def int, fail func(string, s
 	}
 	return n
 }
+
+// between reads a whole number from lo to hi.
+func between(getenv func(string) string, name string, def, lo, hi int, fail func(string, string, ...any)) int {
+	v := getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		fail(name, "want a whole number from %d to %d, got %q", lo, hi, v)
+		return def
+	}
+	return n
+}
+
+// stripepay's DefaultMaxNetworkRetries and MaxNetworkRetriesLimit; config
+// does not import the adapters (a test checks they agree).
+const (
+	stripepayDefaultRetries = 1
+	stripepayMaxRetries     = 3
+)
 
 func boolean(getenv func(string) string, name string, def bool, fail func(string, string, ...any)) bool {
 	v := getenv(name)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/stripepay"
 )
 
 // env is a getenv over a map.
@@ -445,6 +446,33 @@ func TestLoadSignInRequest(t *testing.T) {
 		c := load(t, tc.vars)
 		if !slices.Equal(c.OIDCAudienceParams, tc.params) || !slices.Equal(c.OIDCScopes, tc.scps) {
 			t.Errorf("%v: params %q, scopes %q", tc.vars, c.OIDCAudienceParams, c.OIDCScopes)
+		}
+	}
+}
+
+// TestLoadLoadSettings: the settings of issue 20 (executions at once,
+// stripe-go's retries), their defaults and bounds.
+func TestLoadLoadSettings(t *testing.T) {
+	c := load(t, nil)
+	if c.ConfirmConcurrency != billing.DefaultMaxExecutions || c.StripeMaxNetworkRetries != stripepay.DefaultMaxNetworkRetries {
+		t.Errorf("defaults: CONFIRM_CONCURRENCY %d, STRIPE_MAX_NETWORK_RETRIES %d", c.ConfirmConcurrency, c.StripeMaxNetworkRetries)
+	}
+	c = load(t, map[string]string{"CONFIRM_CONCURRENCY": "8", "STRIPE_MAX_NETWORK_RETRIES": "0"})
+	if c.ConfirmConcurrency != 8 || c.StripeMaxNetworkRetries != 0 {
+		t.Errorf("set: CONFIRM_CONCURRENCY %d, STRIPE_MAX_NETWORK_RETRIES %d", c.ConfirmConcurrency, c.StripeMaxNetworkRetries)
+	}
+	if stripepayMaxRetries != stripepay.MaxNetworkRetriesLimit {
+		t.Errorf("STRIPE_MAX_NETWORK_RETRIES' bound %d, stripepay's %d", stripepayMaxRetries, stripepay.MaxNetworkRetriesLimit)
+	}
+	for name, bad := range map[string][]string{
+		"CONFIRM_CONCURRENCY":        {"0", "1001", "-1", "many"},
+		"STRIPE_MAX_NETWORK_RETRIES": {"-1", "4", "x"},
+	} {
+		for _, v := range bad {
+			_, err := Load(env(map[string]string{name: v}))
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%q: %v, want an error naming it", name, v, err)
+			}
 		}
 	}
 }

@@ -4,11 +4,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,7 +29,20 @@ type PoolConfig struct {
 	LockTimeout time.Duration
 	// Tracer observes every query (benchmarks count round trips with it).
 	Tracer pgx.QueryTracer
+	// MaxConns, when not 0, is the pool's size whatever the URL says: the
+	// executions pool is exactly as large as the executions it serves.
+	// Otherwise the URL's pool_max_conns, or DefaultMaxConns.
+	MaxConns int32
+	// Name is the connections' application_name; "" is "billingd".
+	Name string
 }
+
+// DefaultMaxConns is the main pool's size when DATABASE_URL sets no
+// pool_max_conns. pgx's own default, max(4, CPUs), is sized for work that
+// keeps a CPU busy; billingd's connections mostly wait for round trips
+// (first calls, reads, webhooks, the reconciler; executions have a pool of
+// their own), and make bench measured 16 ahead of 4 (docs/performance.md).
+const DefaultMaxConns = 16
 
 // Open connects a pool to the database at url and checks that it answers.
 // Pool size and other pgx settings can be set in the URL (pool_max_conns=…).
@@ -36,10 +51,16 @@ func Open(ctx context.Context, url string, pc PoolConfig) (*pgxpool.Pool, error)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
+	switch {
+	case pc.MaxConns > 0:
+		cfg.MaxConns = pc.MaxConns
+	case !strings.Contains(url, "pool_max_conns"):
+		cfg.MaxConns = DefaultMaxConns
+	}
 	if pc.LockTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["lock_timeout"] = fmt.Sprint(pc.LockTimeout.Milliseconds())
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "billingd"
+	cfg.ConnConfig.RuntimeParams["application_name"] = cmp.Or(pc.Name, "billingd")
 	if pc.Tracer != nil {
 		cfg.ConnConfig.Tracer = pc.Tracer
 	}

@@ -17,7 +17,10 @@ import (
 
 // Store implements billing.Store on PostgreSQL.
 type Store struct {
-	pool          *pgxpool.Pool
+	pool *pgxpool.Pool
+	// executions serves the transactions that span a provider request
+	// (InExecutionTx); pool when none was given.
+	executions    *pgxpool.Pool
 	commitTimeout time.Duration
 }
 
@@ -25,7 +28,8 @@ var _ billing.Store = (*Store)(nil)
 
 // NewStore returns a store on pool.
 func NewStore(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, commitTimeout: commitTimeoutFor(pool.Config().ConnConfig.RuntimeParams["lock_timeout"])}
+	return &Store{pool: pool, executions: pool,
+		commitTimeout: commitTimeoutFor(pool.Config().ConnConfig.RuntimeParams["lock_timeout"])}
 }
 
 // commitTimeoutFor bounds a COMMIT that no longer depends on the client.
@@ -192,7 +196,12 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 // connection of its own, which sends BEGIN with the step's first statement
 // and COMMIT with its last writes.
 func (s *Store) InTx(ctx context.Context, fn func(billing.Tx) error) error {
-	conn, err := s.pool.Acquire(ctx)
+	return s.inTx(ctx, s.pool, fn)
+}
+
+// inTx is InTx on a connection of pool.
+func (s *Store) inTx(ctx context.Context, pool *pgxpool.Pool, fn func(billing.Tx) error) error {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", classify(err))
 	}

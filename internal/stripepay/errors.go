@@ -24,12 +24,18 @@ type providerError struct {
 	// over (billing.ErrProviderFailed), unlike a timeout or a 409 for a key
 	// still in flight.
 	answered5xx bool
+	// limited: Stripe answered 429, from its rate limiter or an object lock
+	// timeout, before executing anything (billing.ErrRateLimited).
+	limited bool
 }
 
 func (e *providerError) Error() string { return e.msg }
 func (e *providerError) Unwrap() []error {
-	if e.answered5xx {
+	switch {
+	case e.answered5xx:
 		return []error{e.kind, billing.ErrProviderFailed, e.cause}
+	case e.limited:
+		return []error{e.kind, billing.ErrRateLimited, e.cause}
 	}
 	return []error{e.kind, e.cause}
 }
@@ -45,7 +51,7 @@ func classify(op string, err error) error {
 	if errors.As(err, &se) {
 		kind := stripeErrorKind(se)
 		return &providerError{msg: stripeErrorMessage(op, se, kind), kind: kind, cause: err,
-			answered5xx: se.HTTPStatusCode >= 500}
+			answered5xx: se.HTTPStatusCode >= 500, limited: se.HTTPStatusCode == http.StatusTooManyRequests}
 	}
 	// No answer from Stripe we could read: a timeout, a cancelled context, a
 	// reset connection, an unreadable body. The request may or may not have
@@ -62,6 +68,8 @@ func stripeErrorKind(se *stripe.Error) error {
 		return billing.ErrPaymentDeclined
 	case status == http.StatusRequestTimeout,
 		status == http.StatusConflict, // the same idempotency key is in flight
+		// Rate limit or lock timeout: nothing was executed (ErrRateLimited
+		// says so); whoever cannot tell retries it like an outage.
 		status == http.StatusTooManyRequests,
 		status >= 500:
 		return billing.ErrUnavailable

@@ -26,6 +26,8 @@ func (p *Provider) PreviewPlanChange(ctx context.Context, change billing.PlanCha
 			ProrationDate:     unixParam(change.ProrationDate),
 		},
 	}
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
 	params.Context = ctx
 	inv, err := p.api.Invoices.CreatePreview(params)
 	if err != nil {
@@ -59,6 +61,8 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 	// The invoice the update made, with its amounts: what was charged.
 	params.Expand = []*string{stripe.String("latest_invoice")}
 	params.SetIdempotencyKey(idempotencyKey)
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
 	params.Context = ctx
 	sub, err := p.api.Subscriptions.Update(change.SubscriptionID, params)
 	if err != nil {
@@ -99,6 +103,8 @@ func invoiceOf(inv *stripe.Invoice) *billing.Invoice {
 func (p *Provider) ReadSubscription(ctx context.Context, subscriptionID string) (billing.ProviderSubscription, error) {
 	params := &stripe.SubscriptionParams{}
 	params.Expand = []*string{stripe.String("latest_invoice")}
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
 	params.Context = ctx
 	sub, err := p.api.Subscriptions.Get(subscriptionID, params)
 	if err != nil {
@@ -165,6 +171,8 @@ func (p *Provider) createCustomer(ctx context.Context, c billing.NewCustomer, ke
 	}
 	params.AddMetadata("org_id", c.OrgID)
 	params.SetIdempotencyKey(key)
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
 	params.Context = ctx
 	cust, err := p.api.Customers.New(params)
 	if err != nil {
@@ -180,6 +188,8 @@ func (p *Provider) createSubscription(ctx context.Context, customerID string, c 
 	}
 	params.AddMetadata("org_id", c.OrgID)
 	params.SetIdempotencyKey(key)
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
 	params.Context = ctx
 	sub, err := p.api.Subscriptions.New(params)
 	if err != nil {

@@ -5,19 +5,26 @@
 // touches stripe-go's package-level key or backend, so several providers (and
 // tests running in parallel) can point at different servers.
 //
-// stripe-go's own network retries are off by default. billingd retries a
-// plan change itself, with the same idempotency key, so a second layer of
-// retries would only multiply the wait a client sees before the outcome is
-// reported as unknown (billing.ErrUnavailable). (net/http's Transport may
-// still resend a request by itself when a reused keep-alive connection dies
-// before any answer, because every request here carries an Idempotency-Key;
-// that is safe for the same reason.)
+// stripe-go's own retries (Config.MaxNetworkRetries, STRIPE_MAX_NETWORK_RETRIES)
+// resend a request under the same idempotency key, so Stripe executes it at
+// most once: a failure with no answer (a reset connection, but not a
+// timeout: the request's context has ended by then), a 409 (the key still
+// in flight), a 429 lock_timeout and a 5xx that Stripe does not mark
+// Stripe-Should-Retry: false, after 0.5 s, then up to 5 s. They never retry
+// Stripe's rate limit (a 429 rate_limit: more requests would only make it
+// worse); that is billing.ErrRateLimited, a definite "nothing was done".
+// Each retry holds the second call's database connection for its wait, so
+// the default is one, and a retry never outlives STRIPE_TIMEOUT. What is
+// still unknown after them, billing settles itself, under the same key.
+// (net/http's Transport may also resend a request by itself when a reused
+// keep-alive connection dies before any answer; safe for the same reason.)
 //
 // Errors are classified into the billing sentinels by classify (errors.go);
 // their text is short and never contains Stripe's response body.
 package stripepay
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -33,6 +40,15 @@ import (
 // transaction open indefinitely.
 const DefaultTimeout = 20 * time.Second
 
+// DefaultMaxNetworkRetries is STRIPE_MAX_NETWORK_RETRIES' default: one
+// resend under the same key, which settles a lost connection or a lock
+// timeout within the second call, for at most ~0.5 s more.
+const DefaultMaxNetworkRetries = 1
+
+// MaxNetworkRetriesLimit is the most STRIPE_MAX_NETWORK_RETRIES accepts:
+// stripe-go waits up to 5 s before each later retry.
+const MaxNetworkRetriesLimit = 3
+
 // Config configures a Provider.
 type Config struct {
 	// SecretKey is the Stripe API key (sk_…).
@@ -47,8 +63,9 @@ type Config struct {
 	// never modified.
 	HTTPClient *http.Client
 	// MaxNetworkRetries is how often stripe-go itself retries a failed
-	// request (with the same idempotency key). 0, the default, leaves
-	// retries to billingd.
+	// request, under the same idempotency key (see the package comment). 0
+	// leaves every retry to billing; DefaultMaxNetworkRetries is billingd's
+	// default (STRIPE_MAX_NETWORK_RETRIES).
 	MaxNetworkRetries int64
 }
 
@@ -56,6 +73,8 @@ type Config struct {
 // concurrent use.
 type Provider struct {
 	api *client.API
+	// timeout bounds each call, its retries included (see bound).
+	timeout time.Duration
 }
 
 var _ billing.PaymentProvider = (*Provider)(nil)
@@ -76,7 +95,21 @@ func New(cfg Config) *Provider {
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, backendCfg)
 	// Only the API backend is set: billingd calls no Connect (OAuth) or
 	// file-upload endpoints.
-	return &Provider{api: client.New(cfg.SecretKey, &stripe.Backends{API: backend})}
+	return &Provider{api: client.New(cfg.SecretKey, &stripe.Backends{API: backend}), timeout: requestTimeout(cfg)}
+}
+
+// bound limits one call, stripe-go's retries included, to the request
+// timeout: a retry never makes a call outlive STRIPE_TIMEOUT, and a request
+// cut off by it is not retried (stripe-go stops once the context ends).
+func (p *Provider) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, p.timeout)
+}
+
+func requestTimeout(cfg Config) time.Duration {
+	if cfg.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return cfg.Timeout
 }
 
 // maxIdleConnsPerHost is how many connections to Stripe stay open between
@@ -97,10 +130,7 @@ func keepAliveTransport() *http.Transport {
 // httpClient returns the client to send requests with, carrying the
 // configured timeout.
 func httpClient(cfg Config) *http.Client {
-	timeout := cfg.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
+	timeout := requestTimeout(cfg)
 	if cfg.HTTPClient == nil {
 		return &http.Client{Timeout: timeout, Transport: keepAliveTransport()}
 	}

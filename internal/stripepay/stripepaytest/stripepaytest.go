@@ -22,6 +22,11 @@
 //	GET  /v1/subscriptions/{id}
 //	POST /v1/invoices/create_preview
 //
+// Server.Pacer gives it Stripe's pace (pace.go): per-endpoint latency with
+// a tail, the 429s of Stripe's limiters (rate limit, lock timeout), and
+// requests held until a test releases them; NewPacer puts the same in front
+// of any other stand-in (make bench's canned answers).
+//
 // The fake is deliberately small: one status ("active"), 30-day periods that
 // never renew, price swaps as the only subscription update, no invoices or
 // charges kept. Any request needs an Authorization header with some bearer
@@ -62,6 +67,7 @@ type Item struct {
 // requests are being served.
 type Server struct {
 	handler http.Handler
+	pacer   *Pacer // Stripe's pace in front of the endpoints (pace.go)
 
 	mu        sync.Mutex
 	now       func() time.Time
@@ -105,13 +111,17 @@ func New() *Server {
 		keys:      newKeyStore(maxStoredKeys),
 		invoices:  map[string]invoiceJSON{},
 	}
-	s.handler = s.routes()
+	s.pacer = NewPacer(s.routes())
+	s.handler = s.pacer
 	return s
 }
 
 // Handler serves the fake's API; mount it at the root of a server
 // (httptest.NewServer(s.Handler()) or a real listener).
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Pacer gives the fake Stripe's latency, its 429s and held requests.
+func (s *Server) Pacer() *Pacer { return s.pacer }
 
 // SetPrice creates or replaces a monthly price.
 func (s *Server) SetPrice(id string, unitAmountCents int64, currency string) {
