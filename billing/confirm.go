@@ -313,12 +313,13 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
 	case errors.Is(err, ErrRateLimited):
 		// Stripe refused the request before executing it and kept nothing
-		// under its key: nothing was made. c stays as its recovery point
-		// left it, so the owner's retry, or the settler once it has been
-		// idle for SETTLE_INTERVAL, sends the same request again.
+		// under its key: nothing was made. The confirmation goes back to
+		// pending, as before the second call: its token stays redeemable,
+		// and nothing is sent unless the caller asks again.
 		limited := s.event(caller, c.Operation, EventOperationFailed, c.ID, "rate_limited")
 		limited.Outcome = "retryable"
-		return redemption{outcome: errProviderRateLimited(err)}, tx.Record(ctx, Record{Events: []AuditEvent{limited}})
+		return redemption{outcome: errProviderRateLimited(err)}, tx.Record(ctx, Record{ConfirmationID: c.ID,
+			Status: StatusPending, Events: []AuditEvent{limited}})
 	case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		failure := providerError("apply plan change", err)
 		reason := string(ErrorCode(failure))

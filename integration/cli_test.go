@@ -90,7 +90,7 @@ func TestCommandLine(t *testing.T) {
 	c := cli{t: t, bin: billingdBinary(t), env: []string{
 		"METRICS_ADDR=" + metricsAddr,
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-		"DATABASE_URL=" + db.URL, "STRIPE_SECRET_KEY=sk_test_cli", "STRIPE_API_BASE=" + testenv.StripeMock(t),
+		"DATABASE_URL=" + db.URL, "STRIPE_SECRET_KEY=sk_test_cli", "STRIPE_API_BASE=" + fakeStripeURL(t),
 		"OAUTH_ISSUER=" + issuer.IssuerURL(), "LISTEN_ADDR=" + addr, "LOG_FORMAT=text",
 	}}
 
@@ -252,4 +252,12 @@ func get(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
+}
+
+// fakeStripeURL is the URL of a Stripe fake for a billingd process: the
+// whole handshake needs one that keeps state (billingd reads the
+// subscription back before a change).
+func fakeStripeURL(t *testing.T) string {
+	_, url := startFakeStripe(t)
+	return url
 }

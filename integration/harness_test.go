@@ -174,13 +174,21 @@ func (h *harness) stripeBase(fake bool) string {
 	if !fake {
 		return testenv.StripeMock(h.t)
 	}
-	h.fake = stripepaytest.New()
+	var url string
+	h.fake, url = startFakeStripe(h.t)
+	return url
+}
+
+// startFakeStripe serves the Stripe fake with the default catalog's prices
+// until t ends.
+func startFakeStripe(t *testing.T) (*stripepaytest.Server, string) {
+	fake := stripepaytest.New()
 	for _, p := range billing.DefaultPlans() {
-		h.fake.SetPrice(p.StripePriceID, p.AmountCents, p.Currency)
+		fake.SetPrice(p.StripePriceID, p.AmountCents, p.Currency)
 	}
-	srv := httptest.NewServer(h.fake.Handler())
-	h.t.Cleanup(srv.Close)
-	return srv.URL
+	srv := httptest.NewServer(fake.Handler())
+	t.Cleanup(srv.Close)
+	return fake, srv.URL
 }
 
 // testLogWriter sends billingd's logs to the test log, shown on failure.
