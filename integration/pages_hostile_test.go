@@ -6,11 +6,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -203,4 +207,105 @@ func TestPurgeSignIns(t *testing.T) {
 	if logins != 1 || sessions != 1 {
 		t.Fatalf("after one purge: %d sign-ins and %d sessions left, want only the live one of each", logins, sessions)
 	}
+}
+
+// collectAPIAnswers records "STATUS PATH" of every /api/ and /auth/ answer
+// the page receives.
+func (b *browser) collectAPIAnswers(h *harness) func() []string {
+	answers := chromedp.Events(b.ctx, network.ResponseReceived)
+	var mu sync.Mutex
+	var seen []string
+	go func() {
+		for ev, err := range answers {
+			if err != nil {
+				return
+			}
+			if u, perr := url.Parse(ev.Response.URL); perr == nil && strings.HasPrefix(ev.Response.URL, h.url+"/") &&
+				(strings.HasPrefix(u.Path, "/api/") || strings.HasPrefix(u.Path, "/auth/")) {
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("%d %s", ev.Response.Status, u.Path))
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+// TestPagesAskOnlyWhatThePersonMaySee: the dashboard and the approval page
+// of a person without billing:admin (signed in with a pasted token, or at
+// the identity provider) never call the admin-only audit API, and no call
+// they make is refused; an admin's dashboard still shows the audit log.
+func TestPagesAskOnlyWhatThePersonMaySee(t *testing.T) {
+	h := newHarness(t, withFakeStripe())
+	h.createOrg("see", "See", "pro")
+	h.setPolicy("see", agentsNeedApproval)
+	h.signInPeople("see", []string{"adele"}, "ursula")
+	up := h.proposeApproval(h.user("see", "support-bot"), "scale")
+
+	check := func(who string, answers []string, wantAudit bool) {
+		t.Helper()
+		sawAudit := false
+		for _, a := range answers {
+			status, path, _ := strings.Cut(a, " ")
+			if path == "/api/billing/audit" {
+				sawAudit = true
+			}
+			if code, _ := strconv.Atoi(status); code >= 400 {
+				t.Errorf("%s: the page got %s", who, a)
+			}
+		}
+		if sawAudit != wantAudit {
+			t.Errorf("%s: audit API called %v, want %v (answers %q)", who, sawAudit, wantAudit, answers)
+		}
+	}
+	// settle lets a page finish its calls before they are read.
+	settle := func() { time.Sleep(700 * time.Millisecond) }
+
+	// A pasted non-admin token: dashboard, then the approval page.
+	b := newBrowser(t)
+	answers := b.collectAPIAnswers(h)
+	b.do(chromedp.Navigate(h.url + "/"))
+	b.signIn(h.user("see", "ursula"))
+	b.waitText("sub-plan", "Pro")
+	settle()
+	if !b.visible("approvals") && !b.visible("audit") {
+		check("pasted user token, dashboard", answers(), false)
+	} else {
+		t.Error("a non-admin's dashboard shows the approvals or the audit log")
+	}
+	b.openApproval(h, up.ConfirmationID)
+	b.do(chromedp.WaitVisible(chromedp.ID("approval-missing")))
+	settle()
+	check("pasted user token, dashboard and approval page", answers(), false)
+
+	// A person signed in at the identity provider, without billing:admin.
+	b2 := newBrowser(t)
+	answers2 := b2.collectAPIAnswers(h)
+	b2.do(chromedp.Navigate(h.url + "/auth/login?return_to=/"))
+	b2.loginAs("ursula", false)
+	b2.do(chromedp.WaitVisible(chromedp.ID("account")))
+	b2.waitText("sub-plan", "Pro")
+	settle()
+	check("signed-in user, dashboard", answers2(), false)
+
+	// An admin (pasted token) sees the audit log and the approvals.
+	b3 := newBrowser(t)
+	answers3 := b3.collectAPIAnswers(h)
+	b3.do(chromedp.Navigate(h.url + "/"))
+	b3.signIn(h.admin("see", "adele"))
+	b3.do(chromedp.WaitVisible(chromedp.ID("audit")), chromedp.WaitVisible(chromedp.ID("approvals")))
+	settle()
+	check("admin, dashboard", answers3(), true)
+	b.wantNoScriptErrors()
+	b2.wantNoScriptErrors()
+	b3.wantNoScriptErrors()
+}
+
+// visible says whether the element is shown.
+func (b *browser) visible(id string) bool {
+	return b.eval(`String(!document.getElementById(`+jsString(id)+`).hidden)`) == "true"
 }

@@ -242,13 +242,24 @@ func (s *server) logout(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// sessionInfo tells the pages' scripts who is signed in, and the CSRF token
-// their API calls must carry.
+// sessionInfo tells the pages' scripts who is signed in, the CSRF token
+// their API calls must carry, and the scopes they may use: those of the
+// bearer token the call carries (a token pasted under billingd dev), else
+// the session's. The pages ask only for what these allow (an admin's audit
+// log, for instance), so a person's page makes no call bound to be refused.
 func (s *server) sessionInfo(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
-	info := map[string]any{"signed_in": false, "sign_in": s.SignIn != nil, "token_paste": s.TokenPaste}
+	info := map[string]any{"signed_in": false, "sign_in": s.SignIn != nil, "token_paste": s.TokenPaste,
+		"scopes": []string{}}
 	if ws := s.session(c); ws != nil {
 		info["signed_in"], info["subject"], info["org"], info["csrf_token"] = true, ws.Subject, ws.Org, ws.CSRF
+		info["scopes"] = ws.Scopes
+	}
+	if c.Request().Header.Get("Authorization") != "" {
+		info["scopes"] = []string{}
+		if id, err := s.bearer.Authenticate(c.Request()); err == nil {
+			info["scopes"] = id.Scopes
+		}
 	}
 	return c.JSON(http.StatusOK, info)
 }
