@@ -140,7 +140,7 @@ func TestSignInStartsBounded(t *testing.T) {
 		}
 		path := "/auth/login?return_to=" + url.QueryEscape(long)
 		if i == 4 {
-			path = "/verify/cfm_0123456789abcdef0123456789"
+			path = "/verify/cfm_0123456789abcdefghijkl"
 		}
 		if resp := via.startLogin(path, "203.0.113.7"); resp.StatusCode != http.StatusSeeOther {
 			t.Fatalf("sign-in start %d: %d", i, resp.StatusCode)
@@ -154,7 +154,7 @@ func TestSignInStartsBounded(t *testing.T) {
 	for _, try := range []struct {
 		via  *harness
 		path string
-	}{{h, "/auth/login?return_to=/"}, {other, "/auth/login"}, {other, "/verify/cfm_0123456789abcdef0123456789"}} {
+	}{{h, "/auth/login?return_to=/"}, {other, "/auth/login"}, {other, "/verify/cfm_0123456789abcdefghijkl"}} {
 		resp := try.via.startLogin(try.path, "203.0.113.7")
 		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 			t.Fatalf("%s over the per-address limit: %d, Retry-After %q", try.path, resp.StatusCode, resp.Header.Get("Retry-After"))
