@@ -24,7 +24,7 @@ import (
 // host (a tab or newline removed, a backslash read as a slash) land on
 // billingd, never on the other server, which counts every request.
 func TestReturnToStaysOnBillingdInBrowser(t *testing.T) {
-	h := newHarness(t, withFakeStripe(), withoutTokenPaste())
+	h := newHarness(t, withoutTokenPaste())
 	h.createOrg("rto", "Return To", "pro")
 	h.signInPeople("rto", nil, "rita")
 	var phished atomic.Int32
@@ -240,7 +240,7 @@ func (b *browser) collectAPIAnswers(h *harness) func() []string {
 // the identity provider) never call the admin-only audit API, and no call
 // they make is refused; an admin's dashboard still shows the audit log.
 func TestPagesAskOnlyWhatThePersonMaySee(t *testing.T) {
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 	h.createOrg("see", "See", "pro")
 	h.setPolicy("see", agentsNeedApproval)
 	h.signInPeople("see", []string{"adele"}, "ursula")
