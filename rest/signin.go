@@ -253,12 +253,12 @@ func (s *server) sessionInfo(c echo.Context) error {
 		"scopes": []string{}}
 	if ws := s.session(c); ws != nil {
 		info["signed_in"], info["subject"], info["org"], info["csrf_token"] = true, ws.Subject, ws.Org, ws.CSRF
-		info["scopes"] = ws.Scopes
+		info["scopes"] = append([]string{}, ws.Scopes...)
 	}
 	if c.Request().Header.Get("Authorization") != "" {
 		info["scopes"] = []string{}
 		if id, err := s.bearer.Authenticate(c.Request()); err == nil {
-			info["scopes"] = id.Scopes
+			info["scopes"] = append([]string{}, id.Scopes...)
 		}
 	}
 	return c.JSON(http.StatusOK, info)
