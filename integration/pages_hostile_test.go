@@ -48,21 +48,19 @@ func TestReturnToStaysOnBillingdInBrowser(t *testing.T) {
 		"/\\\t\\" + evilHost + "/phish",
 		"//" + evilHost + "/phish",
 	} {
-		{
-			phished.Store(0)
-			b.do(chromedp.Navigate(h.url + "/auth/login?return_to=" + url.QueryEscape(form)))
-			b.loginAs("rita", false)
-			// The issuer redirects to billingd's callback, which redirects
-			// to the return address: wait until the browser has left both.
-			b.waitUntil(`(location.host === ` + jsString(billingdHost) + ` && !location.pathname.startsWith("/auth/")` +
-				` && document.readyState === "complete") || location.host === ` + jsString(evilHost) +
-				` || location.protocol === "chrome-error:"`)
-			if at := b.eval(`location.href`); !strings.HasPrefix(at, h.url+"/") || phished.Load() != 0 {
-				t.Fatalf("return_to %q took the browser to %s (%d requests to the other server)", form, at, phished.Load())
-			}
-			if b.eval(`location.pathname`) != "/" {
-				t.Fatalf("return_to %q landed on %s, want billingd's /", form, b.eval(`location.href`))
-			}
+		phished.Store(0)
+		b.do(chromedp.Navigate(h.url + "/auth/login?return_to=" + url.QueryEscape(form)))
+		b.loginAs("rita", false)
+		// The issuer redirects to billingd's callback, which redirects
+		// to the return address: wait until the browser has left both.
+		b.waitUntil(`(location.host === ` + jsString(billingdHost) + ` && !location.pathname.startsWith("/auth/")` +
+			` && document.readyState === "complete") || location.host === ` + jsString(evilHost) +
+			` || location.protocol === "chrome-error:"`)
+		if at := b.eval(`location.href`); !strings.HasPrefix(at, h.url+"/") || phished.Load() != 0 {
+			t.Fatalf("return_to %q took the browser to %s (%d requests to the other server)", form, at, phished.Load())
+		}
+		if b.eval(`location.pathname`) != "/" {
+			t.Fatalf("return_to %q landed on %s, want billingd's /", form, b.eval(`location.href`))
 		}
 	}
 	// A return address of billingd's own is kept.
