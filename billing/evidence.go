@@ -65,6 +65,10 @@ type ChainedEvent struct {
 	PrevHash string `json:"prev_hash"`
 	Hash     string `json:"hash"`
 	Receipt  string `json:"receipt,omitempty"`
+	// ReceiptSHA256 binds the receipt into the chain: the hex SHA-256 of
+	// Receipt, hashed with the event (chain version 2). Empty for events
+	// without a receipt and executed events recorded before it existed.
+	ReceiptSHA256 string `json:"receipt_sha256,omitempty"`
 }
 
 // StoredReceipt is a receipt as the store keeps it.

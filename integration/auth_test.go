@@ -114,6 +114,14 @@ func TestInvisibleIdentityRefused(t *testing.T) {
 	if r := h.mcpPost("", forged, initializeRequest); r.Status != http.StatusUnauthorized {
 		t.Fatalf("/mcp answered %d: %s", r.Status, r.Body)
 	}
+	// A visible look-alike (a Cyrillic а) is refused the same way, over
+	// REST and /mcp (issue 23).
+	lookAlike := mint(t, h, devissuer.Claims{Subject: "demo-аdmin", Org: "ghost", Client: "demo-agent",
+		Scopes: []string{"billing:read", "billing:write", "billing:admin"}, Audience: []string{h.url, h.url + "/mcp"}})
+	wantStatus(t, h.do("POST", "/api/billing/upgrade", lookAlike, `{"to":"scale"}`), http.StatusUnauthorized, "unauthorized")
+	if r := h.mcpPost("", lookAlike, initializeRequest); r.Status != http.StatusUnauthorized {
+		t.Fatalf("/mcp answered a look-alike %d: %s", r.Status, r.Body)
+	}
 	for _, e := range h.auditEvents("ghost") {
 		t.Fatalf("the forged token left an audit event: %+v", e)
 	}

@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -436,5 +438,73 @@ func TestAuditExportStreamsLongChains(t *testing.T) {
 	rep, err := evidence.Verify(bytes.NewReader(h.exportAudit("long")), jose.JSONWebKeySet{})
 	if err != nil || rep.Events != 600 {
 		t.Fatalf("long export: %+v, %v", rep, err)
+	}
+}
+
+// TestReceiptBoundIntoChain: an executed change's receipt is part of the
+// audit chain, so an export from which it was removed, or in which another
+// receipt took its place (even a genuine one of billingd's key for the same
+// change, with other terms), no longer verifies, and the error names the
+// line; the untouched export verifies with every receipt counted.
+func TestReceiptBoundIntoChain(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("bound", "Bound", "pro")
+	_, jws := h.upgradeWithReceipt("bound", "alice")
+	p := h.propose(h.user("bound", "alice"), "downgrade", "pro")
+	wantStatus(t, h.confirm(h.user("bound", "alice"), "downgrade", "pro", p.ConfirmToken), http.StatusOK, "")
+	keys := h.receiptKeys()
+	lines := strings.Split(strings.TrimSuffix(string(h.exportAudit("bound")), "\n"), "\n")
+	executed := -1
+	for i, l := range lines {
+		if strings.Contains(l, `"receipt":"`+jws+`"`) {
+			executed = i
+		}
+	}
+	if executed < 0 {
+		t.Fatal("no exported line carries the upgrade's receipt")
+	}
+	verify := func(ls []string) (evidence.Report, error) {
+		return evidence.Verify(strings.NewReader(strings.Join(ls, "\n")+"\n"), keys)
+	}
+	if rep, err := verify(lines); err != nil || rep.Receipts != 2 {
+		t.Fatalf("the export: %+v, %v", rep, err)
+	}
+	edited := func(edit func(map[string]any)) []string {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(lines[executed]), &e); err != nil {
+			t.Fatal(err)
+		}
+		edit(e)
+		line, _ := json.Marshal(e)
+		out := slices.Clone(lines)
+		out[executed] = string(line)
+		return out
+	}
+	// A genuine receipt of billingd's key for the same change, other terms.
+	claims, err := receipt.Verify(jws, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims.AmountDueNowCents++
+	other, err := h.app.Receipts.SignReceipt(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(map[string]any)
+	}{
+		{"receipt removed", func(e map[string]any) { delete(e, "receipt") }},
+		{"receipt and its hash removed", func(e map[string]any) { delete(e, "receipt"); delete(e, "receipt_sha256") }},
+		{"another receipt in its place", func(e map[string]any) { e["receipt"] = other }},
+		{"another receipt and its hash in its place", func(e map[string]any) {
+			e["receipt"] = other
+			e["receipt_sha256"] = evidence.ReceiptSHA256(other)
+		}},
+	} {
+		var le *evidence.LineError
+		if rep, err := verify(edited(tc.edit)); !errors.As(err, &le) || le.Line != executed+1 {
+			t.Errorf("%s: verified %+v, %v; want an error naming line %d", tc.name, rep, err, executed+1)
+		}
 	}
 }

@@ -45,6 +45,10 @@ type Config struct {
 	SignIn SignIn
 	// Sessions keeps sign-ins and page sessions.
 	Sessions websession.Store
+	// SignInLimits bound the sign-ins started per client address and in
+	// all (the client address is the peer's, or the one a proxy on a
+	// loopback or private address put in X-Forwarded-For).
+	SignInLimits websession.LoginLimits
 	// TokenPaste lets the pages sign in with a pasted bearer token: billingd
 	// dev only.
 	TokenPaste bool
@@ -80,6 +84,9 @@ func New(cfg Config) *echo.Echo {
 	s.bearer = httpedge.Bearer{Verifier: cfg.Verifier, Logger: s.log}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	// c.RealIP: the peer's address, or the client's as a reverse proxy on a
+	// loopback, link-local or private address reported it.
+	e.IPExtractor = echo.ExtractIPFromXFFHeader()
 	e.HTTPErrorHandler = s.errorHandler
 	e.Use(s.nameRoute)
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -86,7 +87,11 @@ func (s *server) startSignIn(c echo.Context, returnTo, verifyID string) error {
 	browser := websession.NewSecret()
 	err := s.Sessions.SaveLogin(c.Request().Context(), websession.Login{StateHash: websession.Hash(req.State),
 		BrowserHash: websession.Hash(browser), Nonce: req.Nonce, CodeVerifier: req.Verifier,
-		ReturnTo: returnTo, VerifyID: verifyID, TTL: loginTTL})
+		ReturnTo: returnTo, VerifyID: verifyID, Client: clientAddr(c), TTL: loginTTL}, s.SignInLimits)
+	if limited, ok := errors.AsType[*websession.LimitedError](err); ok {
+		return &billing.Error{Code: billing.CodeRateLimited, Message: "too many sign-ins started; retry later",
+			RetryAfter: limited.RetryAfter}
+	}
 	if err != nil {
 		return err
 	}
@@ -237,21 +242,61 @@ func (s *server) logout(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// sessionInfo tells the pages' scripts who is signed in, and the CSRF token
-// their API calls must carry.
+// sessionInfo tells the pages' scripts who is signed in, the CSRF token
+// their API calls must carry, and the scopes they may use: those of the
+// bearer token the call carries (a token pasted under billingd dev), else
+// the session's. The pages ask only for what these allow (an admin's audit
+// log, for instance), so a person's page makes no call bound to be refused.
 func (s *server) sessionInfo(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
-	info := map[string]any{"signed_in": false, "sign_in": s.SignIn != nil, "token_paste": s.TokenPaste}
+	info := map[string]any{"signed_in": false, "sign_in": s.SignIn != nil, "token_paste": s.TokenPaste,
+		"scopes": []string{}}
 	if ws := s.session(c); ws != nil {
 		info["signed_in"], info["subject"], info["org"], info["csrf_token"] = true, ws.Subject, ws.Org, ws.CSRF
+		info["scopes"] = append([]string{}, ws.Scopes...)
+	}
+	if c.Request().Header.Get("Authorization") != "" {
+		info["scopes"] = []string{}
+		if id, err := s.bearer.Authenticate(c.Request()); err == nil {
+			info["scopes"] = append([]string{}, id.Scopes...)
+		}
 	}
 	return c.JSON(http.StatusOK, info)
 }
 
-// safeReturnPath keeps a return address on this server: a path, never
-// "//host" or a scheme.
+// clientAddr is the address sign-in starts are counted by.
+func clientAddr(c echo.Context) string {
+	addr := c.RealIP()
+	if len(addr) > 64 {
+		addr = addr[:64]
+	}
+	return addr
+}
+
+// safeReturnPath keeps a return address on this server: an absolute path
+// that every browser resolves against billingd's own origin, else "/".
+//
+// It is judged the way a browser's URL parser (WHATWG URL) will read it
+// from the Location header: that parser first removes every ASCII tab and
+// newline anywhere and C0 controls and spaces at either end, and reads a
+// backslash as a slash in http(s) URLs, so "/\t/evil.example" and
+// "/\\evil.example" are "//evil.example", another host. Rather than
+// imitate that, any character a path of billingd's never has is refused:
+// only printable ASCII without a backslash, starting with one slash and
+// not two, and at most websession.MaxReturnTo bytes (every sign-in start
+// stores it). What is left is a path-absolute reference: no scheme, no
+// host, whatever the browser strips or maps.
 func safeReturnPath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.ContainsAny(p, "\\\r\n") {
+	if len(p) > websession.MaxReturnTo || !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") {
+		return "/"
+	}
+	for i := 0; i < len(p); i++ {
+		if b := p[i]; b <= ' ' || b >= 0x7f || b == '\\' {
+			return "/"
+		}
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
 		return "/"
 	}
 	return p

@@ -145,7 +145,7 @@ func (a *App) edge() http.Handler {
 		Service: a.Service, Verifier: a.verifier, PublicBaseURL: a.Config.PublicBaseURL, Issuer: a.verifier.Issuer(),
 		ParseWebhook: webhookParser(a.Config.StripeWebhookSecret), Ready: a.Store.Ready, Logger: a.Log,
 		Observer: a.Metrics, ReceiptKeys: a.Receipts.JWKS(),
-		SignIn: a.signIn, Sessions: a.Store, TokenPaste: a.Config.DevTokenPaste,
+		SignIn: a.signIn, Sessions: a.Store, SignInLimits: a.Config.SignInLimits, TokenPaste: a.Config.DevTokenPaste,
 	})
 	edge := httpedge.New(httpedge.Config{
 		Logger: a.Log, Observer: a.Metrics,

@@ -17,13 +17,25 @@ func (a *App) RunPurge(ctx context.Context) {
 }
 
 // PurgeOnce deletes in batches until nothing old is left (or ctx ends) and
-// returns how many confirmations it removed.
+// returns how many confirmations it removed. Expired sign-ins and page
+// sessions are purged in a loop of their own, until none are left, whether
+// or not any confirmation was.
 func (a *App) PurgeOnce(ctx context.Context) int64 {
+	total := purgeAll(ctx, a, "confirmations", func() (int64, error) {
+		return a.Store.PurgeFinished(ctx, a.Config.PurgeRetention, purgeBatch)
+	})
+	purgeAll(ctx, a, "sign-ins and sessions", func() (int64, error) { return a.Store.PurgeSignIns(ctx, purgeBatch) })
+	return total
+}
+
+// purgeAll calls purge, which deletes at most purgeBatch rows of a kind,
+// until it deletes fewer, and returns the sum.
+func purgeAll(ctx context.Context, a *App, what string, purge func() (int64, error)) int64 {
 	var total int64
 	for ctx.Err() == nil {
-		n, err := a.Store.PurgeFinished(ctx, a.Config.PurgeRetention, purgeBatch)
+		n, err := purge()
 		if err != nil {
-			a.Log.Warn("purge failed; will retry", "err", err)
+			a.Log.Warn("purge failed; will retry", "what", what, "err", err)
 			break
 		}
 		total += n
@@ -33,7 +45,7 @@ func (a *App) PurgeOnce(ctx context.Context) int64 {
 		time.Sleep(10 * time.Millisecond) // let the hot path in between batches
 	}
 	if total > 0 {
-		a.Log.Info("purged confirmations", "count", total)
+		a.Log.Info("purged", "what", what, "count", total)
 	}
 	return total
 }

@@ -224,7 +224,10 @@ const maxIdentifierBytes = 256
 // format characters (zero-width joiners, bidirectional overrides that make
 // "\u202enimda-omed" display as "demo-admin"), private-use, surrogate and
 // unassigned code points, default-ignorable ones (Hangul fillers, variation
-// selectors) and every space but U+0020 are refused.
+// selectors) and every space but U+0020 are refused; and so are visible
+// look-alikes by Unicode's identifier rules (lookAlike: not NFKC, mixed
+// scripts, a whole-script confusable of an ASCII name), so that
+// "demo-аdmin" with a Cyrillic а can never pass for "demo-admin".
 func SafeIdentifier(s string) bool {
 	if len(s) > maxIdentifierBytes || !utf8.ValidString(s) {
 		return false
@@ -234,7 +237,7 @@ func SafeIdentifier(s string) bool {
 			return false
 		}
 	}
-	return true
+	return !lookAlike(s)
 }
 
 // visible reports whether r is a character that shows as itself.

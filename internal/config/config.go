@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/websession"
 )
 
 // Config is billingd's configuration.
@@ -49,8 +50,12 @@ type Config struct {
 	LogFormat          string
 	Plans              []billing.Plan
 	RateLimits         billing.RateLimits
-	PurgeRetention     time.Duration
-	PurgeInterval      time.Duration
+	// SignInLimits (RATE_LIMIT_SIGN_INS per client address,
+	// RATE_LIMIT_SIGN_INS_TOTAL in all, per RATE_LIMIT_WINDOW) bound the
+	// sign-ins anyone may start on the pages.
+	SignInLimits   websession.LoginLimits
+	PurgeRetention time.Duration
+	PurgeInterval  time.Duration
 	// SettleInterval (SETTLE_INTERVAL) is how often each replica settles
 	// plan changes whose Stripe outcome is unknown, and how long such a
 	// change is left to its owner's retry first.
@@ -150,6 +155,11 @@ func Load(getenv func(string) string) (Config, error) {
 		Window:         duration(getenv, "RATE_LIMIT_WINDOW", time.Minute, time.Second, time.Hour, fail),
 		Proposals:      count(getenv, "RATE_LIMIT_PROPOSALS", 30, fail),
 		FailedConfirms: count(getenv, "RATE_LIMIT_FAILED_CONFIRMS", 10, fail),
+	}
+	c.SignInLimits = websession.LoginLimits{
+		Window:    c.RateLimits.Window,
+		PerClient: count(getenv, "RATE_LIMIT_SIGN_INS", 20, fail),
+		Total:     count(getenv, "RATE_LIMIT_SIGN_INS_TOTAL", 600, fail),
 	}
 	c.PurgeRetention = duration(getenv, "PURGE_RETENTION", time.Hour, time.Minute, 90*24*time.Hour, fail)
 	c.PurgeInterval = duration(getenv, "PURGE_INTERVAL", time.Minute, time.Second, 24*time.Hour, fail)

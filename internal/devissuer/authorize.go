@@ -1,6 +1,7 @@
 package devissuer
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -138,11 +139,21 @@ func (i *Issuer) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 		i.mu.RUnlock()
 		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'")
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
 		_ = loginPage.Execute(w, struct {
 			Req   authRequest
 			Users []User
 			Fresh bool
-		}{req, users, req.Prompt == "login" || req.MaxAge == "0"})
+			CSRF  string
+		}{req, users, req.Prompt == "login" || req.MaxAge == "0", i.formToken(req)})
+		return
+	}
+	// The login page's form, and only it, may choose a user: a cross-site
+	// form post (Sec-Fetch-Site, Origin) is refused, and the form carries a
+	// token bound to this authorization request that only the page knows.
+	if err := i.crossOrigin.Check(r); err != nil ||
+		subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf_token")), []byte(i.formToken(req))) != 1 {
+		http.Error(w, "this form did not come from the issuer's login page", http.StatusForbidden)
 		return
 	}
 	user, ok := i.user(r.PostForm.Get("user"))
@@ -170,6 +181,19 @@ func (i *Issuer) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 	q.Set("iss", i.IssuerURL())
 	back.RawQuery = q.Encode()
 	http.Redirect(w, r, back.String(), http.StatusSeeOther)
+}
+
+// formToken is the login form's CSRF token for an authorization request:
+// an HMAC of the request under a key of this process.
+func (i *Issuer) formToken(req authRequest) string {
+	i.formKeyOnce.Do(func() { i.formKey = []byte(rand.Text()) })
+	mac := hmac.New(sha256.New, i.formKey)
+	for _, f := range []string{req.ClientID, req.RedirectURI, req.State, req.Nonce, req.Challenge, req.Resource, req.Scope,
+		req.Prompt, req.MaxAge, req.ACRValues} {
+		mac.Write([]byte(f))
+		mac.Write([]byte{0})
+	}
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // serveToken exchanges a code (once) for an access token and an ID token.
@@ -271,6 +295,8 @@ anyone in as any demo user, without a password. Never use it for anything real.<
 <input type="hidden" name="scope" value="{{.Req.Scope}}">
 <input type="hidden" name="prompt" value="{{.Req.Prompt}}">
 <input type="hidden" name="max_age" value="{{.Req.MaxAge}}">
+<input type="hidden" name="acr_values" value="{{.Req.ACRValues}}">
+<input type="hidden" name="csrf_token" value="{{.CSRF}}">
 <p><label><input type="checkbox" name="passkey" id="passkey"> Use a passkey (acr {{"urn:billingd:dev:passkey"}})</label></p>
 {{range .Users}}<button type="submit" name="user" value="{{.Subject}}" id="user-{{.Subject}}">{{.Subject}}{{if .Label}} — {{.Label}}{{end}}</button>
 {{else}}<p>No demo users are configured.</p>{{end}}

@@ -27,6 +27,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -66,6 +67,11 @@ type Issuer struct {
 	users           []User
 	grants          map[string]grant // by authorization code
 	defaultAudience string
+	// formKey keys the login form's CSRF tokens; crossOrigin refuses
+	// cross-site posts of it.
+	formKeyOnce sync.Once
+	formKey     []byte
+	crossOrigin *http.CrossOriginProtection
 }
 
 // signingKey is one key pair with the kid it is published under.
@@ -88,7 +94,7 @@ func NewWithAlg(issuerURL, alg string) (*Issuer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Issuer{alg: alg, url: trimURL(issuerURL), current: key}, nil
+	return &Issuer{alg: alg, url: trimURL(issuerURL), current: key, crossOrigin: http.NewCrossOriginProtection()}, nil
 }
 
 // SetIssuerURL sets the URL used as the iss claim and as the base of the

@@ -3,8 +3,10 @@ package devissuer
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/MicahParks/jwkset"
 )
@@ -44,6 +46,14 @@ func (i *Issuer) Handler() http.Handler {
 
 func (i *Issuer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	issuer := i.IssuerURL()
+	// DNS rebinding: a page of evil.example whose name now resolves to
+	// 127.0.0.1 reaches this port as a same-origin script, with Host
+	// evil.example. Only the issuer's own host and loopback names are
+	// answered.
+	if !allowedHost(r.Host, issuer) {
+		http.Error(w, "this development issuer answers only on its loopback address", http.StatusMisdirectedRequest)
+		return
+	}
 	base := issuerPath(issuer)
 	switch {
 	case r.URL.Path == base+authorizePath && (r.Method == http.MethodGet || r.Method == http.MethodPost):
@@ -106,6 +116,24 @@ func (i *Issuer) publicJWKS() (jwkset.JWKSMarshal, error) {
 		set.Keys = append(set.Keys, jwk.Marshal())
 	}
 	return set, nil
+}
+
+// allowedHost reports whether a request's Host names the issuer: its URL's
+// host, or a loopback name (localhost, 127.0.0.0/8, ::1) with any port.
+func allowedHost(host, issuer string) bool {
+	if u, err := url.Parse(issuer); err == nil && u.Host != "" && strings.EqualFold(host, u.Host) {
+		return true
+	}
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	if strings.EqualFold(name, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(name)
+	return ip != nil && ip.IsLoopback()
 }
 
 // issuerPath is the path component of the issuer URL, "" for a bare origin.

@@ -27,30 +27,49 @@ import (
 var GenesisHash = strings.Repeat("0", 64)
 
 // chainVersion names the canonical encoding; a new encoding gets a new name.
-const chainVersion = "billingd-audit-v1"
+// Version 2 appends the receipt's SHA-256 to version 1's record.
+const (
+	chainVersion         = "billingd-audit-v1"
+	chainVersionReceipts = "billingd-audit-v2"
+)
 
 // timeLayout is how the record writes an event's time: UTC with the six
 // fractional digits PostgreSQL keeps.
 const timeLayout = "2006-01-02T15:04:05.000000Z"
 
-// Hash is an event's chain hash, version 1: the lowercase hex SHA-256 of
-// these fields, in this order, each written as the 8-byte big-endian length
-// of its UTF-8 bytes followed by the bytes:
+// Hash is an event's chain hash: the lowercase hex SHA-256 of these fields,
+// in this order, each written as the 8-byte big-endian length of its UTF-8
+// bytes followed by the bytes:
 //
 //	"billingd-audit-v1", prev_hash, org, seq, id, at, event, principal,
 //	client, operation, confirmation_id, outcome, reason, request_id
 //
-// seq and id in decimal, at in UTC as 2006-01-02T15:04:05.000000Z. The
-// database computes the same (audit_event_hash in migration 000006).
+// seq and id in decimal, at in UTC as 2006-01-02T15:04:05.000000Z. An
+// event whose receipt is bound into the chain (receipt_sha256 set) uses
+// version 2: "billingd-audit-v2" and the same fields, then receipt_sha256.
+// The database computes the same (audit_event_hash in migration 000006,
+// audit_event_hash_v2 in 000011).
 func Hash(e billing.ChainedEvent) string {
-	var rec []byte
-	for _, f := range []string{chainVersion, e.PrevHash, e.Org, strconv.FormatInt(e.Seq, 10),
+	fields := []string{chainVersion, e.PrevHash, e.Org, strconv.FormatInt(e.Seq, 10),
 		strconv.FormatInt(e.ID, 10), e.At.UTC().Format(timeLayout), e.Event, e.Principal, e.Client,
-		e.Operation, e.ConfirmationID, e.Outcome, e.Reason, e.RequestID} {
+		e.Operation, e.ConfirmationID, e.Outcome, e.Reason, e.RequestID}
+	if e.ReceiptSHA256 != "" {
+		fields[0] = chainVersionReceipts
+		fields = append(fields, e.ReceiptSHA256)
+	}
+	var rec []byte
+	for _, f := range fields {
 		rec = binary.BigEndian.AppendUint64(rec, uint64(len(f)))
 		rec = append(rec, f...)
 	}
 	sum := sha256.Sum256(rec)
+	return hex.EncodeToString(sum[:])
+}
+
+// ReceiptSHA256 is how the chain names a receipt: the lowercase hex SHA-256
+// of the compact JWS.
+func ReceiptSHA256(jws string) string {
+	sum := sha256.Sum256([]byte(jws))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -80,7 +99,9 @@ const maxLine = 1 << 20
 // Verify reads an export (JSON Lines, oldest first) and checks that it is one
 // unbroken chain of one org starting at its first event, that every hash is
 // the hash of its line, and that every receipt is signed by one of keys and
-// describes the event it is attached to. The first problem is returned as a
+// describes the event it is attached to, and that an event whose receipt
+// is bound into the chain (receipt_sha256, chain version 2) carries exactly
+// that receipt. The first problem is returned as a
 // *LineError.
 func Verify(r io.Reader, keys jose.JSONWebKeySet) (Report, error) {
 	var rep Report
@@ -99,6 +120,12 @@ func Verify(r io.Reader, keys jose.JSONWebKeySet) (Report, error) {
 		}
 		if reason := checkLink(prev, e, rep.Org); reason != "" {
 			return rep, &LineError{line, reason}
+		}
+		if e.ReceiptSHA256 != "" && e.Receipt == "" {
+			return rep, &LineError{line, "the receipt bound into the chain is missing: it was removed"}
+		}
+		if e.ReceiptSHA256 != "" && ReceiptSHA256(e.Receipt) != e.ReceiptSHA256 {
+			return rep, &LineError{line, "the receipt is not the one bound into the chain: it was replaced"}
 		}
 		if e.Receipt != "" {
 			if err := checkReceipt(e, keys); err != nil {

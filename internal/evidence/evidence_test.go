@@ -31,7 +31,7 @@ func chain(t *testing.T, keys *receipt.Keys, n int) []string {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e.Receipt = jws
+			e.Receipt, e.ReceiptSHA256 = jws, ReceiptSHA256(jws)
 		}
 		e.Hash = Hash(e)
 		prev = e.Hash
@@ -81,6 +81,9 @@ func TestVerify(t *testing.T) {
 		{"duplicated", append(append([]string(nil), good...), good[4]), keys.JWKS(), 6},
 		{"receipt of unknown key", good, testKeys(t).JWKS(), 3},
 		{"receipt moved to another line", edit(3, `"outcome":"ok"`, `"outcome":"ok","receipt":"`+receiptOf(t, good[2])+`"`), keys.JWKS(), 4},
+		{"receipt removed", edit(2, `,"receipt":"`+receiptOf(t, good[2])+`"`, ``), keys.JWKS(), 3},
+		{"receipt and its hash removed", edit(2, `,"receipt":"`+receiptOf(t, good[2])+`","receipt_sha256":"`+ReceiptSHA256(receiptOf(t, good[2]))+`"`, ``), keys.JWKS(), 3},
+		{"another receipt in its place", edit(2, receiptOf(t, good[2]), otherReceipt(t, keys)), keys.JWKS(), 3},
 		{"unknown field", edit(0, `{"id"`, `{"extra":1,"id"`), keys.JWKS(), 1},
 		{"not JSON", []string{"hello"}, keys.JWKS(), 1},
 	}
@@ -104,6 +107,18 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+// otherReceipt is a genuine receipt of keys for the same change as
+// chain's, with other terms.
+func otherReceipt(t *testing.T, keys *receipt.Keys) string {
+	t.Helper()
+	jws, err := keys.SignReceipt(billing.ReceiptClaims{Org: "acme", Subject: "alice", ConfirmationID: "cfm_1",
+		Operation: billing.OpUpgrade, AmountDueNowCents: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jws
+}
+
 func receiptOf(t *testing.T, line string) string {
 	t.Helper()
 	var e billing.ChainedEvent
@@ -121,5 +136,11 @@ func TestHashPinned(t *testing.T) {
 	const want = "5525c709944ae756bdb3e60d2139a53ba8dfa7818dec2321ad1c93077cab0623" // also SQL audit_event_hash's answer
 	if got := Hash(e); got != want {
 		t.Fatalf("Hash = %s, want %s", got, want)
+	}
+	// Version 2, an event with its receipt bound in (SQL audit_event_hash_v2).
+	e.Event, e.ReceiptSHA256 = "OPERATION_EXECUTED", ReceiptSHA256("header.claims.signature")
+	const wantV2 = "acc3ee1935c6cd16e3615774800920f76879f4f0ad79be979c40fdbe7d1c1908"
+	if got := Hash(e); got != wantV2 {
+		t.Fatalf("Hash (v2) = %s, want %s", got, wantV2)
 	}
 }

@@ -56,9 +56,41 @@ func TestChainHashGoMatchesSQL(t *testing.T) {
 		('T', 'acme', '2026-05-12 10:01:00.123456+02'), ('T', 'acme', '1999-12-31 23:59:59+00')`); err != nil {
 		t.Fatal(err)
 	}
+	// An executed change with its receipt stored first, as a second call
+	// stores them: its receipt is bound in (version 2); one without a
+	// receipt is not.
+	keyPEM, err := receipt.GenerateKeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := receipt.ParsePrivateKeyPEM(keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := receipt.NewKeys(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := keys.SignReceipt(billing.ReceiptClaims{Org: "acme", Subject: "alice", ConfirmationID: "cfm_r", Operation: billing.OpUpgrade})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO receipts (confirmation_id, org, principal, summary, receipt)
+		VALUES ('cfm_r', 'acme', 'alice', 'Upgrade', $1)`, jws); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.AppendAudit(ctx, billing.AuditEvent{Event: billing.EventOperationExecuted, Org: "acme", Principal: "alice",
+		Operation: string(billing.OpUpgrade), ConfirmationID: "cfm_r", Outcome: "executed"}, billing.AuditEvent{Event: billing.EventOperationExecuted, Org: "acme",
+		ConfirmationID: "cfm_none"}); err != nil {
+		t.Fatal(err)
+	}
 	events := export(t, store, "acme")
-	if len(events) != len(values)+2 {
-		t.Fatalf("exported %d events, want %d", len(events), len(values)+2)
+	if len(events) != len(values)+4 {
+		t.Fatalf("exported %d events, want %d", len(events), len(values)+4)
+	}
+	bound, unbound := events[len(events)-2], events[len(events)-1]
+	if bound.ReceiptSHA256 != evidence.ReceiptSHA256(bound.Receipt) || bound.Receipt == "" || unbound.ReceiptSHA256 != "" {
+		t.Fatalf("receipt binding: %+v, %+v", bound, unbound)
 	}
 	seen := map[string]bool{}
 	for i, e := range events {
@@ -76,7 +108,7 @@ func TestChainHashGoMatchesSQL(t *testing.T) {
 		line, _ := json.Marshal(e)
 		buf.Write(append(line, '\n'))
 	}
-	if _, err := evidence.Verify(&buf, jose.JSONWebKeySet{}); err != nil {
+	if _, err := evidence.Verify(&buf, keys.JWKS()); err != nil {
 		t.Fatalf("Verify(export): %v", err)
 	}
 	// The log is append-only.
@@ -189,7 +221,8 @@ func TestSharedReceiptKeyRace(t *testing.T) {
 func TestChainHashInlined(t *testing.T) {
 	db := testenv.NewDatabase(t)
 	rows, err := db.Pool.Query(context.Background(), `EXPLAIN (VERBOSE, COSTS OFF)
-		SELECT audit_event_hash('0', 'o', g, g, now(), 'e', 'p', 'c', 'op', 'cfm', 'ok', '', 'r') FROM generate_series(1, 2) g`)
+		SELECT audit_event_hash('0', 'o', g, g, now(), 'e', 'p', 'c', 'op', 'cfm', 'ok', '', 'r'),
+			audit_event_hash_v2('0', 'o', g, g, now(), 'e', 'p', 'c', 'op', 'cfm', 'ok', '', 'r', 'x') FROM generate_series(1, 2) g`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +237,7 @@ func TestChainHashInlined(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if p := plan.String(); strings.Contains(p, "audit_event_hash(") || strings.Contains(p, "audit_chain_field(") || !strings.Contains(p, "sha256(") {
+	if p := plan.String(); strings.Contains(p, "audit_event_hash(") || strings.Contains(p, "audit_event_hash_v2(") || strings.Contains(p, "audit_chain_field(") || !strings.Contains(p, "sha256(") {
 		t.Fatalf("the hash functions are called, not inlined:\n%s", p)
 	}
 }

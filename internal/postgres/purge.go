@@ -27,14 +27,23 @@ func (s *Store) PurgeFinished(ctx context.Context, retention time.Duration, batc
 			SELECT id FROM stripe_events WHERE received_at < now() - interval '7 days' LIMIT $1)`, batch); err != nil {
 		return 0, fmt.Errorf("purge stripe events: %w", classify(err))
 	}
-	// Expired sign-ins and page sessions are of no use to anyone.
-	if _, err := s.pool.Exec(ctx, `DELETE FROM web_logins WHERE state_hash IN (
-			SELECT state_hash FROM web_logins WHERE expires_at < now() LIMIT $1)`, batch); err != nil {
+	return tag.RowsAffected(), nil
+}
+
+// PurgeSignIns deletes up to batch expired sign-ins in progress and up to
+// batch expired page sessions, and returns the larger of the two counts: a
+// caller purges until it is below batch. Anyone can start a sign-in, so
+// these are purged in a loop of their own, never behind confirmations.
+func (s *Store) PurgeSignIns(ctx context.Context, batch int) (int64, error) {
+	logins, err := s.pool.Exec(ctx, `DELETE FROM web_logins WHERE state_hash IN (
+			SELECT state_hash FROM web_logins WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED)`, batch)
+	if err != nil {
 		return 0, fmt.Errorf("purge sign-ins: %w", classify(err))
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM web_sessions WHERE id_hash IN (
-			SELECT id_hash FROM web_sessions WHERE expires_at < now() LIMIT $1)`, batch); err != nil {
+	sessions, err := s.pool.Exec(ctx, `DELETE FROM web_sessions WHERE id_hash IN (
+			SELECT id_hash FROM web_sessions WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED)`, batch)
+	if err != nil {
 		return 0, fmt.Errorf("purge sessions: %w", classify(err))
 	}
-	return tag.RowsAffected(), nil
+	return max(logins.RowsAffected(), sessions.RowsAffected()), nil
 }

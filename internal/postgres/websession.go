@@ -4,19 +4,45 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/billingd/billingd/internal/websession"
 )
 
+// saveLoginSQL inserts a sign-in only while the client's and everyone's
+// sign-ins started within the window are under their limits (0: none), in
+// one statement, and answers whether it did, with what a refusal's
+// Retry-After needs. The rows counted are bounded by the limits themselves,
+// and web_logins_created_idx finds them.
+const saveLoginSQL = `
+WITH recent AS (
+	SELECT count(*) FILTER (WHERE client_addr = $8) AS mine, count(*) AS total,
+		min(created_at) FILTER (WHERE client_addr = $8) AS mine_oldest, min(created_at) AS oldest
+	FROM web_logins WHERE created_at > now() - $9 * interval '1 microsecond'
+), saved AS (
+	INSERT INTO web_logins (state_hash, browser_hash, nonce, code_verifier, return_to, verify_id, client_addr, expires_at)
+	SELECT $1, $2, $3, $4, $5, $6, $8, now() + $7 * interval '1 microsecond' FROM recent
+	WHERE ($10 = 0 OR mine < $10) AND ($11 = 0 OR total < $11)
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM saved) = 1,
+	coalesce(CASE WHEN mine >= $10 AND $10 > 0 THEN mine_oldest ELSE oldest END, now()) + $9 * interval '1 microsecond' - now()
+FROM recent`
+
 // SaveLogin implements websession.Store.
-func (s *Store) SaveLogin(ctx context.Context, l websession.Login) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO web_logins (state_hash, browser_hash, nonce, code_verifier, return_to, verify_id, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, now() + $7 * interval '1 microsecond')`,
-		l.StateHash, l.BrowserHash, l.Nonce, l.CodeVerifier, l.ReturnTo, l.VerifyID, l.TTL.Microseconds())
+func (s *Store) SaveLogin(ctx context.Context, l websession.Login, limits websession.LoginLimits) error {
+	var saved bool
+	var wait time.Duration
+	err := s.pool.QueryRow(ctx, saveLoginSQL, l.StateHash, l.BrowserHash, l.Nonce, l.CodeVerifier, l.ReturnTo, l.VerifyID,
+		l.TTL.Microseconds(), l.Client, limits.Window.Microseconds(), limits.PerClient, limits.Total).
+		Scan(&saved, &wait)
 	if err != nil {
 		return fmt.Errorf("save login: %w", classify(err))
+	}
+	if !saved {
+		return &websession.LimitedError{RetryAfter: max(wait, time.Second)}
 	}
 	return nil
 }

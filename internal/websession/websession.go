@@ -17,6 +17,29 @@ import (
 // ErrNotFound: no such login or session, or it expired.
 var ErrNotFound = errors.New("websession: not found")
 
+// MaxReturnTo bounds the return address a sign-in keeps: billingd's own
+// paths are short, and every byte of it is stored before anyone signed in.
+const MaxReturnTo = 512
+
+// LimitedError refuses a sign-in start over a limit: RetryAfter is when a
+// slot frees.
+type LimitedError struct {
+	RetryAfter time.Duration
+}
+
+func (e *LimitedError) Error() string { return "websession: too many sign-ins started" }
+
+// LoginLimits bound the sign-ins that may be started, before anyone has
+// signed in: per client address and in all, per Window. They are counted in
+// the shared store, so they hold across replicas (concurrent starts can
+// overshoot by the number in flight); with the sign-ins' lifetime they bound
+// what unauthenticated requests can make billingd store. 0: no limit.
+type LoginLimits struct {
+	Window    time.Duration
+	PerClient int
+	Total     int
+}
+
 // Login is a sign-in in progress.
 type Login struct {
 	StateHash    []byte // SHA-256 of the state sent to the identity provider
@@ -25,6 +48,7 @@ type Login struct {
 	CodeVerifier string // PKCE
 	ReturnTo     string // a path on billingd
 	VerifyID     string // the confirmation a verification sign-in is for, or ""
+	Client       string // the address of the browser that started it, for LoginLimits
 	CreatedAt    time.Time
 	TTL          time.Duration
 }
@@ -50,7 +74,9 @@ type Session struct {
 
 // Store keeps logins and sessions.
 type Store interface {
-	SaveLogin(ctx context.Context, l Login) error
+	// SaveLogin stores a sign-in in progress unless that would exceed
+	// limits: then it stores nothing and returns a *LimitedError.
+	SaveLogin(ctx context.Context, l Login, limits LoginLimits) error
 	// TakeLogin deletes and returns the unexpired login: a state is used once.
 	TakeLogin(ctx context.Context, stateHash []byte) (Login, error)
 	SaveSession(ctx context.Context, s Session) error

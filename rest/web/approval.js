@@ -58,19 +58,19 @@ function idFromPath() {
 // loadApproval finds the confirmation in the org's pending list; false when
 // the token was refused.
 async function loadApproval() {
-  const [list, audit] = await Promise.all([
+  const [list, who] = await Promise.all([
     api("GET", "/api/billing/confirmations"),
-    // Only billing:admin lists the whole org and may decide; the audit log
-    // answers only billing:admin, so it tells whether the token has it.
-    api("GET", "/api/billing/audit?limit=1"),
+    // Only billing:admin lists the whole org and may decide: the sign-in's
+    // scopes tell whether it has it.
+    api("GET", "/auth/session"),
   ]);
-  if (tokenRefused([list, audit])) {
+  if (tokenRefused([list])) {
     return false;
   }
   showSignedIn(true);
   if (!list.ok) {
     showMissing(describeError(list));
-  } else if (audit.status === 403) {
+  } else if (!isAdmin(who)) {
     showMissing(NOT_ADMIN);
   } else {
     const found = list.data.confirmations.find((c) => c.id === review.id);

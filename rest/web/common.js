@@ -166,6 +166,18 @@ async function signOut(message, isError) {
   }
 }
 
+// scopesOf is the scopes an /auth/session answer grants this page: those
+// of the pasted token it carried, else the session's.
+function scopesOf(who) {
+  return who.ok && who.data && Array.isArray(who.data.scopes) ? who.data.scopes : [];
+}
+
+// isAdmin says whether the page may use billing:admin's calls (the audit
+// log, approvals); the pages make no call the server is bound to refuse.
+function isAdmin(who) {
+  return scopesOf(who).includes("billing:admin");
+}
+
 // tokenRefused signs out when any of the answers refused the token.
 function tokenRefused(responses) {
   if (!responses.some((r) => r.status === 401)) {

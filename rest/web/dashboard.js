@@ -54,14 +54,19 @@ function refocus(key, fallback) {
 // refresh reloads everything the page shows; false when the token was
 // refused.
 async function refresh() {
-  const [sub, plans, pending, audit] = await Promise.all([
+  const [sub, plans, pending, who] = await Promise.all([
     api("GET", "/api/billing/subscription"),
     api("GET", "/api/billing/plans"),
     api("GET", "/api/billing/confirmations"),
-    // Only billing:admin may read the audit log: try, and show it if allowed.
-    api("GET", "/api/billing/audit?limit=50"),
+    // The scopes of this sign-in: only billing:admin may read the audit log.
+    api("GET", "/auth/session"),
   ]);
   if (tokenRefused([sub, plans, pending])) {
+    return false;
+  }
+  const admin = isAdmin(who);
+  const audit = admin ? await api("GET", "/api/billing/audit?limit=50") : null;
+  if (audit && tokenRefused([audit])) {
     return false;
   }
   showSignedIn(true);
@@ -75,10 +80,12 @@ async function refresh() {
   renderSubscription();
   renderPlans();
   renderPending(pending.ok ? pending.data.confirmations : []);
-  // The audit log answers only billing:admin, who alone may approve: the
-  // approvals section follows it.
-  renderApprovals(audit.ok && pending.ok ? pending : null);
-  renderAudit(audit.ok ? audit.data.events : null);
+  // Only billing:admin sees the org's approvals and audit log.
+  renderApprovals(admin && pending.ok ? pending : null);
+  renderAudit(audit && audit.ok ? audit.data.events : null);
+  if (audit && !audit.ok) {
+    fail(describeError(audit));
+  }
   return true;
 }
 
