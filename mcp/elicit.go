@@ -265,7 +265,8 @@ func (t tools) lateRound(ctx context.Context, caller billing.Caller, p pending) 
 	}
 	switch change.Status {
 	case billing.StatusExecuted, billing.StatusExecuting:
-		res, err := t.handshake(ctx, caller, p.secondCall())
+		caller.Consent = billing.ConsentElicitationForm // the client's form, ticked and accepted
+	res, err := t.handshake(ctx, caller, p.secondCall())
 		if err != nil {
 			return reply[changeOutput]{}, err
 		}
