@@ -125,7 +125,7 @@ func TestChainHashGoMatchesSQL(t *testing.T) {
 	}
 	// A consent changed, added or removed is caught.
 	for name, edit := range map[string]func(*billing.ChainedEvent){
-		"method changed": func(e *billing.ChainedEvent) { e.Consent.Method = billing.ConsentMCPAppView },
+		"method changed":  func(e *billing.ChainedEvent) { e.Consent.Method = billing.ConsentMCPAppView },
 		"consent removed": func(e *billing.ChainedEvent) { e.Consent = nil },
 	} {
 		e := events[len(values)-5]

@@ -119,8 +119,8 @@ func TestPreviewFromInvoice(t *testing.T) {
 	// $15.00 proration (tax after the discount), with $5.00 of credit.
 	parts := &stripe.Invoice{Subtotal: 1500, Total: 1320, AmountDue: 820, StartingBalance: -500, Currency: "usd",
 		TotalDiscountAmounts: []*stripe.InvoiceTotalDiscountAmount{{Amount: 300}},
-		TotalTaxAmounts: []*stripe.InvoiceTotalTaxAmount{{Amount: 120}, {Amount: 99, Inclusive: true}},
-		Lines:           &stripe.InvoiceLineItemList{Data: []*stripe.InvoiceLineItem{line(1500, true)}}}
+		TotalTaxAmounts:      []*stripe.InvoiceTotalTaxAmount{{Amount: 120}, {Amount: 99, Inclusive: true}},
+		Lines:                &stripe.InvoiceLineItemList{Data: []*stripe.InvoiceLineItem{line(1500, true)}}}
 	tests := []struct {
 		name      string
 		inv       *stripe.Invoice

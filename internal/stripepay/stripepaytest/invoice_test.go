@@ -48,7 +48,7 @@ func TestInvoiceTotals(t *testing.T) {
 			wantPreview: billing.Preview{AmountDueNowCents: 1083, SubtotalCents: 1500, DiscountCents: 500, TaxCents: 83}},
 		// $20 off a $15 invoice takes it to zero, not below.
 		{name: "amount off above the subtotal", currency: "usd",
-			coupon: stripepaytest.Coupon{AmountOff: 2000},
+			coupon:       stripepaytest.Coupon{AmountOff: 2000},
 			wantSubtotal: 1500, wantDiscount: 1500, wantTotal: 0, wantDue: 0,
 			wantPreview: billing.Preview{SubtotalCents: 1500, DiscountCents: 1500}},
 		// Inclusive 20%: 1500 × 20/120 = 250 of the 1500 is tax; nothing added.
