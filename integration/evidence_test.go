@@ -104,6 +104,17 @@ func TestReceipts(t *testing.T) {
 		t.Fatalf("receipt names no invoice: %+v", c)
 	}
 	got.InvoiceID = "" // Stripe's: the amount is the invoice's (TestReceiptStatesInvoicedAmount)
+	// The parts of the amount the summary stated, and how the person agreed
+	// (a non-agent client: the person's own call).
+	d := p.Details
+	if q := c.Quoted; q == nil || *q != (billing.QuotedAmounts{SubtotalCents: d.SubtotalCents, DiscountCents: d.DiscountCents,
+		TaxCents: d.TaxCents, CreditAppliedCents: d.CreditAppliedCents, AmountDueNowCents: d.AmountDueNowCents}) {
+		t.Fatalf("receipt's quoted amounts %+v, details %+v", c.Quoted, d)
+	}
+	if k := c.Consent; k == nil || *k != (billing.Consent{Method: billing.ConsentPersonSession, HumanPresent: billing.HumanAttested}) {
+		t.Fatalf("receipt's consent %+v", c.Consent)
+	}
+	got.Quoted, got.Consent = nil, nil
 	if got != want {
 		t.Fatalf("receipt claims\n got %+v\nwant %+v", got, want)
 	}
@@ -366,6 +377,8 @@ func TestReceiptOverMCP(t *testing.T) {
 	if c.ConfirmationID != p.ConfirmationID || c.Client != "claude-desktop" || c.SummarySHA256 != billing.SummaryHash(p.Summary) {
 		t.Fatalf("MCP receipt claims %+v", c)
 	}
+	// The agent presented the token: billingd has only its word.
+	h.wantConsent("vector", p.ConfirmationID, billing.ConsentAgentRelayed, billing.HumanNone)
 }
 
 // TestReceiptAfterSettling: a change whose Stripe answer was a saved 500 is
