@@ -293,7 +293,9 @@ func TestAuditExportAndVerify(t *testing.T) {
 		}
 		stdout, stderr, code := c.run("audit", "verify", "--jwks", jwksFile, file)
 		if wantLine == "" {
-			if code != 0 || !strings.HasPrefix(stdout, "verified: org vector, 5 events, 1 receipts") {
+			if code != 0 || !strings.HasPrefix(stdout, "verified: org vector, 5 events, 1 receipts") ||
+				// How the person agreed to each executed change.
+				!strings.Contains(stdout, "\n  seq 3 "+events[2].ConfirmationID+" upgrade_plan: consent person_session (human present: attested)\n") {
 				t.Fatalf("%s: exit %d, stdout %q, stderr %q", name, code, stdout, stderr)
 			}
 			return
@@ -318,6 +320,15 @@ func TestAuditExportAndVerify(t *testing.T) {
 	forged := append([]string(nil), lines...)
 	forged[2] = strings.Replace(forged[2], jws, jws[:len(jws)-6]+"AAAAAA", 1)
 	verify("forged receipt", forged, "line 3")
+
+	// A stronger consent claimed on the line: the chain hash says no.
+	claimed := append([]string(nil), lines...)
+	claimed[2] = strings.Replace(claimed[2], `"method":"person_session","human_present":"attested"`,
+		`"method":"verified_sign_in","human_present":"verified"`, 1)
+	if claimed[2] == lines[2] {
+		t.Fatalf("no consent on the executed line: %s", lines[2])
+	}
+	verify("consent claimed", claimed, "line 3")
 
 	// Over the same keys published at the URL, and from stdin.
 	cmd := exec.Command(c.bin, "audit", "verify", "--jwks", h.url+"/.well-known/jwks.json", "-")
