@@ -174,7 +174,7 @@ func TestVerifyConsent(t *testing.T) {
 		t.Errorf("ConsentText = %q", got)
 	}
 	for name, line := range map[string]string{
-		"stronger consent on the event": build(verified, relayed),
+		"stronger consent on the event":  build(verified, relayed),
 		"consent dropped from the event": build(nil, relayed),
 		"consent added to the event":     build(relayed, nil),
 	} {
