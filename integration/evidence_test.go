@@ -415,6 +415,9 @@ func TestReceiptAfterSettling(t *testing.T) {
 	if c.IdempotencyKey != "billingd-"+p.ConfirmationID+"-1" || c.SummarySHA256 != billing.SummaryHash(p.Summary) {
 		t.Fatalf("receipt after settling: %+v", c)
 	}
+	// Settled by the reconciler, which has no channel: the consent is the
+	// one recorded with the person's second call.
+	h.wantConsent("settled", p.ConfirmationID, billing.ConsentPersonSession, billing.HumanAttested)
 	// The owner's retry is answered with the settled result and its receipt.
 	retry := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
 	wantStatus(t, retry, http.StatusOK, "")
