@@ -36,7 +36,7 @@ func TestEveryPartOfTheAmount(t *testing.T) {
 	} {
 		t.Run(tt.currency, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, withFakeStripe(), withEnv("PLANS_FILE", plansFile(t, tt.currency, tt.prices)))
+			h := newHarness(t, withEnv("PLANS_FILE", plansFile(t, tt.currency, tt.prices)))
 			for i, id := range []string{"free", "standard", "premium"} {
 				h.fake.SetPrice("price_"+tt.currency+"_"+id, tt.prices[i], tt.currency)
 			}

@@ -68,7 +68,7 @@ func sameConsentTimes(a, b billing.Consent) bool {
 // change the policy ran at once was agreed by nobody.
 func TestConsentOverREST(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withFakeStripe())
+	h := newHarness(t)
 
 	t.Run("person_session", func(t *testing.T) {
 		h.createOrg("c-person", "Person", "pro")
