@@ -265,8 +265,7 @@ func (t tools) lateRound(ctx context.Context, caller billing.Caller, p pending) 
 	}
 	switch change.Status {
 	case billing.StatusExecuted, billing.StatusExecuting:
-		caller.Consent = billing.ConsentElicitationForm // the client's form, ticked and accepted
-	res, err := t.handshake(ctx, caller, p.secondCall())
+		res, err := t.handshake(ctx, caller, p.secondCall())
 		if err != nil {
 			return reply[changeOutput]{}, err
 		}
@@ -299,6 +298,7 @@ func (t tools) conclude(ctx context.Context, caller billing.Caller, p pending, a
 	if p.Mode == modeURL {
 		return final(changeOutput{ChangeResult: p.Proposal, Elicitation: report}, approvalText(p.Proposal)), nil
 	}
+	caller.Consent = billing.ConsentElicitationForm // the client's form, ticked and accepted
 	res, err := t.handshake(ctx, caller, p.secondCall())
 	if err != nil {
 		return reply[changeOutput]{}, err
