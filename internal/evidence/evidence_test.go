@@ -184,10 +184,10 @@ func TestVerifyConsent(t *testing.T) {
 	}
 }
 
-// TestHashPinnedV2 pins version 2 (events with a consent), as SQL's
-// audit_event_hash_v2 computes it (internal/postgres checks that they
+// TestHashPinnedV3 pins version 3 (events with a consent), as SQL's
+// audit_event_hash_v3 computes it (internal/postgres checks that they
 // agree).
-func TestHashPinnedV2(t *testing.T) {
+func TestHashPinnedV3(t *testing.T) {
 	at := time.Date(2026, 11, 24, 22, 0, 0, 0, time.UTC)
 	e := billing.ChainedEvent{AuditEvent: billing.AuditEvent{ID: 7, At: time.Date(2026, 11, 24, 23, 1, 0, 500000000, time.UTC),
 		Event: "OPERATION_EXECUTED", Org: "acme", Principal: "Zoë", RequestID: "r1",
@@ -198,7 +198,7 @@ func TestHashPinnedV2(t *testing.T) {
 	if Hash(e) == Hash(v1) {
 		t.Fatal("the consent is not part of the hash")
 	}
-	const want = "9c83685a85ac60e88752843bd4d9dbedb1788eef0983b8dcca4d0a01fe7c39ab" // also SQL audit_event_hash_v2's answer
+	const want = "13ad0eb6d060e5cc8de1489168b79e29512b3ca15b2bd8553b711818a0dbd9b5" // also SQL audit_event_hash_v3's answer
 	if got := Hash(e); got != want {
 		t.Fatalf("Hash = %s, want %s", got, want)
 	}
