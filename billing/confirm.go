@@ -88,6 +88,7 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 	if drift, err := s.checkAtProvider(ctx, tx, caller, c, acct); drift != nil || err != nil {
 		return redemption{outcome: drift}, err
 	}
+	c.Consent = consentFor(c, caller, acct.Policy) // how the person agreed (consent.go)
 	return s.execute(ctx, tx, caller, c, req.TokenWithheld)
 }
 
@@ -210,7 +211,7 @@ const msgChangedAtProvider = "the subscription was changed at the payment provid
 // recovery point is saved, nothing depends on the client any more.
 func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, withheld bool) (redemption, error) {
 	validated := s.event(caller, c.Operation, EventTokenValidated, c.ID, "")
-	if err := tx.Record(ctx, Record{Events: []AuditEvent{validated}}); err != nil {
+	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Consent: c.Consent, Events: []AuditEvent{validated}}); err != nil {
 		return redemption{}, err
 	}
 	ctx, cancel := s.afterSideEffect(ctx)
@@ -370,6 +371,7 @@ func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Co
 		result.Receipt = rcpt.Receipt
 	}
 	executed := s.event(caller, c.Operation, EventOperationExecuted, c.ID, "")
+	executed.Consent = consentOf(c)
 	err = tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusExecuted, Subscription: &sub,
 		Attempt: &c.Attempt, Result: &result, Receipt: rcpt, Events: []AuditEvent{executed}})
 	return redemption{result: result}, err

@@ -37,5 +37,7 @@
 //	org.go        creating an org with its customer and subscription
 //	queries.go    reads: plans, subscription, pending confirmations, audit log
 //	ratelimit.go  per-principal limits, counted from the audit log
+//	consent.go    how the person agreed: the method each path may record
+//	amounts.go    every part of the amount: Stripe's parts, checked and stated
 //	summary.go, money.go, token.go, plan.go  the summary text, amounts, tokens, catalog
 package billing

@@ -42,6 +42,11 @@ type ReceiptClaims struct {
 	IdempotencyKey       string     `json:"idempotency_key"`
 	Livemode             bool       `json:"livemode"`
 	ExecutedAt           time.Time  `json:"executed_at"`
+	// Quoted are the parts of the amount the summary stated (contract §6),
+	// as the confirmation was bound to them.
+	Quoted *QuotedAmounts `json:"quoted,omitempty"`
+	// Consent is how the person agreed (contract §11).
+	Consent *Consent `json:"consent,omitempty"`
 }
 
 // SummaryHash is the summary_sha256 of a summary text.
@@ -180,6 +185,7 @@ func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.T
 		ProrationDate: c.Terms.ProrationDate.UTC(), SummarySHA256: SummaryHash(c.Summary), Approver: c.Approver,
 		StripeSubscriptionID: sub.StripeSubscriptionID, IdempotencyKey: idempotencyKey(c),
 		Livemode: c.Terms.Livemode, ExecutedAt: executedAt.UTC(),
+		Quoted: quotedAmounts(c.Terms), Consent: consentOf(c),
 	}
 	if v := c.Verification; v != nil && !v.VerifiedAt.IsZero() {
 		at := v.VerifiedAt.UTC()

@@ -3,6 +3,11 @@ package billing
 import (
 	"strconv"
 	"strings"
+	"unicode"
+
+	"golang.org/x/text/currency"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // zeroDecimal lists the currencies Stripe counts in whole units rather than
@@ -12,9 +17,26 @@ var zeroDecimal = map[string]bool{
 	"pyg": true, "rwf": true, "ugx": true, "vnd": true, "vuv": true, "xaf": true, "xof": true, "xpf": true,
 }
 
-var currencySymbols = map[string]string{
-	"usd": "$", "eur": "€", "gbp": "£", "jpy": "¥", "cad": "CA$", "aud": "A$", "inr": "₹", "krw": "₩",
+// symbol is the currency's symbol as English text writes it, from CLDR's
+// data in golang.org/x/text/currency ("$", "€", "¥", "₩", "CA$", "HK$"),
+// and false when CLDR has only letters for it ("CHF", "SEK", "FCFA"):
+// such amounts are written with the ISO code after the number.
+// (golang.org/x/text's own formatter is not used for the number: it goes
+// through float64 and writes "$ 17.67" and "$ -3.00", not as people write
+// them; and Stripe's minor units differ from ISO's for a few currencies.)
+func symbol(code string) (string, bool) {
+	unit, err := currency.ParseISO(code)
+	if err != nil {
+		return "", false
+	}
+	sym := symbolPrinter.Sprint(currency.Symbol(unit))
+	if strings.IndexFunc(sym, func(r rune) bool { return !unicode.IsLetter(r) }) < 0 {
+		return "", false
+	}
+	return sym, true
 }
+
+var symbolPrinter = message.NewPrinter(language.English)
 
 // formatMoney formats an amount in the currency's minor units for humans:
 // "$17.42", "-$3.00", "¥1,900", "12.50 CHF".
@@ -32,14 +54,14 @@ func formatPrice(p Plan) string {
 }
 
 // formatAmount formats minor units; dropWholeCents turns "$19.00" into "$19".
-func formatAmount(minor int64, currency string, dropWholeCents bool) string {
-	currency = strings.ToLower(currency)
+func formatAmount(minor int64, code string, dropWholeCents bool) string {
+	code = strings.ToLower(code)
 	sign := ""
 	if minor < 0 {
 		sign, minor = "-", -minor
 	}
 	var number string
-	if zeroDecimal[currency] {
+	if zeroDecimal[code] {
 		number = groupThousands(minor)
 	} else {
 		number = groupThousands(minor / 100)
@@ -47,10 +69,10 @@ func formatAmount(minor int64, currency string, dropWholeCents bool) string {
 			number += "." + twoDigits(cents)
 		}
 	}
-	if sym, ok := currencySymbols[currency]; ok {
+	if sym, ok := symbol(code); ok {
 		return sign + sym + number
 	}
-	return sign + number + " " + strings.ToUpper(currency)
+	return sign + number + " " + strings.ToUpper(code)
 }
 
 func groupThousands(n int64) string {

@@ -44,6 +44,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	}
 	if action == ActionAllow {
 		// The org's policy lets this change (nothing due now) run at once.
+		caller.viaAllow = true
 		return s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, ConfirmToken: token, TokenWithheld: true})
 	}
 	return s.proposal(c, token), nil
@@ -62,6 +63,11 @@ func (s *Service) quote(ctx context.Context, acct Account, from, to Plan, op Ope
 			fmt.Errorf("preview currency %q differs from catalog %q", preview.Currency, to.Currency))
 	}
 	terms := termsFor(acct.Subscription, from, to, change, preview)
+	if change.ChargeNow {
+		if err := amountParts(&terms, preview); err != nil {
+			return Terms{}, wrapErr(CodeInternal, "internal error", fmt.Errorf("quote: %w", err))
+		}
+	}
 	terms.Livemode = s.livemode
 	return terms, nil
 }
@@ -151,7 +157,9 @@ func detailsOf(t Terms) Details {
 	return Details{
 		From: t.FromPlan, To: t.ToPlan,
 		AmountDueNowCents: t.AmountDueCents, CreditCents: t.CreditCents, Currency: t.Currency,
-		EffectiveAt: t.ProrationDate.UTC(), NextChargeAt: t.NextChargeAt.UTC(), Livemode: t.Livemode,
+		SubtotalCents: t.SubtotalCents, DiscountCents: t.DiscountCents, TaxCents: t.TaxCents,
+		CreditAppliedCents: t.CreditAppliedCents,
+		EffectiveAt:        t.ProrationDate.UTC(), NextChargeAt: t.NextChargeAt.UTC(), Livemode: t.Livemode,
 	}
 }
 

@@ -33,6 +33,14 @@ type Preview struct {
 	// a credit on the next invoice.
 	ProrationCents int64
 	Currency       string
+	// The parts of AmountDueNowCents when it is charged now (ChargeNow):
+	// the invoice's subtotal, its discounts, its exclusive tax and the
+	// customer credit balance applied to it, so that AmountDueNowCents =
+	// Subtotal − Discount + Tax − CreditApplied. All zero otherwise.
+	SubtotalCents      int64
+	DiscountCents      int64
+	TaxCents           int64
+	CreditAppliedCents int64
 }
 
 // AppliedChange is the subscription after a plan change.

@@ -192,7 +192,7 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 	if res.Summary != upgradeSummary {
 		t.Errorf("summary =\n  %q\nwant\n  %q", res.Summary, upgradeSummary)
 	}
-	wantDetails := billing.Details{From: "pro", To: "scale", AmountDueNowCents: 1742, Currency: "usd",
+	wantDetails := billing.Details{From: "pro", To: "scale", AmountDueNowCents: 1742, SubtotalCents: 1742, Currency: "usd",
 		EffectiveAt: dbNow.Truncate(time.Second), NextChargeAt: periodEnd, Livemode: true}
 	if res.Details == nil || *res.Details != wantDetails {
 		t.Errorf("details = %+v, want %+v", res.Details, wantDetails)
@@ -229,7 +229,7 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 	}
 	wantTerms := billing.Terms{FromPlan: "pro", ToPlan: "scale", FromPriceID: "price_billingd_pro", ToPriceID: "price_billingd_scale",
 		FromAmountCents: 1900, ToAmountCents: 4900, Currency: "usd", ProrationDate: dbNow.Truncate(time.Second),
-		SubscriptionVer: 1, AmountDueCents: 1742, NextChargeAt: periodEnd, Livemode: true}
+		SubscriptionVer: 1, AmountDueCents: 1742, SubtotalCents: 1742, NextChargeAt: periodEnd, Livemode: true}
 	if c.Terms != wantTerms {
 		t.Errorf("terms = %+v, want %+v", c.Terms, wantTerms)
 	}

@@ -152,6 +152,9 @@ type Record struct {
 	Result *ChangeResult
 	// Receipt is the signed receipt of the change this step executed.
 	Receipt *StoredReceipt
+	// Consent records how the person agreed, with the attempt that sends
+	// the change (consent.go).
+	Consent *Consent
 	Events  []AuditEvent
 }
 

@@ -25,7 +25,7 @@ func summarize(orgName string, op Operation, from, to Plan, t Terms) string {
 	var text string
 	switch {
 	case op == OpUpgrade:
-		text = fmt.Sprintf("%s Pro-rated to today: %s due now; %s", head, formatMoney(t.AmountDueCents, t.Currency), next)
+		text = fmt.Sprintf("%s Pro-rated to today: %s; %s", head, dueNowPhrase(t), next)
 	case t.CreditCents > 0:
 		text = fmt.Sprintf("%s Nothing is charged now; a pro-rated credit of %s goes to the next invoice; %s",
 			head, formatMoney(t.CreditCents, t.Currency), next)

@@ -26,6 +26,13 @@ type Caller struct {
 	AuthTime time.Time
 	// ACR is that authentication's context class (acr), "" when unknown.
 	ACR string
+	// Consent is how the transport the call came through lets the person
+	// agree (consent.go): a claim that billing caps at what the channel and
+	// the confirmation can show. Empty: the weakest, agent_relayed.
+	Consent ConsentMethod
+	// viaAllow: the org's policy executed the change without asking
+	// anyone (set by billing only).
+	viaAllow bool
 }
 
 // Org is a customer organisation with its Stripe customer.
@@ -105,9 +112,16 @@ type Terms struct {
 	Currency        string
 	ProrationDate   time.Time // quoted in the summary and sent to Stripe on execution
 	SubscriptionVer int64     // the subscription version the preview was made against
-	AmountDueCents  int64     // charged now (upgrade)
+	AmountDueCents  int64     // charged now (upgrade), after every part below
 	CreditCents     int64     // credited on the next invoice (downgrade)
-	NextChargeAt    time.Time
+	// The parts of AmountDueCents, as the provider's preview gives them
+	// (amounts.go): AmountDueCents = Subtotal − Discount + Tax −
+	// CreditApplied. The summary states each part that is not zero.
+	SubtotalCents      int64
+	DiscountCents      int64
+	TaxCents           int64
+	CreditAppliedCents int64
+	NextChargeAt       time.Time
 	// Livemode: the change moves real money (a live Stripe key). A token
 	// issued in one mode never executes in the other.
 	Livemode bool
@@ -133,8 +147,11 @@ type Confirmation struct {
 	VerifyRequired bool
 	// Verification is set once the requester proved a fresh sign-in.
 	Verification *Verification
-	CreatedAt    time.Time
-	ExpiresAt    time.Time
+	// Consent is how the person agreed (consent.go), recorded with the
+	// attempt that sends the change; nil before.
+	Consent   *Consent
+	CreatedAt time.Time
+	ExpiresAt time.Time
 	// Agent: issued to an agent (policy.isAgent at the first call). The
 	// confirmation stays an agent's whichever channel redeems it.
 	Agent bool
@@ -178,13 +195,19 @@ const (
 
 // Details is the machine-readable part of a proposal (the "details" object).
 type Details struct {
-	From              string    `json:"from"`
-	To                string    `json:"to"`
-	AmountDueNowCents int64     `json:"amount_due_now_cents"`
-	CreditCents       int64     `json:"credit_cents,omitempty"`
-	Currency          string    `json:"currency"`
-	EffectiveAt       time.Time `json:"effective_at"`
-	NextChargeAt      time.Time `json:"next_charge_at"`
+	From              string `json:"from"`
+	To                string `json:"to"`
+	AmountDueNowCents int64  `json:"amount_due_now_cents"`
+	// The parts of amount_due_now_cents (contract §6): subtotal, less
+	// discount, plus tax, less the customer's credit applied.
+	SubtotalCents      int64     `json:"subtotal_cents"`
+	DiscountCents      int64     `json:"discount_cents"`
+	TaxCents           int64     `json:"tax_cents"`
+	CreditAppliedCents int64     `json:"credit_applied_cents"`
+	CreditCents        int64     `json:"credit_cents,omitempty"`
+	Currency           string    `json:"currency"`
+	EffectiveAt        time.Time `json:"effective_at"`
+	NextChargeAt       time.Time `json:"next_charge_at"`
 	// Livemode is false when the change is made with a test-mode key: no
 	// real money moves.
 	Livemode bool `json:"livemode"`
@@ -218,4 +241,7 @@ type AuditEvent struct {
 	Outcome        string    `json:"outcome"`
 	Reason         string    `json:"reason"`
 	RequestID      string    `json:"request_id"`
+	// Consent is how the person agreed, on OPERATION_EXECUTED events
+	// (contract §11); part of the event's chain hash.
+	Consent *Consent `json:"consent,omitempty"`
 }

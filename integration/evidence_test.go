@@ -104,6 +104,17 @@ func TestReceipts(t *testing.T) {
 		t.Fatalf("receipt names no invoice: %+v", c)
 	}
 	got.InvoiceID = "" // Stripe's: the amount is the invoice's (TestReceiptStatesInvoicedAmount)
+	// The parts of the amount the summary stated, and how the person agreed
+	// (a non-agent client: the person's own call).
+	d := p.Details
+	if q := c.Quoted; q == nil || *q != (billing.QuotedAmounts{SubtotalCents: d.SubtotalCents, DiscountCents: d.DiscountCents,
+		TaxCents: d.TaxCents, CreditAppliedCents: d.CreditAppliedCents, AmountDueNowCents: d.AmountDueNowCents}) {
+		t.Fatalf("receipt's quoted amounts %+v, details %+v", c.Quoted, d)
+	}
+	if k := c.Consent; k == nil || *k != (billing.Consent{Method: billing.ConsentPersonSession, HumanPresent: billing.HumanAttested}) {
+		t.Fatalf("receipt's consent %+v", c.Consent)
+	}
+	got.Quoted, got.Consent = nil, nil
 	if got != want {
 		t.Fatalf("receipt claims\n got %+v\nwant %+v", got, want)
 	}
@@ -282,7 +293,9 @@ func TestAuditExportAndVerify(t *testing.T) {
 		}
 		stdout, stderr, code := c.run("audit", "verify", "--jwks", jwksFile, file)
 		if wantLine == "" {
-			if code != 0 || !strings.HasPrefix(stdout, "verified: org vector, 5 events, 1 receipts") {
+			if code != 0 || !strings.HasPrefix(stdout, "verified: org vector, 5 events, 1 receipts") ||
+				// How the person agreed to each executed change.
+				!strings.Contains(stdout, "\n  seq 3 "+events[2].ConfirmationID+" upgrade_plan: consent person_session (human present: attested)\n") {
 				t.Fatalf("%s: exit %d, stdout %q, stderr %q", name, code, stdout, stderr)
 			}
 			return
@@ -307,6 +320,15 @@ func TestAuditExportAndVerify(t *testing.T) {
 	forged := append([]string(nil), lines...)
 	forged[2] = strings.Replace(forged[2], jws, jws[:len(jws)-6]+"AAAAAA", 1)
 	verify("forged receipt", forged, "line 3")
+
+	// A stronger consent claimed on the line: the chain hash says no.
+	claimed := append([]string(nil), lines...)
+	claimed[2] = strings.Replace(claimed[2], `"method":"person_session","human_present":"attested"`,
+		`"method":"verified_sign_in","human_present":"verified"`, 1)
+	if claimed[2] == lines[2] {
+		t.Fatalf("no consent on the executed line: %s", lines[2])
+	}
+	verify("consent claimed", claimed, "line 3")
 
 	// Over the same keys published at the URL, and from stdin.
 	cmd := exec.Command(c.bin, "audit", "verify", "--jwks", h.url+"/.well-known/jwks.json", "-")
@@ -366,6 +388,8 @@ func TestReceiptOverMCP(t *testing.T) {
 	if c.ConfirmationID != p.ConfirmationID || c.Client != "claude-desktop" || c.SummarySHA256 != billing.SummaryHash(p.Summary) {
 		t.Fatalf("MCP receipt claims %+v", c)
 	}
+	// The agent presented the token: billingd has only its word.
+	h.wantConsent("vector", p.ConfirmationID, billing.ConsentAgentRelayed, billing.HumanNone)
 }
 
 // TestReceiptAfterSettling: a change whose Stripe answer was a saved 500 is
@@ -391,6 +415,9 @@ func TestReceiptAfterSettling(t *testing.T) {
 	if c.IdempotencyKey != "billingd-"+p.ConfirmationID+"-1" || c.SummarySHA256 != billing.SummaryHash(p.Summary) {
 		t.Fatalf("receipt after settling: %+v", c)
 	}
+	// Settled by the reconciler, which has no channel: the consent is the
+	// one recorded with the person's second call.
+	h.wantConsent("settled", p.ConfirmationID, billing.ConsentPersonSession, billing.HumanAttested)
 	// The owner's retry is answered with the settled result and its receipt.
 	retry := h.confirm(tok, "upgrade", "scale", p.ConfirmToken)
 	wantStatus(t, retry, http.StatusOK, "")

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
+	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 )
 
@@ -68,6 +69,8 @@ func TestMCPAppViewInBrowser(t *testing.T) {
 	}
 	h.wantStripeChanges(acct, 1)
 	b.waitModelContext(`"view_state":"done"`)
+	// The receipt says the person pressed Confirm in billingd's own view.
+	h.wantConsent("appweb", h.lastExecuted("appweb"), billing.ConsentMCPAppView, billing.HumanAttested)
 
 	// Cancel.
 	view = b.openView(host, token, "downgrade_plan", "pro")
@@ -115,6 +118,11 @@ func TestMCPAppViewInBrowser(t *testing.T) {
 		t.Fatalf("plan %s after an approved Confirm, want free", plan)
 	}
 	h.wantStripeChanges(acct, 2)
+	// Approved by another person: the approval is what the record shows,
+	// whichever button sent the second call.
+	if k := h.wantConsent("appweb", h.lastExecuted("appweb"), billing.ConsentApproved, billing.HumanAttested); k.ApprovedBy != "bob" {
+		t.Fatalf("approved_by %q", k.ApprovedBy)
+	}
 	b.wantNoScriptErrors()
 }
 

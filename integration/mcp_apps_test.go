@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/billingd/billingd/billing"
 )
 
 // MCP Apps (contract §7.1), seen by the Go SDK's client.
@@ -140,6 +142,8 @@ func TestMCPAppsHandshake(t *testing.T) {
 				t.Fatalf("confirm_plan_change %+v", done)
 			}
 			h.wantStripeChanges(acct, 1)
+			// The person pressed Confirm in billingd's own view.
+			h.wantConsent(org, p.ConfirmationID, billing.ConsentMCPAppView, billing.HumanAttested)
 			// Pressed again (a lost answer, a double click): the replay of
 			// contract §6, nothing runs twice.
 			var replay struct {

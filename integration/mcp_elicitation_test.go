@@ -209,6 +209,9 @@ func TestMCPElicitationConfirm(t *testing.T) {
 					t.Fatalf("elicitation %q, want form:%s: %s", got.elicited(), c.action, raw)
 				}
 				wantOutcome(t, h, org, got, c.execute)
+				if c.execute { // the client's form, in either protocol: the client's word
+					h.wantConsent(org, h.lastExecuted(org), billing.ConsentElicitationForm, billing.HumanAttested)
+				}
 			})
 		}
 	}

@@ -39,7 +39,9 @@ func TestReceiptInBrowser(t *testing.T) {
 		t.Fatalf("summary check %q", check)
 	}
 	claims := b.text("receipt-claims")
-	for _, want := range []string{"wendy", "upgrade_plan: pro → scale", "Test mode: no real money moved", "billingd-cfm_"} {
+	for _, want := range []string{"wendy", "upgrade_plan: pro → scale", "Test mode: no real money moved", "billingd-cfm_",
+		// How the person agreed: the dashboard is the person's own session.
+		"How the person agreed", "person_session (the person's own signed-in call); human present: attested"} {
 		if !strings.Contains(claims, want) {
 			t.Errorf("receipt claims lack %q:\n%s", want, claims)
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/billingd/billingd/billing"
+
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/devissuer"
 )
@@ -106,6 +108,11 @@ func TestVerifyPageInBrowser(t *testing.T) {
 	names := strings.Join(eventNames(h.auditEvents("vpg")), " ")
 	if !strings.Contains(names, "USER_VERIFIED:page") || !strings.Contains(names, "OPERATION_EXECUTED") {
 		t.Fatalf("audit: %s", names)
+	}
+	// The agent made the second call, but the record shows the person's
+	// fresh sign-in on the page.
+	if k := h.wantConsent("vpg", p.ConfirmationID, billing.ConsentVerifiedSignIn, billing.HumanVerified); k.AuthTime == nil {
+		t.Fatalf("verified consent without auth_time: %+v", k)
 	}
 
 	// Decline: the change is cancelled and the agent's call refused.

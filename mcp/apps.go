@@ -134,6 +134,7 @@ func (t tools) confirmFromView(ctx context.Context, req *sdk.CallToolRequest, ca
 	}
 	second := change.Request
 	second.ConfirmToken = in.ConfirmToken
+	caller.Consent = billing.ConsentMCPAppView // the person pressed Confirm in billingd's view
 	res, err := t.handshake(ctx, caller, second)
 	if err != nil {
 		return reply[changeOutput]{}, errWithMeta{err: err, meta: sdk.Meta{statusMetaKey: string(change.Status)}}

@@ -298,6 +298,7 @@ func (t tools) conclude(ctx context.Context, caller billing.Caller, p pending, a
 	if p.Mode == modeURL {
 		return final(changeOutput{ChangeResult: p.Proposal, Elicitation: report}, approvalText(p.Proposal)), nil
 	}
+	caller.Consent = billing.ConsentElicitationForm // the client's form, ticked and accepted
 	res, err := t.handshake(ctx, caller, p.secondCall())
 	if err != nil {
 		return reply[changeOutput]{}, err

@@ -224,7 +224,7 @@ func sessionCaller(ws *websession.Session, rid string) (billing.Caller, auth.Ide
 	id := auth.Identity{Subject: ws.Subject, Org: ws.Org, Client: ws.Client, Scopes: ws.Scopes, Expiry: ws.ExpiresAt,
 		AuthTime: ws.AuthTime, ACR: ws.ACR}
 	return billing.Caller{Org: ws.Org, Principal: ws.Subject, Client: ws.Client, Admin: id.HasScope(auth.ScopeAdmin),
-		RequestID: rid, AuthTime: ws.AuthTime, ACR: ws.ACR}, id
+		RequestID: rid, AuthTime: ws.AuthTime, ACR: ws.ACR, Consent: billing.ConsentPersonSession}, id
 }
 
 // logout ends the session (POST with the CSRF token).

@@ -408,6 +408,12 @@ func (tx *tx) Record(_ context.Context, r billing.Record) error {
 		}
 		tx.state.Confirmations[r.ConfirmationID] = c
 	}
+	if r.Consent != nil {
+		c := tx.state.Confirmations[r.ConfirmationID]
+		k := *r.Consent
+		c.Consent = &k
+		tx.state.Confirmations[r.ConfirmationID] = c
+	}
 	if r.Attempt != nil {
 		c := tx.state.Confirmations[r.ConfirmationID]
 		c.Attempt, c.AttemptedAt = *r.Attempt, tx.store.now

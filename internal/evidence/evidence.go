@@ -16,6 +16,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-jose/go-jose/v4"
 
@@ -27,10 +28,12 @@ import (
 var GenesisHash = strings.Repeat("0", 64)
 
 // chainVersion names the canonical encoding; a new encoding gets a new name.
-// Version 2 appends the receipt's SHA-256 to version 1's record.
+// Version 2 appends the receipt's SHA-256 to version 1's record; version
+// 3 appends the receipt's SHA-256 and the event's consent.
 const (
 	chainVersion         = "billingd-audit-v1"
 	chainVersionReceipts = "billingd-audit-v2"
+	chainVersionConsent  = "billingd-audit-v3"
 )
 
 // timeLayout is how the record writes an event's time: UTC with the six
@@ -47,13 +50,25 @@ const timeLayout = "2006-01-02T15:04:05.000000Z"
 // seq and id in decimal, at in UTC as 2006-01-02T15:04:05.000000Z. An
 // event whose receipt is bound into the chain (receipt_sha256 set) uses
 // version 2: "billingd-audit-v2" and the same fields, then receipt_sha256.
-// The database computes the same (audit_event_hash in migration 000006,
-// audit_event_hash_v2 in 000011).
+// An event with a consent (how the person agreed, on OPERATION_EXECUTED)
+// uses version 3: "billingd-audit-v3" and the same fields, then
+// receipt_sha256 ("" when none) and the consent's method, human_present,
+// auth_time (as the JSON states it, RFC 3339), acr and approved_by, "" for
+// each that is absent. The database computes the same (audit_event_hash in
+// migration 000006, audit_event_hash_v2 in 000011, audit_event_hash_v3 in
+// 000013).
 func Hash(e billing.ChainedEvent) string {
 	fields := []string{chainVersion, e.PrevHash, e.Org, strconv.FormatInt(e.Seq, 10),
 		strconv.FormatInt(e.ID, 10), e.At.UTC().Format(timeLayout), e.Event, e.Principal, e.Client,
 		e.Operation, e.ConfirmationID, e.Outcome, e.Reason, e.RequestID}
-	if e.ReceiptSHA256 != "" {
+	if k := e.Consent; k != nil {
+		authTime := ""
+		if k.AuthTime != nil {
+			authTime = k.AuthTime.Format(time.RFC3339Nano)
+		}
+		fields[0] = chainVersionConsent
+		fields = append(fields, e.ReceiptSHA256, string(k.Method), k.HumanPresent, authTime, k.ACR, k.ApprovedBy)
+	} else if e.ReceiptSHA256 != "" {
 		fields[0] = chainVersionReceipts
 		fields = append(fields, e.ReceiptSHA256)
 	}
@@ -83,6 +98,38 @@ type Report struct {
 	// with one recorded elsewhere (an earlier export, a ticket) to show that.
 	HeadSeq  int64
 	HeadHash string
+	// Executed lists the executed changes whose receipts verified, in
+	// chain order, with how the person agreed to each.
+	Executed []Executed
+}
+
+// Executed is one verified executed change of a report.
+type Executed struct {
+	Seq            int64
+	ConfirmationID string
+	Operation      string
+	// Consent is the receipt's; nil for receipts made before consents were
+	// recorded.
+	Consent *billing.Consent
+}
+
+// ConsentText describes a consent for people: "agent_relayed (human
+// present: none)", "approved by admin-2 (human present: attested)".
+func ConsentText(k *billing.Consent) string {
+	if k == nil {
+		return "not recorded"
+	}
+	text := string(k.Method)
+	if k.ApprovedBy != "" {
+		text += " by " + k.ApprovedBy
+	}
+	if k.AuthTime != nil {
+		text += ", signed in at " + k.AuthTime.UTC().Format(time.RFC3339)
+	}
+	if k.ACR != "" {
+		text += ", acr " + k.ACR
+	}
+	return text + " (human present: " + k.HumanPresent + ")"
 }
 
 // LineError names the first line that does not verify (1-based).
@@ -132,6 +179,8 @@ func Verify(r io.Reader, keys jose.JSONWebKeySet) (Report, error) {
 				return rep, &LineError{line, err.Error()}
 			}
 			rep.Receipts++
+			rep.Executed = append(rep.Executed, Executed{Seq: e.Seq, ConfirmationID: e.ConfirmationID,
+				Operation: e.Operation, Consent: e.Consent})
 		}
 		rep.Org, rep.Events, rep.HeadSeq, rep.HeadHash = e.Org, rep.Events+1, e.Seq, e.Hash
 		prev = e
@@ -183,5 +232,21 @@ func checkReceipt(e billing.ChainedEvent, keys jose.JSONWebKeySet) error {
 		string(c.Operation) != e.Operation {
 		return errors.New("receipt does not describe this event")
 	}
+	if !sameConsent(c.Consent, e.Consent) {
+		return errors.New("receipt and event state different consents")
+	}
 	return nil
+}
+
+// sameConsent reports whether a receipt's consent and its event's agree.
+// Receipts signed before consents were recorded have none, nor do their
+// events.
+func sameConsent(a, b *billing.Consent) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	sameTime := a.AuthTime == nil && b.AuthTime == nil ||
+		a.AuthTime != nil && b.AuthTime != nil && a.AuthTime.Equal(*b.AuthTime)
+	return a.Method == b.Method && a.HumanPresent == b.HumanPresent && a.ACR == b.ACR &&
+		a.ApprovedBy == b.ApprovedBy && sameTime
 }

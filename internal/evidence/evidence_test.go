@@ -144,3 +144,62 @@ func TestHashPinned(t *testing.T) {
 		t.Fatalf("Hash (v2) = %s, want %s", got, wantV2)
 	}
 }
+
+// TestVerifyConsent: an executed change's consent is on its event (in the
+// hash, version 2) and in its receipt (signed); an export whose chain was
+// rebuilt around a stronger consent still fails, on the receipt.
+func TestVerifyConsent(t *testing.T) {
+	keys := testKeys(t)
+	relayed := &billing.Consent{Method: billing.ConsentAgentRelayed, HumanPresent: billing.HumanNone}
+	verified := &billing.Consent{Method: billing.ConsentVerifiedSignIn, HumanPresent: billing.HumanVerified}
+	build := func(onEvent, inReceipt *billing.Consent) string {
+		e := billing.ChainedEvent{AuditEvent: billing.AuditEvent{ID: 1, At: time.Date(2026, 11, 24, 23, 0, 0, 0, time.UTC),
+			Event: billing.EventOperationExecuted, Org: "acme", Principal: "alice", Operation: "upgrade_plan",
+			ConfirmationID: "cfm_1", Outcome: "ok", Consent: onEvent}, Seq: 1, PrevHash: GenesisHash}
+		jws, err := keys.SignReceipt(billing.ReceiptClaims{Org: "acme", Subject: "alice", ConfirmationID: "cfm_1",
+			Operation: billing.OpUpgrade, Consent: inReceipt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Receipt = jws
+		e.Hash = Hash(e) // a chain rebuilt by whoever edited it
+		line, _ := json.Marshal(e)
+		return string(line) + "\n"
+	}
+	rep, err := Verify(strings.NewReader(build(relayed, relayed)), keys.JWKS())
+	if err != nil || len(rep.Executed) != 1 || rep.Executed[0].Consent == nil || rep.Executed[0].Consent.Method != billing.ConsentAgentRelayed {
+		t.Fatalf("Verify = %+v, %v", rep, err)
+	}
+	if got := ConsentText(rep.Executed[0].Consent); got != "agent_relayed (human present: none)" {
+		t.Errorf("ConsentText = %q", got)
+	}
+	for name, line := range map[string]string{
+		"stronger consent on the event":  build(verified, relayed),
+		"consent dropped from the event": build(nil, relayed),
+		"consent added to the event":     build(relayed, nil),
+	} {
+		if _, err := Verify(strings.NewReader(line), keys.JWKS()); err == nil || !strings.Contains(err.Error(), "different consents") {
+			t.Errorf("%s: %v, want the receipt to disagree", name, err)
+		}
+	}
+}
+
+// TestHashPinnedV3 pins version 3 (events with a consent), as SQL's
+// audit_event_hash_v3 computes it (internal/postgres checks that they
+// agree).
+func TestHashPinnedV3(t *testing.T) {
+	at := time.Date(2026, 11, 24, 22, 0, 0, 0, time.UTC)
+	e := billing.ChainedEvent{AuditEvent: billing.AuditEvent{ID: 7, At: time.Date(2026, 11, 24, 23, 1, 0, 500000000, time.UTC),
+		Event: "OPERATION_EXECUTED", Org: "acme", Principal: "Zoë", RequestID: "r1",
+		Consent: &billing.Consent{Method: billing.ConsentVerifiedSignIn, HumanPresent: billing.HumanVerified, AuthTime: &at, ACR: "mfa"}},
+		Seq: 3, PrevHash: GenesisHash}
+	v1 := e
+	v1.Consent = nil
+	if Hash(e) == Hash(v1) {
+		t.Fatal("the consent is not part of the hash")
+	}
+	const want = "13ad0eb6d060e5cc8de1489168b79e29512b3ca15b2bd8553b711818a0dbd9b5" // also SQL audit_event_hash_v3's answer
+	if got := Hash(e); got != want {
+		t.Fatalf("Hash = %s, want %s", got, want)
+	}
+}

@@ -20,7 +20,7 @@ var _ billing.EvidenceStore = (*Store)(nil)
 func (s *Store) ExportAudit(ctx context.Context, org string, fn func(billing.ChainedEvent) error) error {
 	rows, err := s.pool.Query(ctx, `
 		SELECT e.id, e.at, e.event, e.org, e.principal, e.client, e.operation, e.confirmation_id, e.outcome,
-			e.reason, e.request_id, e.seq, e.prev_hash, e.hash, coalesce(r.receipt, ''), e.receipt_sha256
+			e.reason, e.request_id, e.consent, e.seq, e.prev_hash, e.hash, coalesce(r.receipt, ''), e.receipt_sha256
 		FROM audit_events e
 		LEFT JOIN receipts r ON e.event = 'OPERATION_EXECUTED' AND r.confirmation_id = e.confirmation_id AND r.org = e.org
 		WHERE e.org = $1 ORDER BY e.seq`, org)
@@ -32,7 +32,7 @@ func (s *Store) ExportAudit(ctx context.Context, org string, fn func(billing.Cha
 		var e billing.ChainedEvent
 		a := &e.AuditEvent
 		if err := rows.Scan(&a.ID, &a.At, &a.Event, &a.Org, &a.Principal, &a.Client, &a.Operation, &a.ConfirmationID,
-			&a.Outcome, &a.Reason, &a.RequestID, &e.Seq, &e.PrevHash, &e.Hash, &e.Receipt,
+			&a.Outcome, &a.Reason, &a.RequestID, &a.Consent, &e.Seq, &e.PrevHash, &e.Hash, &e.Receipt,
 			&e.ReceiptSHA256); err != nil {
 			return fmt.Errorf("export audit log: %w", classify(err))
 		}

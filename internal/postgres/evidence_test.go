@@ -40,6 +40,7 @@ func TestChainHashGoMatchesSQL(t *testing.T) {
 	db := testenv.NewDatabase(t)
 	store := postgres.NewStore(db.Pool)
 	ctx := context.Background()
+	authTime := time.Date(2026, 11, 24, 23, 1, 2, 0, time.UTC)
 	values := []billing.AuditEvent{
 		{Event: "TOKEN_ISSUED", Org: "acme", Principal: "alice", Client: "agent-1", Operation: "upgrade_plan",
 			ConfirmationID: "c1", Outcome: "issued", RequestID: "r1"},
@@ -47,6 +48,17 @@ func TestChainHashGoMatchesSQL(t *testing.T) {
 		{Event: "", Org: "acme"},                                // every field empty
 		{Event: "X", Org: "acme", Principal: "ab", Client: "c"}, // field boundaries: ("ab","c") vs ("a","bc")
 		{Event: "X", Org: "acme", Principal: "a", Client: "bc"},
+		// Events with a consent are hashed with version 3 (migration 000013).
+		{Event: "OPERATION_EXECUTED", Org: "acme", Principal: "alice", ConfirmationID: "c1",
+			Consent: &billing.Consent{Method: billing.ConsentAgentRelayed, HumanPresent: billing.HumanNone}},
+		{Event: "OPERATION_EXECUTED", Org: "acme", Principal: "alice", ConfirmationID: "c2",
+			Consent: &billing.Consent{Method: billing.ConsentVerifiedSignIn, HumanPresent: billing.HumanVerified,
+				AuthTime: &authTime, ACR: "urn:passkey \"ü\""}},
+		{Event: "OPERATION_EXECUTED", Org: "acme", Principal: "alice", ConfirmationID: "c3",
+			Consent: &billing.Consent{Method: billing.ConsentApproved, HumanPresent: billing.HumanAttested, ApprovedBy: "bob"}},
+		// The same consent fields shifted between neighbours hash apart.
+		{Event: "OPERATION_EXECUTED", Org: "acme", Consent: &billing.Consent{Method: "ab", HumanPresent: "c"}},
+		{Event: "OPERATION_EXECUTED", Org: "acme", Consent: &billing.Consent{Method: "a", HumanPresent: "bc"}},
 	}
 	if err := store.AppendAudit(ctx, values...); err != nil {
 		t.Fatal(err)
@@ -110,6 +122,24 @@ func TestChainHashGoMatchesSQL(t *testing.T) {
 	}
 	if _, err := evidence.Verify(&buf, keys.JWKS()); err != nil {
 		t.Fatalf("Verify(export): %v", err)
+	}
+	// A consent changed, added or removed is caught.
+	for name, edit := range map[string]func(*billing.ChainedEvent){
+		"method changed":  func(e *billing.ChainedEvent) { e.Consent.Method = billing.ConsentMCPAppView },
+		"consent removed": func(e *billing.ChainedEvent) { e.Consent = nil },
+	} {
+		e := events[len(values)-5]
+		k := *e.Consent
+		e.Consent = &k
+		edit(&e)
+		if evidence.Hash(e) == e.Hash {
+			t.Errorf("%s: the hash did not change", name)
+		}
+	}
+	plain := events[0]
+	plain.Consent = &billing.Consent{Method: billing.ConsentPolicyAllow, HumanPresent: billing.HumanNone}
+	if evidence.Hash(plain) == plain.Hash {
+		t.Error("consent added: the hash did not change")
 	}
 	// The log is append-only.
 	if _, err := db.Pool.Exec(ctx, `UPDATE audit_events SET reason = 'x'`); err == nil {

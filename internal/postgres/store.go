@@ -152,10 +152,12 @@ WITH superseded AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
-		approval, agent, verify_required, livemode)
+		approval, agent, verify_required, livemode,
+		subtotal_cents, discount_cents, tax_cents, credit_applied_cents)
 	SELECT $1, $6, $2, $3, $4, $5, 'pending',
 		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond',
-		NULLIF($24, ''), $25, $26, $27
+		NULLIF($24, ''), $25, $26, $27,
+		$28, $29, $30, $31
 	FROM (SELECT count(*) FROM superseded) AS after_supersede
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -173,7 +175,8 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 		t.FromPlan, t.ToPlan, t.FromPriceID, t.ToPriceID, t.FromAmountCents, t.ToAmountCents, t.Currency,
 		t.ProrationDate, t.SubscriptionVer, t.AmountDueCents, t.CreditCents, t.NextChargeAt, c.Summary,
 		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome, string(c.Approval), c.Agent,
-		c.VerifyRequired, t.Livemode}
+		c.VerifyRequired, t.Livemode,
+		t.SubtotalCents, t.DiscountCents, t.TaxCents, t.CreditAppliedCents}
 	// Concurrent first calls of one caller must supersede one another in
 	// turn: each takes a transaction-scoped advisory lock on (org, principal,
 	// operation) first. Statements of one batch share an implicit transaction
@@ -253,7 +256,7 @@ func (s *Store) AuditEvents(ctx context.Context, org string, limit int, before i
 		before = math.MaxInt64
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, at, event, org, principal, client, operation, confirmation_id, outcome, reason, request_id
+		SELECT id, at, event, org, principal, client, operation, confirmation_id, outcome, reason, request_id, consent
 		FROM audit_events WHERE org = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, org, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read audit log: %w", classify(err))
@@ -293,9 +296,9 @@ func (s *Store) CreateAccount(ctx context.Context, a billing.Account) error {
 
 func queueAudit(batch *pgx.Batch, events []billing.AuditEvent) {
 	for _, e := range events {
-		batch.Queue(`INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			e.Event, e.Org, e.Principal, e.Client, e.Operation, e.ConfirmationID, e.Outcome, e.Reason, e.RequestID)
+		batch.Queue(`INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id, consent)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			e.Event, e.Org, e.Principal, e.Client, e.Operation, e.ConfirmationID, e.Outcome, e.Reason, e.RequestID, e.Consent)
 	}
 }
 

@@ -125,7 +125,8 @@ const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
-	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode, ` + verificationColumns
+	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
+	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, ` + verificationColumns
 
 // verificationColumns are the verify level's columns of a confirmation c.
 const verificationColumns = `c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
@@ -138,7 +139,8 @@ func scanConfirmation(c *billing.Confirmation) []any {
 		&t.ProrationDate, &t.SubscriptionVer, &t.AmountDueCents, &t.CreditCents, &t.NextChargeAt,
 		&c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.Approval, &c.Approver,
 		&c.Agent, &c.Attempt, &c.Result, optionalTime{&c.SentAt}, optionalTime{&c.AttemptedAt}, &c.Failure,
-		optionalTime{&c.ApproverAuth.AuthTime}, &c.ApproverAuth.ACR, &t.Livemode}, scanVerification(c)...)
+		optionalTime{&c.ApproverAuth.AuthTime}, &c.ApproverAuth.ACR, &t.Livemode,
+		&t.SubtotalCents, &t.DiscountCents, &t.TaxCents, &t.CreditAppliedCents, &c.Consent}, scanVerification(c)...)
 }
 
 // scanVerification scans verificationColumns; Verification stays nil until
@@ -388,6 +390,9 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	}
 	if sub := r.SyncedSubscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET synced_at = $2 WHERE org = $1`, sub.Org, nullTime(sub.SyncedAt))
+	}
+	if r.Consent != nil {
+		batch.Queue(`UPDATE confirmations SET consent = $2 WHERE id = $1`, r.ConfirmationID, r.Consent)
 	}
 	if r.Receipt != nil {
 		queueReceipt(batch, r.Receipt)

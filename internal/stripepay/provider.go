@@ -230,17 +230,48 @@ func previewFromInvoice(inv *stripe.Invoice, chargeNow bool) (billing.Preview, e
 	if err != nil {
 		return billing.Preview{}, err
 	}
-	var dueNow int64
+	p := billing.Preview{ProrationCents: proration, Currency: string(inv.Currency)}
 	if chargeNow {
 		// always_invoice: the previewed invoice is the one charged at once.
-		// amount_due already nets tax, discounts and customer credit.
-		dueNow = inv.AmountDue
+		// amount_due already nets tax, discounts and customer credit;
+		// the parts say how (contract §6).
+		p.AmountDueNowCents = inv.AmountDue
+		p.SubtotalCents, p.DiscountCents, p.TaxCents, p.CreditAppliedCents = amountParts(inv)
 	}
-	return billing.Preview{
-		AmountDueNowCents: dueNow,
-		ProrationCents:    proration,
-		Currency:          string(inv.Currency),
-	}, nil
+	return p, nil
+}
+
+// amountParts splits an invoice's amount_due into the parts Stripe's
+// invoice object documents:
+//
+//   - subtotal: the lines before invoice-level discounts and exclusive tax;
+//   - discount: what the discounts take off, subtotal + exclusive tax −
+//     total (the sum of total_discount_amounts for invoice-level coupons;
+//     derived from the totals so that a discount Stripe already folded into
+//     the subtotal is not counted twice);
+//   - tax: the exclusive tax of total_tax_amounts (inclusive tax is part of
+//     the line amounts, so of the subtotal, and adds nothing);
+//   - credit applied: the customer's credit balance (a negative
+//     starting_balance) used, total − amount_due.
+//
+// Parts that do not add up to amount_due (a debt carried on the balance,
+// say) are refused by billing rather than stated.
+func amountParts(inv *stripe.Invoice) (subtotal, discount, tax, credit int64) {
+	if inv.Total < 0 {
+		// Nothing is charged; the credit goes to the balance: no parts.
+		return 0, 0, 0, 0
+	}
+	for _, t := range inv.TotalTaxAmounts {
+		if t != nil && !t.Inclusive {
+			tax += t.Amount
+		}
+	}
+	subtotal = inv.Subtotal
+	discount = max(subtotal+tax-inv.Total, 0)
+	if inv.StartingBalance < 0 {
+		credit = max(inv.Total-inv.AmountDue, 0)
+	}
+	return subtotal, discount, tax, credit
 }
 
 // errLinesIncomplete: the preview's lines do not all fit in the embedded

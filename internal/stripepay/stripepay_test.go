@@ -108,9 +108,19 @@ func TestPreviewFromInvoice(t *testing.T) {
 		return &stripe.InvoiceLineItem{Amount: amount, Proration: proration}
 	}
 	invoice := func(due, subtotal int64, hasMore bool, lines ...*stripe.InvoiceLineItem) *stripe.Invoice {
-		return &stripe.Invoice{AmountDue: due, Subtotal: subtotal, Currency: "usd",
+		inv := &stripe.Invoice{AmountDue: due, Subtotal: subtotal, Total: subtotal, Currency: "usd",
 			Lines: &stripe.InvoiceLineItemList{Data: lines, ListMeta: stripe.ListMeta{HasMore: hasMore}}}
+		if due < subtotal {
+			inv.StartingBalance = due - subtotal // credit the customer held
+		}
+		return inv
 	}
+	// Stripe's parts of an amount: a 20% coupon and 10% exclusive tax on a
+	// $15.00 proration (tax after the discount), with $5.00 of credit.
+	parts := &stripe.Invoice{Subtotal: 1500, Total: 1320, AmountDue: 820, StartingBalance: -500, Currency: "usd",
+		TotalDiscountAmounts: []*stripe.InvoiceTotalDiscountAmount{{Amount: 300}},
+		TotalTaxAmounts:      []*stripe.InvoiceTotalTaxAmount{{Amount: 120}, {Amount: 99, Inclusive: true}},
+		Lines:                &stripe.InvoiceLineItemList{Data: []*stripe.InvoiceLineItem{line(1500, true)}}}
 	tests := []struct {
 		name      string
 		inv       *stripe.Invoice
@@ -119,15 +129,18 @@ func TestPreviewFromInvoice(t *testing.T) {
 		wantErr   bool
 	}{
 		{"upgrade charged now", invoice(1500, 1500, false, line(-950, true), line(2450, true)), true,
-			billing.Preview{AmountDueNowCents: 1500, ProrationCents: 1500, Currency: "usd"}, false},
+			billing.Preview{AmountDueNowCents: 1500, ProrationCents: 1500, Currency: "usd", SubtotalCents: 1500}, false},
 		{"upgrade net of customer credit", invoice(0, 1500, false, line(1500, true)), true,
-			billing.Preview{AmountDueNowCents: 0, ProrationCents: 1500, Currency: "usd"}, false},
+			billing.Preview{AmountDueNowCents: 0, ProrationCents: 1500, Currency: "usd", SubtotalCents: 1500, CreditAppliedCents: 1500}, false},
+		{"every part", parts, true,
+			billing.Preview{AmountDueNowCents: 820, ProrationCents: 1500, Currency: "usd",
+				SubtotalCents: 1500, DiscountCents: 300, TaxCents: 120, CreditAppliedCents: 500}, false},
 		{"downgrade leaves out the next period", invoice(400, 400, false, line(-2450, true), line(950, true), line(1900, false)), false,
 			billing.Preview{AmountDueNowCents: 0, ProrationCents: -1500, Currency: "usd"}, false},
 		{"no proration lines", invoice(1900, 1900, false, line(1900, false)), false,
 			billing.Preview{Currency: "usd"}, false},
 		{"incomplete lines, charged now: subtotal", invoice(1500, 1500, true, line(700, true)), true,
-			billing.Preview{AmountDueNowCents: 1500, ProrationCents: 1500, Currency: "usd"}, false},
+			billing.Preview{AmountDueNowCents: 1500, ProrationCents: 1500, Currency: "usd", SubtotalCents: 1500}, false},
 		{"incomplete lines, next invoice: refuse", invoice(400, 400, true, line(-2450, true)), false,
 			billing.Preview{}, true},
 		{"no lines object, next invoice: refuse", &stripe.Invoice{AmountDue: 400, Currency: "usd"}, false,
@@ -331,7 +344,7 @@ func TestFakePreview(t *testing.T) {
 		want      billing.Preview
 	}{
 		// (4900 − 1900) × 15/30 = 1500, charged at once.
-		{"upgrade", priceScale, true, billing.Preview{AmountDueNowCents: 1500, ProrationCents: 1500, Currency: "usd"}},
+		{"upgrade", priceScale, true, billing.Preview{AmountDueNowCents: 1500, ProrationCents: 1500, Currency: "usd", SubtotalCents: 1500}},
 		// Pro → Pro: nothing prorated.
 		{"same price", pricePro, true, billing.Preview{Currency: "usd"}},
 		// Pro → Scale without charging now: carried to the next invoice.

@@ -19,7 +19,10 @@ const state = {
 function money(cents, currency) {
   const code = String(currency || "").toUpperCase();
   try {
-    return new Intl.NumberFormat(undefined, { style: "currency", currency: code }).format(cents / 100);
+    // Amounts are in the currency's smallest unit: cents, but whole yen
+    // and won (zero-decimal currencies).
+    const format = new Intl.NumberFormat(undefined, { style: "currency", currency: code });
+    return format.format(cents / 10 ** format.resolvedOptions().maximumFractionDigits);
   } catch (_) {
     return `${(cents / 100).toFixed(2)} ${code}`;
   }

@@ -67,11 +67,50 @@ async function sha256Hex(text) {
   return hex(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
 }
 
+// consentWords say what each consent method means (contract §11).
+const consentWords = {
+  agent_relayed: "an agent presented the token: billingd has only the agent's word",
+  person_session: "the person's own signed-in call",
+  elicitation_form: "the person accepted the MCP client's confirmation form: the client's word",
+  mcp_app_view: "the person pressed Confirm in billingd's own view in the chat app",
+  verified_sign_in: "the person signed in again to confirm it",
+  approved: "another person approved it",
+  policy_allow: "nobody was asked: the organisation's policy allows it",
+};
+
+// consentText is how the person agreed, for people.
+function consentText(k) {
+  if (!k) {
+    return "not recorded (a receipt from before billingd recorded it)";
+  }
+  let text = `${k.method} (${consentWords[k.method] || "unknown method"}); human present: ${k.human_present}`;
+  if (k.approved_by) {
+    text += `; approved by ${k.approved_by}`;
+  }
+  if (k.auth_time) {
+    text += `; signed in at ${when(k.auth_time)}`;
+  }
+  if (k.acr) {
+    text += ` (acr ${k.acr})`;
+  }
+  return text;
+}
+
+// quotedText is every part of the amount the summary stated.
+function quotedText(q, currency) {
+  let text = money(q.subtotal_cents, currency);
+  if (q.discount_cents) text += ` − ${money(q.discount_cents, currency)} discount`;
+  if (q.tax_cents) text += ` + ${money(q.tax_cents, currency)} tax`;
+  if (q.credit_applied_cents) text += ` − ${money(q.credit_applied_cents, currency)} account credit`;
+  return `${text} = ${money(q.amount_due_now_cents, currency)}`;
+}
+
 // receiptFacts are the claims shown, in order, with their labels.
 function receiptFacts(c) {
   const facts = [
     ["Requested by", c.sub],
     ["Agent or app", c.client || "—"],
+    ["How the person agreed", consentText(c.consent)],
     ["Change", `${c.operation}: ${c.from} → ${c.to}`],
     ["Due now", money(c.amount_due_now_cents, c.currency)],
     ["Proration date", when(c.proration_date)],
@@ -83,6 +122,9 @@ function receiptFacts(c) {
     ["Summary SHA-256", c.summary_sha256],
     ["Issuer", c.iss],
   ];
+  if (c.quoted) {
+    facts.splice(5, 0, ["Quoted", quotedText(c.quoted, c.currency)]);
+  }
   if (c.approver) {
     facts.splice(2, 0, ["Approved by", c.approver]);
   }

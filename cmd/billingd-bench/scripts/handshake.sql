@@ -11,7 +11,9 @@
 -- the update after it) are not part of the database's ceiling. pgbench cannot bind NULL or an empty string, so approval is
 -- "granted" where billingd's is empty (NULLIF makes that NULL), synced_at
 -- gets a time where billingd sends NULL (coalesce keeps the column) and the
--- audit reason is "-" where billingd's is empty. A few bytes, same work.
+-- audit reason is "-" where billingd's is empty; TOKEN_VALIDATED's consent
+-- is the JSON null where billingd's is NULL (the chain then hashes it with
+-- version 2, as OPERATION_EXECUTED's). A few bytes, same work.
 -- The scripts_test.go test and the bench's traced calls check the text
 -- against billingd's.
 \set org :org_base + :client_id + :clients * random(0, :orgs_per_client - 1)
@@ -41,10 +43,12 @@ WITH superseded AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
-		approval, agent, verify_required, livemode)
+		approval, agent, verify_required, livemode,
+		subtotal_cents, discount_cents, tax_cents, credit_applied_cents)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
 		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
-		NULLIF(:approval, ''), :agent, :verify_required, :livemode
+		NULLIF(:approval, ''), :agent, :verify_required, :livemode,
+		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents
 	FROM (SELECT count(*) FROM superseded) AS after_supersede
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -70,7 +74,8 @@ SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
-	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
+	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
 	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
 	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now()
@@ -82,10 +87,11 @@ SELECT EXISTS (SELECT 1 FROM confirmations
 	(SELECT policy FROM org_policies WHERE org = :org), clock_timestamp();
 \endpipeline
 \startpipeline
+UPDATE confirmations SET consent = :consent WHERE id = :cid;
 UPDATE confirmations SET status = 'executing', attempt = :attempt, attempted_at = clock_timestamp(),
 		sent_at = coalesce(sent_at, clock_timestamp()) WHERE id = :cid;
-INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
-			VALUES (:ev_validated, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id);
+INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id, consent)
+			VALUES (:ev_validated, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id, :no_consent);
 COMMIT;
 BEGIN;
 SELECT 1 FROM subscriptions s JOIN confirmations c ON c.org = s.org WHERE c.id = :cid FOR UPDATE OF s;
@@ -94,7 +100,8 @@ SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.proration_date, c.subscription_version, c.amount_due_cents, c.credit_cents, c.next_charge_at,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
-	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
+	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
 	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
 	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now()
@@ -112,7 +119,7 @@ UPDATE confirmations SET status = :executed, finished_at = now(), attempt = coal
 UPDATE subscriptions SET plan = :to_plan, status = :sub_status, current_period_end = :period_end, stripe_item_id = :item_id,
 			synced_at = coalesce(:synced_at, synced_at), version = version + 1, updated_at = now() WHERE org = :org;
 INSERT INTO receipts (confirmation_id, org, principal, summary, receipt) VALUES (:cid, :org, :principal, :summary, :receipt);
-INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
-			VALUES (:ev_executed, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id);
+INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id, consent)
+			VALUES (:ev_executed, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id, :consent);
 COMMIT;
 \endpipeline

@@ -34,10 +34,12 @@ WITH superseded AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
-		approval, agent, verify_required, livemode)
+		approval, agent, verify_required, livemode,
+		subtotal_cents, discount_cents, tax_cents, credit_applied_cents)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
 		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
-		NULLIF(:approval, ''), :agent, :verify_required, :livemode
+		NULLIF(:approval, ''), :agent, :verify_required, :livemode,
+		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents
 	FROM (SELECT count(*) FROM superseded) AS after_supersede
 	RETURNING created_at, expires_at
 ), audited AS (

@@ -19,7 +19,8 @@ func (s *Server) invoiceChange(sub *Subscription, changes []itemChange, at time.
 	inv := s.previewInvoice(sub, changes, "always_invoice", at)
 	inv.ID, inv.Status = s.newID("in"), "paid"
 	inv.Total += s.invoiceAdjustment
-	inv.AmountDue = max(inv.Total, 0)
+	inv.AmountDue = max(inv.Total+inv.StartingBalance, 0) // the customer's credit applied (invoice.go)
+	s.chargeInvoice(sub, inv)
 	inv.AmountRemaining = 0
 	s.invoiceAdjustment = 0
 	s.invoices[inv.ID] = inv

@@ -31,22 +31,21 @@ import (
 //   - none previews the next period alone.
 //
 // A negative total is not due (Stripe would credit the customer's balance),
-// hence the max(0, …).
+// hence the max(0, …). Discounts, tax and the customer balance then apply
+// as invoice.go describes.
 func (s *Server) previewInvoice(sub *Subscription, changes []itemChange, behavior string, at time.Time) invoiceJSON {
 	remaining := int64(sub.CurrentPeriodEnd.Sub(at) / time.Second)
 	length := int64(sub.CurrentPeriodEnd.Sub(sub.CurrentPeriodStart) / time.Second)
 	plans := s.itemPlans(sub, changes)
 
 	var lines []lineJSON
-	var subtotal int64
 	if behavior != "none" {
 		for _, p := range plans {
 			if !p.changed() {
 				continue
 			}
-			l, net := s.prorationLines(sub, p, behavior == "always_invoice", remaining, length, at)
+			l, _ := s.prorationLines(sub, p, behavior == "always_invoice", remaining, length, at)
 			lines = append(lines, l...)
-			subtotal += net
 		}
 	}
 	periodStart, periodEnd := at, at
@@ -57,18 +56,17 @@ func (s *Server) previewInvoice(sub *Subscription, changes []itemChange, behavio
 			lines = append(lines, s.line(sub, p.new, p.newQty, p.newAmount(), false,
 				fmt.Sprintf("%d × %s (at %d / month)", p.newQty, p.new.id, p.new.unitAmount),
 				next, next.Add(period)))
-			subtotal += p.newAmount()
 		}
 	}
-	due := max(subtotal, 0)
-	return invoiceJSON{
+	inv := invoiceJSON{
 		ID: "upcoming_" + s.newID("in"), Object: "invoice", Status: "draft",
 		BillingReason: "subscription_update", Customer: sub.Customer, Subscription: sub.ID,
 		Currency: s.currency(sub), Created: s.now().Unix(),
 		PeriodStart: periodStart.Unix(), PeriodEnd: periodEnd.Unix(),
-		Subtotal: subtotal, Total: subtotal, AmountDue: due, AmountRemaining: due,
 		Lines: newList("/v1/invoices/upcoming/lines", lines),
 	}
+	s.applyTotals(sub, &inv) // coupons, tax rates, the customer balance (invoice.go)
+	return inv
 }
 
 // itemPlan is one subscription item before and after a previewed change.

@@ -84,6 +84,8 @@ type Server struct {
 	// invoiceAdjustment is added to the next invoice an update makes.
 	invoiceAdjustment int64
 	events            []Event
+	// invoiceRules: coupons, tax rates, customer balances (invoice.go).
+	invoiceRules *invoiceRules
 }
 
 type price struct {

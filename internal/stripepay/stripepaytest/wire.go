@@ -105,6 +105,13 @@ type invoiceJSON struct {
 	AmountRemaining int64              `json:"amount_remaining"`
 	Lines           listJSON[lineJSON] `json:"lines"`
 	Livemode        bool               `json:"livemode"`
+	// Totals of discounts, tax and the customer balance (invoice.go).
+	SubtotalExcludingTax int64                `json:"subtotal_excluding_tax"`
+	TotalExcludingTax    int64                `json:"total_excluding_tax"`
+	Tax                  int64                `json:"tax"`
+	StartingBalance      int64                `json:"starting_balance"`
+	TotalDiscountAmounts []discountAmountJSON `json:"total_discount_amounts"`
+	TotalTaxAmounts      []taxAmountJSON      `json:"total_tax_amounts"`
 	// SubscriptionDetails snapshots the subscription's metadata when an
 	// update made the invoice.
 	SubscriptionDetails *subscriptionDetailsJSON `json:"subscription_details,omitempty"`

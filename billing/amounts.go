@@ -1,0 +1,82 @@
+package billing
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Every part of the amount (contract §6). Stripe's amount_due already nets
+// discounts, tax and the customer's credit balance; a person who reads only
+// that figure cannot tell why it is what it is, and one who reads only the
+// prorated price is surprised by the charge. So a quote states each part
+// the preview gives, and the confirmation is bound to all of them:
+//
+//	amount due now = subtotal − discount + tax − credit applied
+//
+// The parts come from the provider (Preview); billing never computes them,
+// it only checks that they add up before it states them.
+
+// amountParts sets the parts of an amount charged now on t from the
+// preview, and refuses a preview whose parts do not add up to what it
+// says is due: billingd never states a sum that is not one.
+func amountParts(t *Terms, p Preview) error {
+	if p.SubtotalCents == 0 && p.DiscountCents == 0 && p.TaxCents == 0 && p.CreditAppliedCents == 0 {
+		// A provider that gives no parts (stripe-mock's fixtures, an empty
+		// invoice): the amount is its own subtotal.
+		t.SubtotalCents = t.AmountDueCents
+		return nil
+	}
+	if p.DiscountCents < 0 || p.TaxCents < 0 || p.CreditAppliedCents < 0 {
+		return fmt.Errorf("preview has a negative part: discount %d, tax %d, credit %d", p.DiscountCents, p.TaxCents, p.CreditAppliedCents)
+	}
+	if sum := p.SubtotalCents - p.DiscountCents + p.TaxCents - p.CreditAppliedCents; sum != t.AmountDueCents {
+		return fmt.Errorf("preview parts add up to %d, not the %d due (subtotal %d, discount %d, tax %d, credit %d)",
+			sum, t.AmountDueCents, p.SubtotalCents, p.DiscountCents, p.TaxCents, p.CreditAppliedCents)
+	}
+	t.SubtotalCents, t.DiscountCents, t.TaxCents, t.CreditAppliedCents =
+		p.SubtotalCents, p.DiscountCents, p.TaxCents, p.CreditAppliedCents
+	return nil
+}
+
+// dueNowPhrase states the amount charged now with each part that is not
+// zero, in the invoice's currency:
+//
+//	"$17.67 due now"
+//	"$17.67 plus $2.53 tax, less a $5.00 discount; $10.00 of account credit applied: $5.20 due now"
+func dueNowPhrase(t Terms) string {
+	money := func(minor int64) string { return formatMoney(minor, t.Currency) }
+	if t.DiscountCents == 0 && t.TaxCents == 0 && t.CreditAppliedCents == 0 {
+		return money(t.AmountDueCents) + " due now"
+	}
+	var b strings.Builder
+	b.WriteString(money(t.SubtotalCents))
+	if t.TaxCents != 0 {
+		b.WriteString(" plus " + money(t.TaxCents) + " tax")
+	}
+	if t.DiscountCents != 0 {
+		if t.TaxCents != 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(" less a " + money(t.DiscountCents) + " discount")
+	}
+	if t.CreditAppliedCents != 0 {
+		b.WriteString("; " + money(t.CreditAppliedCents) + " of account credit applied")
+	}
+	b.WriteString(": " + money(t.AmountDueCents) + " due now")
+	return b.String()
+}
+
+// QuotedAmounts are the parts of the amount a receipt's summary stated, as
+// the confirmation was bound to them (ReceiptClaims.Quoted).
+type QuotedAmounts struct {
+	SubtotalCents      int64 `json:"subtotal_cents"`
+	DiscountCents      int64 `json:"discount_cents"`
+	TaxCents           int64 `json:"tax_cents"`
+	CreditAppliedCents int64 `json:"credit_applied_cents"`
+	AmountDueNowCents  int64 `json:"amount_due_now_cents"`
+}
+
+func quotedAmounts(t Terms) *QuotedAmounts {
+	return &QuotedAmounts{SubtotalCents: t.SubtotalCents, DiscountCents: t.DiscountCents, TaxCents: t.TaxCents,
+		CreditAppliedCents: t.CreditAppliedCents, AmountDueNowCents: t.AmountDueCents}
+}
