@@ -153,7 +153,15 @@ func TestDatabaseOutage(t *testing.T) {
 
 	wantStatus(t, r.do("GET", "/readyz", "", nil), http.StatusOK, "")
 	p := r.propose(tok, "upgrade", "scale")
-	wantStatus(t, r.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
+	second := r.confirm(tok, "upgrade", "scale", p.ConfirmToken)
+	if second.Status == http.StatusServiceUnavailable {
+		// A connection of the executions' pool, idle through the outage,
+		// may fail its first use: nothing was sent, and the retry the
+		// answer asks for completes with the same token.
+		time.Sleep(time.Second)
+		second = r.confirm(tok, "upgrade", "scale", p.ConfirmToken)
+	}
+	wantStatus(t, second, http.StatusOK, "")
 	for status, n := range statuses {
 		if status != http.StatusAccepted && status != http.StatusServiceUnavailable {
 			t.Fatalf("under load during the outage: %d × status %d (all: %v)", n, status, statuses)
