@@ -56,7 +56,7 @@ const timeLayout = "2006-01-02T15:04:05.000000Z"
 // auth_time (as the JSON states it, RFC 3339), acr and approved_by, "" for
 // each that is absent. The database computes the same (audit_event_hash in
 // migration 000006, audit_event_hash_v2 in 000011, audit_event_hash_v3 in
-// 000013).
+// 000012).
 func Hash(e billing.ChainedEvent) string {
 	fields := []string{chainVersion, e.PrevHash, e.Org, strconv.FormatInt(e.Seq, 10),
 		strconv.FormatInt(e.ID, 10), e.At.UTC().Format(timeLayout), e.Event, e.Principal, e.Client,

@@ -48,7 +48,7 @@ func TestChainHashGoMatchesSQL(t *testing.T) {
 		{Event: "", Org: "acme"},                                // every field empty
 		{Event: "X", Org: "acme", Principal: "ab", Client: "c"}, // field boundaries: ("ab","c") vs ("a","bc")
 		{Event: "X", Org: "acme", Principal: "a", Client: "bc"},
-		// Events with a consent are hashed with version 3 (migration 000013).
+		// Events with a consent are hashed with version 3 (migration 000012).
 		{Event: "OPERATION_EXECUTED", Org: "acme", Principal: "alice", ConfirmationID: "c1",
 			Consent: &billing.Consent{Method: billing.ConsentAgentRelayed, HumanPresent: billing.HumanNone}},
 		{Event: "OPERATION_EXECUTED", Org: "acme", Principal: "alice", ConfirmationID: "c2",
