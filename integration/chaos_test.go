@@ -36,22 +36,8 @@ func TestChaosInvariant(t *testing.T) {
 	faults := &chaos{rng: rand.New(rand.NewPCG(seed, 1))}
 	h.fake.SetChaos(faults.pick)
 
-	const orgs, rounds = 12, 6
-	var wg sync.WaitGroup
-	statuses := make(chan int, orgs*rounds*4)
-	for i := range orgs {
-		org := fmt.Sprintf("chaos%02d", i)
-		h.createOrg(org, org, "pro")
-		rng := rand.New(rand.NewPCG(seed, uint64(i)+2))
-		tok := h.user(org, "user-of-"+org)
-		wg.Go(func() { chaosClient(t, replicas, tok, rng, rounds, statuses) })
-	}
-	wg.Wait()
-	close(statuses)
-	seen := map[int]int{}
-	for s := range statuses {
-		seen[s]++
-	}
+	const orgs = 12
+	seen := runChaosClients(t, h, replicas, "chaos", orgs, 6, seed, 2)
 	t.Logf("answers by status: %v", seen)
 	if seen[http.StatusInternalServerError] > 0 {
 		t.Errorf("%d answers were 500", seen[http.StatusInternalServerError])
@@ -77,6 +63,28 @@ func TestChaosInvariant(t *testing.T) {
 	for _, d := range disagreements {
 		t.Error(d)
 	}
+}
+
+// runChaosClients creates the orgs prefix00, prefix01, … on h and runs one
+// chaos client per org against replicas, rounds rounds each, seeded from
+// seed (stream stream+i for org i); it returns the answers by status.
+func runChaosClients(t *testing.T, h *harness, replicas []*harness, prefix string, orgs, rounds int, seed, stream uint64) map[int]int {
+	var wg sync.WaitGroup
+	statuses := make(chan int, orgs*rounds*4)
+	for i := range orgs {
+		org := fmt.Sprintf("%s%02d", prefix, i)
+		h.createOrg(org, org, "pro")
+		rng := rand.New(rand.NewPCG(seed, stream+uint64(i)))
+		tok := h.user(org, "user-of-"+org)
+		wg.Go(func() { chaosClient(t, replicas, tok, rng, rounds, statuses) })
+	}
+	wg.Wait()
+	close(statuses)
+	seen := map[int]int{}
+	for s := range statuses {
+		seen[s]++
+	}
+	return seen
 }
 
 // chaos picks the fault of each Stripe request, from one seeded source.
@@ -304,24 +312,10 @@ func chaosWithKills(t *testing.T, seed uint64) {
 		}
 	})
 
-	const orgs, rounds = 8, 10
-	var clients sync.WaitGroup
-	statuses := make(chan int, orgs*rounds*4)
-	for i := range orgs {
-		org := fmt.Sprintf("killed%02d", i)
-		h.createOrg(org, org, "pro")
-		rng := rand.New(rand.NewPCG(seed, uint64(i)+10))
-		tok := h.user(org, "user-of-"+org)
-		clients.Go(func() { chaosClient(t, replicas, tok, rng, rounds, statuses) })
-	}
-	clients.Wait()
+	const orgs = 8
+	seen := runChaosClients(t, h, replicas, "killed", orgs, 10, seed, 10)
 	close(stop)
 	background.Wait()
-	close(statuses)
-	seen := map[int]int{}
-	for s := range statuses {
-		seen[s]++
-	}
 	t.Logf("seed %d: %d kills (%d while a Stripe request was in flight); answers by status: %v", seed, kills, killsInFlight, seen)
 	if killerErr != nil {
 		t.Fatalf("restarting a killed replica: %v", killerErr)
