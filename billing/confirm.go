@@ -211,13 +211,13 @@ const msgChangedAtProvider = "the subscription was changed at the payment provid
 // recovery point is saved, nothing depends on the client any more.
 func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, withheld bool) (redemption, error) {
 	validated := s.event(caller, c.Operation, EventTokenValidated, c.ID, "")
-	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Consent: c.Consent, Events: []AuditEvent{validated}}); err != nil {
+	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Events: []AuditEvent{validated}}); err != nil {
 		return redemption{}, err
 	}
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
 	attempt := c.Attempt
-	c, acct, now, err := tx.SaveRecoveryPoint(ctx, c.ID, attempt)
+	c, acct, now, err := tx.SaveRecoveryPoint(ctx, c.ID, attempt, c.Consent)
 	if err != nil {
 		return redemption{}, fmt.Errorf("save recovery point: %w", err)
 	}

@@ -89,7 +89,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	// subscription does not show it. The next attempt has its own key and
 	// its own recovery point.
 	next := c.Attempt + 1
-	c, acct, now, err = tx.SaveRecoveryPoint(ctx, c.ID, next)
+	c, acct, now, err = tx.SaveRecoveryPoint(ctx, c.ID, next, nil)
 	if err != nil {
 		return redemption{}, fmt.Errorf("save recovery point: %w", err)
 	}

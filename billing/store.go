@@ -122,8 +122,9 @@ type Tx interface {
 	// opens a new transaction and locks the subscription and the
 	// confirmation again, in the one lock order (subscription first), and
 	// returns them as they are now with the database's now. An error after
-	// the commit wraps ErrRecoveryPointSaved.
-	SaveRecoveryPoint(ctx context.Context, confirmationID string, attempt int) (Confirmation, Account, time.Time, error)
+	// the commit wraps ErrRecoveryPointSaved. consent, when set, is how the
+	// person agreed, recorded in the same write (consent.go).
+	SaveRecoveryPoint(ctx context.Context, confirmationID string, attempt int, consent *Consent) (Confirmation, Account, time.Time, error)
 }
 
 // Record is what one step of the handshake changes.
@@ -152,9 +153,6 @@ type Record struct {
 	Result *ChangeResult
 	// Receipt is the signed receipt of the change this step executed.
 	Receipt *StoredReceipt
-	// Consent records how the person agreed, with the attempt that sends
-	// the change (consent.go).
-	Consent *Consent
 	Events  []AuditEvent
 }
 

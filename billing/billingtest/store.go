@@ -284,10 +284,14 @@ func (tx *tx) LockByToken(_ context.Context, org, principal string, tokenHash []
 // SaveRecoveryPoint implements billing.Tx: the transaction's state so far,
 // with the confirmation executing, becomes the store's (committed), and the
 // transaction goes on from there.
-func (tx *tx) SaveRecoveryPoint(ctx context.Context, confirmationID string, attempt int) (billing.Confirmation, billing.Account, time.Time, error) {
+func (tx *tx) SaveRecoveryPoint(ctx context.Context, confirmationID string, attempt int, consent *billing.Consent) (billing.Confirmation, billing.Account, time.Time, error) {
 	c, ok := tx.state.Confirmations[confirmationID]
 	if !ok {
 		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
+	}
+	if consent != nil {
+		k := *consent
+		c.Consent = &k
 	}
 	c.Status, c.Attempt, c.AttemptedAt = billing.StatusExecuting, attempt, tx.store.now
 	if c.SentAt.IsZero() {
@@ -406,12 +410,6 @@ func (tx *tx) Record(_ context.Context, r billing.Record) error {
 			}
 			c.Verification = &recorded
 		}
-		tx.state.Confirmations[r.ConfirmationID] = c
-	}
-	if r.Consent != nil {
-		c := tx.state.Confirmations[r.ConfirmationID]
-		k := *r.Consent
-		c.Consent = &k
 		tx.state.Confirmations[r.ConfirmationID] = c
 	}
 	if r.Attempt != nil {

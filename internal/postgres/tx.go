@@ -250,22 +250,23 @@ func (t *storeTx) lockConfirmation(ctx context.Context, batch *pgx.Batch, lockSQ
 	return c, a, now, nil
 }
 
-// recoveryPointSQL marks confirmation $1 executing under attempt $2.
+// recoveryPointSQL marks confirmation $1 executing under attempt $2, with
+// how the person agreed ($3) when the step knows it.
 const recoveryPointSQL = `UPDATE confirmations SET status = 'executing', attempt = $2, attempted_at = clock_timestamp(),
-		sent_at = coalesce(sent_at, clock_timestamp()) WHERE id = $1`
+		sent_at = coalesce(sent_at, clock_timestamp()), consent = coalesce($3, consent) WHERE id = $1`
 
 // SaveRecoveryPoint implements billing.Tx in one round trip: the waiting
 // writes, the confirmation marked executing, COMMIT, then BEGIN and the
 // locks again (subscription first) with the account, policy and clock.
 // Statements of one pipeline run in order; COMMIT ends the transaction
 // there, and what follows it runs in a new one.
-func (t *storeTx) SaveRecoveryPoint(ctx context.Context, confirmationID string, attempt int) (billing.Confirmation, billing.Account, time.Time, error) {
+func (t *storeTx) SaveRecoveryPoint(ctx context.Context, confirmationID string, attempt int, consent *billing.Consent) (billing.Confirmation, billing.Account, time.Time, error) {
 	if !t.begun {
 		return billing.Confirmation{}, billing.Account{}, time.Time{}, errors.New("recovery point outside a transaction")
 	}
 	committed := false
 	batch := &pgx.Batch{}
-	batch.Queue(recoveryPointSQL, confirmationID, attempt)
+	batch.Queue(recoveryPointSQL, confirmationID, attempt, consent)
 	batch.QueuedQueries = append(batch.QueuedQueries, t.takeAudit()...)
 	batch.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
@@ -390,9 +391,6 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	}
 	if sub := r.SyncedSubscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET synced_at = $2 WHERE org = $1`, sub.Org, nullTime(sub.SyncedAt))
-	}
-	if r.Consent != nil {
-		batch.Queue(`UPDATE confirmations SET consent = $2 WHERE id = $1`, r.ConfirmationID, r.Consent)
 	}
 	if r.Receipt != nil {
 		queueReceipt(batch, r.Receipt)

@@ -87,9 +87,8 @@ SELECT EXISTS (SELECT 1 FROM confirmations
 	(SELECT policy FROM org_policies WHERE org = :org), clock_timestamp();
 \endpipeline
 \startpipeline
-UPDATE confirmations SET consent = :consent WHERE id = :cid;
 UPDATE confirmations SET status = 'executing', attempt = :attempt, attempted_at = clock_timestamp(),
-		sent_at = coalesce(sent_at, clock_timestamp()) WHERE id = :cid;
+		sent_at = coalesce(sent_at, clock_timestamp()), consent = coalesce(:consent, consent) WHERE id = :cid;
 INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id, consent)
 			VALUES (:ev_validated, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id, :no_consent);
 COMMIT;
