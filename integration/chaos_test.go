@@ -2,12 +2,12 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -169,20 +169,12 @@ var planRank = map[string]int{"free": 0, "pro": 1, "scale": 2}
 
 func rankOf(plan string) int { return planRank[plan] }
 
-// tryChange posts body to the handshake endpoint of op with a client that
-// gives up after d.
+// tryChange posts body (JSON) to the handshake endpoint of op with a client
+// that gives up after d.
 func (h *harness) tryChange(d time.Duration, token, op, body string) (response, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", h.url+"/api/billing/"+op, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	return readResponse(resp)
+	return h.tryPost(ctx, "/api/billing/"+op, token, json.RawMessage(body))
 }
 
 // subscriptionOf reads the plan without failing the test on a transient
