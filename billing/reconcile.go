@@ -99,18 +99,15 @@ func (s *Service) stateAfter(ctx context.Context, ev SubscriptionEvent) (Provide
 // read under its lock: first the executing confirmation it shows applied,
 // if any, then the rest as drift.
 func (s *Service) applyProviderState(ctx context.Context, tx Tx, acct Account, state ProviderSubscription, seen time.Time) (ReconcileOutcome, error) {
-	settled, err := s.settleFromState(ctx, tx, acct, state)
-	if err != nil {
-		return "", err
-	}
-	if settled != nil {
-		acct = executedAccount(acct, *settled, state)
+	settled, err := s.settleFromState(ctx, tx, acct, state, seen)
+	if err != nil || settled {
+		return ReconcileApplied, err
 	}
 	changed, err := s.recordProviderState(ctx, tx, acct, state, seen)
 	if err != nil {
 		return "", err
 	}
-	if settled != nil || changed {
+	if changed {
 		return ReconcileApplied, nil
 	}
 	return ReconcileUnchanged, nil
@@ -120,17 +117,18 @@ func (s *Service) applyProviderState(ctx context.Context, tx Tx, acct Account, s
 // subscription names (its metadata) as executed: billingd sent the change
 // and the answer was lost, or billingd died before recording it (or, should
 // the provider have applied it later than any request could take, one
-// recorded as not made). It returns the confirmation it recorded, or nil.
-func (s *Service) settleFromState(ctx context.Context, tx Tx, acct Account, state ProviderSubscription) (*Confirmation, error) {
+// recorded as not made), with the subscription as the provider has it now
+// (recordAppliedAtProvider). It reports whether it recorded one.
+func (s *Service) settleFromState(ctx context.Context, tx Tx, acct Account, state ProviderSubscription, seen time.Time) (bool, error) {
 	if state.ConfirmationID == "" {
-		return nil, nil
+		return false, nil
 	}
 	c, now, err := tx.LockByID(ctx, acct.Org.ID, state.ConfirmationID)
 	if errors.Is(err, ErrNotFound) {
-		return nil, nil
+		return false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("lock confirmation of event: %w", err)
+		return false, fmt.Errorf("lock confirmation of event: %w", err)
 	}
 	switch {
 	case c.Status == StatusFailed && c.Failure == reasonNotApplied:
@@ -139,15 +137,11 @@ func (s *Service) settleFromState(ctx context.Context, tx Tx, acct Account, stat
 		s.log.Error("a change recorded as not made was applied by the provider; recording it as executed",
 			"confirmation_id", c.ID, "org", c.Org)
 	case c.Status != StatusExecuting:
-		return nil, nil
+		return false, nil
 	}
 	caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "webhook"}
-	applied := AppliedChange{Status: state.Status, CurrentPeriodEnd: state.CurrentPeriodEnd, ItemID: state.ItemID,
-		Invoice: invoiceOf(state.LatestInvoice, c)}
-	if _, err := s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied); err != nil {
-		return nil, err
-	}
-	return &c, nil
+	_, err = s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, seen)
+	return err == nil, err
 }
 
 // executedAccount is acct as recordExecuted left it after executing c.

@@ -59,7 +59,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false, withheld)
 	}
 	if state.ConfirmationID == c.ID {
-		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state)
+		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, time.Time{})
 	}
 	if !consent || !quoteHolds(c, acct.Subscription, state) {
 		if !s.attemptOver(c, now) {
@@ -80,7 +80,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false, withheld)
 	}
 	if state.ConfirmationID == c.ID {
-		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state)
+		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, time.Time{})
 	}
 	if !quoteHolds(c, acct.Subscription, state) {
 		return s.recordNotMade(ctx, tx, caller, c, acct, state)
@@ -147,16 +147,17 @@ func (s *Service) attemptOver(c Confirmation, now time.Time) bool {
 
 // recordAppliedAtProvider records c as executed because the provider's
 // subscription names it, then records the subscription as the provider has
-// it now, if it has changed since (drift).
+// it now, if it has changed since (drift); seen as recordProviderState
+// takes it. Settling and webhooks both record an applied change this way.
 func (s *Service) recordAppliedAtProvider(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
-	now time.Time, state ProviderSubscription) (redemption, error) {
+	now time.Time, state ProviderSubscription, seen time.Time) (redemption, error) {
 	applied := AppliedChange{Status: state.Status, CurrentPeriodEnd: state.CurrentPeriodEnd, ItemID: state.ItemID,
 		Invoice: invoiceOf(state.LatestInvoice, c)}
 	r, err := s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
 	if err != nil {
 		return r, err
 	}
-	_, err = s.recordProviderState(ctx, tx, executedAccount(acct, c, state), state, time.Time{})
+	_, err = s.recordProviderState(ctx, tx, executedAccount(acct, c, state), state, seen)
 	return r, err
 }
 
