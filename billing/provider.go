@@ -23,6 +23,59 @@ type PlanChange struct {
 	// provider's side to the audit log; it is the same on every retry, so it
 	// never breaks an idempotent replay the way a per-request value would.
 	ConfirmationID string
+	// FromPriceID is the subscription's price now (the quote's).
+	FromPriceID string
+	// AtPeriodEnd schedules the change for PeriodEnd, the end of the
+	// current period, with a subscription schedule instead of making it
+	// now: nothing is prorated, charged or credited now. Its preview is
+	// the renewal invoice at the new price (Preview.AtRenewal).
+	AtPeriodEnd bool
+	PeriodEnd   time.Time
+	// KeepPlan: the change only cancels the scheduled change, by releasing
+	// the attached schedule; the price stays FromPriceID.
+	KeepPlan bool
+	// Attached is the schedule attached to the subscription when it was
+	// last read (ProviderSubscription.Schedule); nil if none. Every change
+	// releases it first, so that no phase it holds undoes the change at
+	// the period's end (a subscription has at most one schedule). A bare
+	// one (ProviderSchedule.Bare: an attempt that died between creating a
+	// schedule and setting its phases left it) is reused by AtPeriodEnd.
+	Attached *ProviderSchedule
+}
+
+// ProviderSchedule is a subscription schedule at the provider (Stripe's
+// subscription_schedule) as billingd reads it.
+type ProviderSchedule struct {
+	ID string
+	// ConfirmationID is the confirmation whose change set the phases
+	// (the schedule's metadata), "" if billingd did not.
+	ConfirmationID string
+	// PhaseStart is when the current phase started: an update of the
+	// phases keeps it.
+	PhaseStart time.Time
+	// NextPriceID and NextAt are the phase after the current one, if any:
+	// the price the schedule moves the subscription to, and when. Empty
+	// when the schedule changes nothing more.
+	NextPriceID string
+	NextAt      time.Time
+}
+
+// Bare reports whether the schedule changes nothing and is not billingd's.
+func (s *ProviderSchedule) Bare() bool {
+	return s != nil && s.NextPriceID == "" && s.ConfirmationID == ""
+}
+
+// Scheduled reports whether the schedule will still change the plan.
+func (s *ProviderSchedule) Scheduled() bool { return s != nil && s.NextPriceID != "" }
+
+// Amounts are an invoice's amount due with its parts: AmountDueCents =
+// Subtotal − Discount + Tax − CreditApplied.
+type Amounts struct {
+	SubtotalCents      int64
+	DiscountCents      int64
+	TaxCents           int64
+	CreditAppliedCents int64
+	AmountDueCents     int64
 }
 
 // Preview is what a plan change would cost.
@@ -41,6 +94,9 @@ type Preview struct {
 	DiscountCents      int64
 	TaxCents           int64
 	CreditAppliedCents int64
+	// AtRenewal is what the renewal invoice at the new price will charge,
+	// as the provider previews it today (PlanChange.AtPeriodEnd only).
+	AtRenewal *Amounts
 }
 
 // AppliedChange is the subscription after a plan change.
@@ -52,6 +108,8 @@ type AppliedChange struct {
 	// (ChargeNow: the update's latest_invoice); nil when it invoiced
 	// nothing then (a downgrade's proration waits for the next invoice).
 	Invoice *Invoice
+	// Schedule is the schedule that holds a change made AtPeriodEnd.
+	Schedule *ProviderSchedule
 }
 
 // Invoice is an invoice the provider made, as far as billingd states it.
@@ -107,6 +165,9 @@ type ProviderSubscription struct {
 	// ConfirmationID is the confirmation that last changed the plan, from
 	// the subscription's metadata (PlanChange.ConfirmationID).
 	ConfirmationID string
+	// Schedule is the subscription schedule attached to the subscription,
+	// nil if none.
+	Schedule *ProviderSchedule
 }
 
 // PaymentProvider is the payment system (Stripe). Errors wrap
