@@ -38,31 +38,56 @@ func amountParts(t *Terms, p Preview) error {
 	return nil
 }
 
+// checkParts refuses amounts whose parts do not add up to the amount due,
+// as amountParts does; parts all zero are the amount's own subtotal.
+func checkParts(a *Amounts) error {
+	if a.SubtotalCents == 0 && a.DiscountCents == 0 && a.TaxCents == 0 && a.CreditAppliedCents == 0 {
+		a.SubtotalCents = a.AmountDueCents
+		return nil
+	}
+	if a.DiscountCents < 0 || a.TaxCents < 0 || a.CreditAppliedCents < 0 {
+		return fmt.Errorf("amounts have a negative part: discount %d, tax %d, credit %d", a.DiscountCents, a.TaxCents, a.CreditAppliedCents)
+	}
+	if sum := a.SubtotalCents - a.DiscountCents + a.TaxCents - a.CreditAppliedCents; sum != a.AmountDueCents {
+		return fmt.Errorf("parts add up to %d, not the %d due (subtotal %d, discount %d, tax %d, credit %d)",
+			sum, a.AmountDueCents, a.SubtotalCents, a.DiscountCents, a.TaxCents, a.CreditAppliedCents)
+	}
+	return nil
+}
+
 // dueNowPhrase states the amount charged now with each part that is not
 // zero, in the invoice's currency:
 //
 //	"$17.67 due now"
 //	"$17.67 plus $2.53 tax, less a $5.00 discount; $10.00 of account credit applied: $5.20 due now"
 func dueNowPhrase(t Terms) string {
-	money := func(minor int64) string { return formatMoney(minor, t.Currency) }
-	if t.DiscountCents == 0 && t.TaxCents == 0 && t.CreditAppliedCents == 0 {
-		return money(t.AmountDueCents) + " due now"
+	return amountPhrase(Amounts{AmountDueCents: t.AmountDueCents, SubtotalCents: t.SubtotalCents,
+		DiscountCents: t.DiscountCents, TaxCents: t.TaxCents, CreditAppliedCents: t.CreditAppliedCents},
+		t.Currency, "due now")
+}
+
+// amountPhrase states an amount with each part that is not zero, followed
+// by what it is ("due now", "charged then").
+func amountPhrase(a Amounts, currency, what string) string {
+	money := func(minor int64) string { return formatMoney(minor, currency) }
+	if a.DiscountCents == 0 && a.TaxCents == 0 && a.CreditAppliedCents == 0 {
+		return money(a.AmountDueCents) + " " + what
 	}
 	var b strings.Builder
-	b.WriteString(money(t.SubtotalCents))
-	if t.TaxCents != 0 {
-		b.WriteString(" plus " + money(t.TaxCents) + " tax")
+	b.WriteString(money(a.SubtotalCents))
+	if a.TaxCents != 0 {
+		b.WriteString(" plus " + money(a.TaxCents) + " tax")
 	}
-	if t.DiscountCents != 0 {
-		if t.TaxCents != 0 {
+	if a.DiscountCents != 0 {
+		if a.TaxCents != 0 {
 			b.WriteString(",")
 		}
-		b.WriteString(" less a " + money(t.DiscountCents) + " discount")
+		b.WriteString(" less a " + money(a.DiscountCents) + " discount")
 	}
-	if t.CreditAppliedCents != 0 {
-		b.WriteString("; " + money(t.CreditAppliedCents) + " of account credit applied")
+	if a.CreditAppliedCents != 0 {
+		b.WriteString("; " + money(a.CreditAppliedCents) + " of account credit applied")
 	}
-	b.WriteString(": " + money(t.AmountDueCents) + " due now")
+	b.WriteString(": " + money(a.AmountDueCents) + " " + what)
 	return b.String()
 }
 

@@ -85,17 +85,18 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 	if refused, err := s.policyAtExecution(ctx, tx, caller, &c, acct.Policy, now); refused != nil || err != nil {
 		return redemption{outcome: refused}, err
 	}
-	if drift, err := s.checkAtProvider(ctx, tx, caller, c, acct); drift != nil || err != nil {
+	state, drift, err := s.checkAtProvider(ctx, tx, caller, c, acct)
+	if drift != nil || err != nil {
 		return redemption{outcome: drift}, err
 	}
 	c.Consent = consentFor(c, caller, acct.Policy) // how the person agreed (consent.go)
-	return s.execute(ctx, tx, caller, c, req.TokenWithheld)
+	return s.execute(ctx, tx, caller, c, state.Schedule, req.TokenWithheld)
 }
 
 // sameRequest reports whether a second call repeats the one c was issued
 // for: only then may it see c's outcome.
 func sameRequest(c Confirmation, req ChangeRequest) bool {
-	return c.Operation == req.Operation && c.Terms.ToPlan == req.To
+	return c.Operation == req.Operation && c.Terms.ToPlan == req.To && c.Terms.AtPeriodEnd == req.atPeriodEnd()
 }
 
 // replayOf is the answer to the owner repeating an executed second call.
@@ -167,40 +168,43 @@ func (s *Service) policyNow(ctx context.Context, tx Tx, c Confirmation, p Policy
 
 // checkAtProvider is the last check before the change is sent: the
 // subscription at the provider must still be what the quote assumed (its
-// price, one item of quantity one, its status and period), because a change
+// price, one item of quantity one, its status, period and scheduled
+// change), because a change
 // made in Stripe's dashboard or by another tool reaches billingd only when
 // a webhook does, if ever. Otherwise the token is revoked as drift, billingd
 // records the subscription as the provider has it, and nothing is sent. The
 // writes held back so far stay held: the audit chain's head is not locked
 // while the provider answers.
-func (s *Service) checkAtProvider(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account) (refused error, err error) {
+func (s *Service) checkAtProvider(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account) (
+	state ProviderSubscription, refused error, err error) {
 	readCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
 	defer cancel()
-	state, err := s.payments.ReadSubscription(readCtx, acct.Subscription.StripeSubscriptionID)
+	state, err = s.payments.ReadSubscription(readCtx, acct.Subscription.StripeSubscriptionID)
 	if err != nil {
-		return providerError("read subscription before the change", err), nil
+		return state, providerError("read subscription before the change", err), nil
 	}
-	if quoteHolds(c, acct.Subscription, state) {
-		return nil, nil
+	if s.quoteHolds(c, acct.Subscription, state) {
+		return state, nil, nil
 	}
 	s.log.Warn("subscription changed at the provider since the quote; token revoked", "confirmation_id", c.ID,
 		"org", c.Org, "price", state.PriceID, "status", state.Status)
 	revoked := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "drift")
 	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusRevoked, Events: []AuditEvent{revoked}}); err != nil {
-		return nil, err
+		return state, nil, err
 	}
 	if _, err := s.recordProviderState(ctx, tx, acct, state, time.Time{}); err != nil {
-		return nil, err
+		return state, nil, err
 	}
-	return Errorf(CodeTokenMismatch, "%s", msgChangedAtProvider), nil
+	return state, Errorf(CodeTokenMismatch, "%s", msgChangedAtProvider), nil
 }
 
 // quoteHolds reports whether the provider's subscription is still the one
-// the quote of c was made from (billingd's copy, sub, is: termsHold).
-func quoteHolds(c Confirmation, sub Subscription, state ProviderSubscription) bool {
+// the quote of c was made from (billingd's copy, sub, is: termsHold),
+// its scheduled change included (scheduleHolds).
+func (s *Service) quoteHolds(c Confirmation, sub Subscription, state ProviderSubscription) bool {
 	return state.PriceID == c.Terms.FromPriceID && state.ItemID == sub.StripeItemID &&
 		state.Items == 1 && state.Quantity == 1 && state.Status == sub.Status &&
-		state.CurrentPeriodEnd.Equal(sub.CurrentPeriodEnd)
+		state.CurrentPeriodEnd.Equal(sub.CurrentPeriodEnd) && s.scheduleHolds(c.Terms, sub, state.Schedule)
 }
 
 const msgChangedAtProvider = "the subscription was changed at the payment provider since the summary was made " +
@@ -209,7 +213,9 @@ const msgChangedAtProvider = "the subscription was changed at the payment provid
 // execute is the money path of a second call whose every check passed:
 // the recovery point, then the provider request and its record. Once the
 // recovery point is saved, nothing depends on the client any more.
-func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, withheld bool) (redemption, error) {
+// attached is the schedule the provider's subscription has (released
+// before the change: PlanChange.Attached).
+func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, attached *ProviderSchedule, withheld bool) (redemption, error) {
 	validated := s.event(caller, c.Operation, EventTokenValidated, c.ID, "")
 	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Events: []AuditEvent{validated}}); err != nil {
 		return redemption{}, err
@@ -221,7 +227,7 @@ func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmat
 	if err != nil {
 		return redemption{}, fmt.Errorf("save recovery point: %w", err)
 	}
-	r, err := s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, attempt, withheld)
+	r, err := s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, attempt, attached, withheld)
 	return r, settledLater(err)
 }
 
@@ -231,7 +237,7 @@ func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmat
 // they took too long to get back, or that a webhook recorded a change of
 // the subscription (the terms no longer hold: nothing is sent).
 func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
-	attempt int, withheld bool) (redemption, error) {
+	attempt int, attached *ProviderSchedule, withheld bool) (redemption, error) {
 	if c.Status != StatusExecuting || c.Attempt != attempt {
 		return s.answerSettled(c, acct, withheld), nil
 	}
@@ -246,7 +252,7 @@ func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, 
 		return redemption{outcome: Errorf(CodeTokenMismatch, "%s", msgSubscriptionChanged)},
 			tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusRevoked, Events: []AuditEvent{revoked}})
 	}
-	return s.send(ctx, tx, caller, c, acct, now, attempt == 0, withheld)
+	return s.send(ctx, tx, caller, c, acct, now, attached, attempt == 0, withheld)
 }
 
 // settledLater marks an error that came after a recovery point: the
@@ -276,8 +282,8 @@ func (s *Service) answerSettled(c Confirmation, acct Account, withheld bool) red
 // the record of its outcome. auditUnknown: an unknown outcome is audited
 // (once per confirmation, when it first becomes unknown).
 func (s *Service) send(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
-	auditUnknown, withheld bool) (redemption, error) {
-	applied, err := s.apply(ctx, c, acct)
+	attached *ProviderSchedule, auditUnknown, withheld bool) (redemption, error) {
+	applied, err := s.apply(ctx, c, acct, attached)
 	return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, auditUnknown, withheld)
 }
 
@@ -294,12 +300,10 @@ func (s *Service) afterSideEffect(ctx context.Context) (context.Context, context
 const recordTimeout = 10 * time.Second
 
 // apply sends c's change to the provider under the idempotency key of c's
-// current attempt.
-func (s *Service) apply(ctx context.Context, c Confirmation, acct Account) (AppliedChange, error) {
-	// The price the person agreed to (Terms), not the catalog's: a retry of
-	// the same key must be the same request even if the catalog changed.
-	change := planChangeFor(acct, Plan{StripePriceID: c.Terms.ToPriceID}, c.Operation, c.Terms.ProrationDate)
-	change.ConfirmationID = c.ID
+// current attempt, releasing the attached schedule first.
+func (s *Service) apply(ctx context.Context, c Confirmation, acct Account, attached *ProviderSchedule) (AppliedChange, error) {
+	change := planChangeFor(acct, c.Terms, c.Operation)
+	change.ConfirmationID, change.Attached = c.ID, attached
 	callCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
 	defer cancel()
 	return s.payments.ApplyPlanChange(callCtx, change, idempotencyKey(c))
@@ -348,13 +352,8 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 // confirmation's finished_at).
 func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Confirmation, sub Subscription,
 	now time.Time, applied AppliedChange) (redemption, error) {
-	sub.Plan, sub.Status, sub.SyncedAt = c.Terms.ToPlan, applied.Status, now
-	if !applied.CurrentPeriodEnd.IsZero() {
-		sub.CurrentPeriodEnd = applied.CurrentPeriodEnd
-	}
-	if applied.ItemID != "" {
-		sub.StripeItemID = applied.ItemID
-	}
+	sub = subscriptionAfter(c, sub, applied)
+	sub.SyncedAt = now
 	result := ChangeResult{OK: true, Subscription: viewOf(sub), Charged: chargedFor(c, applied)}
 	if ch := result.Charged; ch != nil && ch.AmountDueNowCents != ch.QuotedAmountDueNowCents {
 		result.Notice = chargedNotice(*ch)

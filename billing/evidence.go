@@ -47,6 +47,13 @@ type ReceiptClaims struct {
 	Quoted *QuotedAmounts `json:"quoted,omitempty"`
 	// Consent is how the person agreed (contract §11).
 	Consent *Consent `json:"consent,omitempty"`
+	// At is "period_end" for a change scheduled for EffectiveAt, the end
+	// of the period: the receipt is signed when it is scheduled, and the
+	// provider makes it then.
+	At          string     `json:"at,omitempty"`
+	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	// Cancels is the scheduled change this change cancelled.
+	Cancels *ScheduledChangeView `json:"cancels,omitempty"`
 }
 
 // SummaryHash is the summary_sha256 of a summary text.
@@ -191,6 +198,11 @@ func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.T
 		at := v.VerifiedAt.UTC()
 		claims.VerifiedAt = &at
 	}
+	if c.Terms.AtPeriodEnd {
+		at := c.Terms.NextChargeAt.UTC()
+		claims.At, claims.EffectiveAt = AtPeriodEnd, &at
+	}
+	claims.Cancels = scheduledView(c.Terms.Cancels)
 	jws, err := s.receipts.SignReceipt(claims)
 	if err != nil {
 		return nil, fmt.Errorf("sign receipt: %w", err)

@@ -35,7 +35,11 @@ func (s *Service) ChangeOf(ctx context.Context, caller Caller, id string) (Pendi
 	case err != nil:
 		return PendingChange{}, storeError("read confirmation", err)
 	}
-	return PendingChange{Request: ChangeRequest{Operation: c.Operation, To: c.Terms.ToPlan}, Status: c.Status}, nil
+	req := ChangeRequest{Operation: c.Operation, To: c.Terms.ToPlan}
+	if c.Terms.AtPeriodEnd {
+		req.At = AtPeriodEnd
+	}
+	return PendingChange{Request: req, Status: c.Status}, nil
 }
 
 // errNotYours answers a confirmation id the caller cannot redeem in the words

@@ -2,6 +2,7 @@ package billing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -20,7 +21,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	if err != nil {
 		return ChangeResult{}, err
 	}
-	if from.ID == to.ID {
+	if alreadyThere(acct.Subscription, to, req) {
 		no := false
 		return ChangeResult{OK: true, ConfirmRequired: &no, Noop: true, Subscription: viewOf(acct.Subscription)}, nil
 	}
@@ -30,7 +31,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	if err := s.refuseEarly(ctx, caller, acct.Policy, req.Operation, to.ID); err != nil {
 		return ChangeResult{}, err
 	}
-	terms, err := s.quote(ctx, acct, from, to, req.Operation, now)
+	terms, err := s.quote(ctx, acct, from, to, req, now)
 	if err != nil {
 		return ChangeResult{}, err
 	}
@@ -45,15 +46,32 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	if action == ActionAllow {
 		// The org's policy lets this change (nothing due now) run at once.
 		caller.viaAllow = true
-		return s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, ConfirmToken: token, TokenWithheld: true})
+		return s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, At: req.At,
+			ConfirmToken: token, TokenWithheld: true})
 	}
 	return s.proposal(c, token), nil
 }
 
+// alreadyThere reports whether the request asks for what the subscription
+// already is or will be: its plan with no change scheduled, or the change
+// already scheduled.
+func alreadyThere(sub Subscription, to Plan, req ChangeRequest) bool {
+	if sub.Scheduled == nil {
+		return sub.Plan == to.ID
+	}
+	return req.atPeriodEnd() && sub.Scheduled.ToPlan == to.ID && sub.Scheduled.PriceID == to.StripePriceID
+}
+
 // quote asks the provider what the change costs and returns the terms the
-// summary will state.
-func (s *Service) quote(ctx context.Context, acct Account, from, to Plan, op Operation, now time.Time) (Terms, error) {
-	change := planChangeFor(acct, to, op, now.Truncate(time.Second))
+// summary will state. Keeping the plan (cancelling the scheduled change)
+// costs nothing and needs no preview.
+func (s *Service) quote(ctx context.Context, acct Account, from, to Plan, req ChangeRequest, now time.Time) (Terms, error) {
+	terms := termsFor(acct.Subscription, from, to, req, now.Truncate(time.Second))
+	terms.Livemode = s.livemode
+	if keepsPlan(terms) {
+		return terms, nil
+	}
+	change := planChangeFor(acct, terms, req.Operation)
 	preview, err := s.payments.PreviewPlanChange(ctx, change)
 	if err != nil {
 		return Terms{}, providerError("preview plan change", err)
@@ -62,14 +80,34 @@ func (s *Service) quote(ctx context.Context, acct Account, from, to Plan, op Ope
 		return Terms{}, wrapErr(CodeInternal, "internal error",
 			fmt.Errorf("preview currency %q differs from catalog %q", preview.Currency, to.Currency))
 	}
-	terms := termsFor(acct.Subscription, from, to, change, preview)
-	if change.ChargeNow {
-		if err := amountParts(&terms, preview); err != nil {
-			return Terms{}, wrapErr(CodeInternal, "internal error", fmt.Errorf("quote: %w", err))
-		}
+	if err := priced(&terms, change, preview); err != nil {
+		return Terms{}, wrapErr(CodeInternal, "internal error", fmt.Errorf("quote: %w", err))
 	}
-	terms.Livemode = s.livemode
 	return terms, nil
+}
+
+// priced sets the amounts of the preview on t: what is charged now and its
+// parts (upgrades), the credit carried to the next invoice (downgrades now),
+// or what the renewal at the new price will charge (at the period's end).
+func priced(t *Terms, change PlanChange, p Preview) error {
+	switch {
+	case change.AtPeriodEnd:
+		if p.AtRenewal == nil {
+			return errors.New("the preview of a period-end change has no renewal invoice")
+		}
+		renewal := *p.AtRenewal
+		if err := checkParts(&renewal); err != nil {
+			return err
+		}
+		t.AtRenewal = &renewal
+		return nil
+	case change.ChargeNow:
+		t.AmountDueCents = max(p.AmountDueNowCents, 0)
+		return amountParts(t, p)
+	default:
+		t.CreditCents = max(-p.ProrationCents, 0)
+		return nil
+	}
 }
 
 // issue stores the confirmation for terms. A change that needs approval may
@@ -82,7 +120,7 @@ func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Ope
 		ID: newConfirmationID(), TokenHash: hash,
 		Org: caller.Org, Principal: caller.Principal, Client: caller.Client, Agent: acct.Policy.isAgent(caller),
 		Operation: op, Terms: terms, Status: StatusPending,
-		Summary: summarize(displayNameOr(acct.Org), op, from, to, terms),
+		Summary: summarize(displayNameOr(acct.Org), op, from, to, terms, s.planName(terms.Cancels)),
 	}
 	ttl := s.ttl
 	switch action {
@@ -124,43 +162,54 @@ func (s *Service) planChange(sub Subscription, req ChangeRequest) (from, to Plan
 }
 
 // planChangeFor is the provider request a proposal quotes and its
-// confirmation executes. Upgrades charge the prorated difference now and fail
-// if the payment fails; downgrades credit it on the next invoice.
-func planChangeFor(acct Account, to Plan, op Operation, prorationDate time.Time) PlanChange {
-	return PlanChange{
+// confirmation executes, from the terms (the price the person agreed to,
+// not the catalog's: a retry of the same key must be the same request even
+// if the catalog changed). Upgrades charge the prorated difference now and
+// fail if the payment fails; downgrades credit it on the next invoice, or
+// wait for the period's end.
+func planChangeFor(acct Account, t Terms, op Operation) PlanChange {
+	change := PlanChange{
 		CustomerID:     acct.Org.StripeCustomerID,
 		SubscriptionID: acct.Subscription.StripeSubscriptionID,
 		ItemID:         acct.Subscription.StripeItemID,
-		NewPriceID:     to.StripePriceID,
-		ProrationDate:  prorationDate,
-		ChargeNow:      op == OpUpgrade,
+		FromPriceID:    t.FromPriceID,
+		NewPriceID:     t.ToPriceID,
+		ProrationDate:  t.ProrationDate,
+		ChargeNow:      op == OpUpgrade && !keepsPlan(t),
+		KeepPlan:       keepsPlan(t),
 	}
+	if t.AtPeriodEnd && !keepsPlan(t) {
+		change.AtPeriodEnd, change.PeriodEnd = true, t.NextChargeAt
+	}
+	return change
 }
 
-func termsFor(sub Subscription, from, to Plan, change PlanChange, p Preview) Terms {
-	t := Terms{
+// termsFor are the terms of a change from one plan to another, before the
+// provider priced it.
+func termsFor(sub Subscription, from, to Plan, req ChangeRequest, prorationDate time.Time) Terms {
+	return Terms{
 		FromPlan: from.ID, ToPlan: to.ID,
 		FromPriceID: from.StripePriceID, ToPriceID: to.StripePriceID,
 		FromAmountCents: from.AmountCents, ToAmountCents: to.AmountCents,
-		Currency: to.Currency, ProrationDate: change.ProrationDate,
+		Currency: to.Currency, ProrationDate: prorationDate,
 		SubscriptionVer: sub.Version, NextChargeAt: sub.CurrentPeriodEnd,
+		AtPeriodEnd: req.atPeriodEnd() && from.ID != to.ID, Cancels: sub.Scheduled,
 	}
-	if change.ChargeNow {
-		t.AmountDueCents = max(p.AmountDueNowCents, 0)
-	} else {
-		t.CreditCents = max(-p.ProrationCents, 0)
-	}
-	return t
 }
 
 func detailsOf(t Terms) Details {
-	return Details{
+	d := Details{
 		From: t.FromPlan, To: t.ToPlan,
 		AmountDueNowCents: t.AmountDueCents, CreditCents: t.CreditCents, Currency: t.Currency,
 		SubtotalCents: t.SubtotalCents, DiscountCents: t.DiscountCents, TaxCents: t.TaxCents,
 		CreditAppliedCents: t.CreditAppliedCents,
 		EffectiveAt:        t.ProrationDate.UTC(), NextChargeAt: t.NextChargeAt.UTC(), Livemode: t.Livemode,
+		CancelsScheduledChange: scheduledView(t.Cancels),
 	}
+	if t.AtPeriodEnd {
+		d.At, d.EffectiveAt, d.NextCharge = AtPeriodEnd, t.NextChargeAt.UTC(), t.AtRenewal
+	}
+	return d
 }
 
 func (s *Service) proposal(c Confirmation, token string) ChangeResult {
@@ -185,6 +234,18 @@ func (s *Service) proposal(c Confirmation, token string) ChangeResult {
 // approvalURL is the dashboard page where an approver sees the summary.
 func (s *Service) approvalURL(id string) string {
 	return s.publicBaseURL + "/approvals/" + id
+}
+
+// planName is the name of the plan a scheduled change goes to ("" for
+// none; its id outside the catalog).
+func (s *Service) planName(sc *ScheduledChange) string {
+	if sc == nil {
+		return ""
+	}
+	if p, ok := s.catalog.Plan(sc.ToPlan); ok {
+		return p.Name
+	}
+	return sc.ToPlan
 }
 
 func displayNameOr(o Org) string {

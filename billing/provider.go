@@ -71,11 +71,11 @@ func (s *ProviderSchedule) Scheduled() bool { return s != nil && s.NextPriceID !
 // Amounts are an invoice's amount due with its parts: AmountDueCents =
 // Subtotal − Discount + Tax − CreditApplied.
 type Amounts struct {
-	SubtotalCents      int64
-	DiscountCents      int64
-	TaxCents           int64
-	CreditAppliedCents int64
-	AmountDueCents     int64
+	AmountDueCents     int64 `json:"amount_due_cents"`
+	SubtotalCents      int64 `json:"subtotal_cents"`
+	DiscountCents      int64 `json:"discount_cents"`
+	TaxCents           int64 `json:"tax_cents"`
+	CreditAppliedCents int64 `json:"credit_applied_cents"`
 }
 
 // Preview is what a plan change would cost.

@@ -114,46 +114,44 @@ func (s *Service) applyProviderState(ctx context.Context, tx Tx, acct Account, s
 }
 
 // settleFromState records the executing confirmation the provider's
-// subscription names (its metadata) as executed: billingd sent the change
-// and the answer was lost, or billingd died before recording it (or, should
-// the provider have applied it later than any request could take, one
-// recorded as not made), with the subscription as the provider has it now
-// (recordAppliedAtProvider). It reports whether it recorded one.
+// subscription names (its metadata, or its schedule's) as executed: billingd
+// sent the change and the answer was lost, or billingd died before it
+// recorded it (or, should the provider have applied it later than any
+// request could take, one recorded as not made), with the subscription as
+// the provider has it now (recordAppliedAtProvider). It reports whether it
+// recorded one.
 func (s *Service) settleFromState(ctx context.Context, tx Tx, acct Account, state ProviderSubscription, seen time.Time) (bool, error) {
-	if state.ConfirmationID == "" {
-		return false, nil
+	for _, id := range confirmationsNamedBy(state) {
+		c, now, err := tx.LockByID(ctx, acct.Org.ID, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("lock confirmation of event: %w", err)
+		}
+		switch {
+		case !appliedAtProvider(c, state):
+			continue
+		case c.Status == StatusFailed && c.Failure == reasonNotApplied:
+			// Recorded as not made once its request was certainly over, and
+			// yet Stripe shows it: Stripe is the truth. Recorded as
+			// executed, late.
+			s.log.Error("a change recorded as not made was applied by the provider; recording it as executed",
+				"confirmation_id", c.ID, "org", c.Org)
+		case c.Status != StatusExecuting:
+			continue
+		}
+		caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "webhook"}
+		_, err = s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, seen)
+		return err == nil, err
 	}
-	c, now, err := tx.LockByID(ctx, acct.Org.ID, state.ConfirmationID)
-	if errors.Is(err, ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("lock confirmation of event: %w", err)
-	}
-	switch {
-	case c.Status == StatusFailed && c.Failure == reasonNotApplied:
-		// Recorded as not made once its request was certainly over, and yet
-		// Stripe shows it: Stripe is the truth. Recorded as executed, late.
-		s.log.Error("a change recorded as not made was applied by the provider; recording it as executed",
-			"confirmation_id", c.ID, "org", c.Org)
-	case c.Status != StatusExecuting:
-		return false, nil
-	}
-	caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "webhook"}
-	_, err = s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, seen)
-	return err == nil, err
+	return false, nil
 }
 
 // executedAccount is acct as recordExecuted left it after executing c.
 func executedAccount(acct Account, c Confirmation, state ProviderSubscription) Account {
-	sub := &acct.Subscription
-	sub.Plan, sub.Status, sub.Version = c.Terms.ToPlan, state.Status, sub.Version+1
-	if !state.CurrentPeriodEnd.IsZero() {
-		sub.CurrentPeriodEnd = state.CurrentPeriodEnd
-	}
-	if state.ItemID != "" {
-		sub.StripeItemID = state.ItemID
-	}
+	acct.Subscription = subscriptionAfter(c, acct.Subscription, appliedFrom(c, state))
+	acct.Subscription.Version++
 	return acct
 }
 
@@ -168,7 +166,8 @@ func (s *Service) recordProviderState(ctx context.Context, tx Tx, acct Account, 
 		sub.SyncedAt = seen
 	}
 	if sub.Plan == old.Plan && sub.Status == old.Status && sub.StripeItemID == old.StripeItemID &&
-		sub.CurrentPeriodEnd.Equal(old.CurrentPeriodEnd) {
+		sub.CurrentPeriodEnd.Equal(old.CurrentPeriodEnd) && sameScheduled(sub.Scheduled, old.Scheduled) &&
+		scheduleID(sub.Scheduled) == scheduleID(old.Scheduled) {
 		if seen.IsZero() {
 			return false, nil
 		}
@@ -176,6 +175,11 @@ func (s *Service) recordProviderState(ctx context.Context, tx Tx, acct Account, 
 	}
 	if err := tx.Record(ctx, Record{Subscription: &sub}); err != nil {
 		return false, err
+	}
+	if scheduledApplied(old, sub) {
+		if err := s.recordScheduledApplied(ctx, tx, old.Org, old.Scheduled, "webhook"); err != nil {
+			return false, err
+		}
 	}
 	sub.Version = old.Version + 1 // what Record made it
 	return true, s.revokeDrifted(ctx, tx, acct.Org.ID, sub)
@@ -200,7 +204,15 @@ func (s *Service) subscriptionFrom(old Subscription, state ProviderSubscription)
 	} else if state.PriceID != "" {
 		s.log.Warn("subscription moved to a price outside the catalog", "org", old.Org, "price", state.PriceID)
 	}
+	sub.Scheduled = s.scheduledFrom(state.Schedule)
 	return sub
+}
+
+func scheduleID(sc *ScheduledChange) string {
+	if sc == nil {
+		return ""
+	}
+	return sc.ScheduleID
 }
 
 // revokeDrifted revokes the org's pending confirmations whose terms no

@@ -118,7 +118,19 @@ type ChangeRequest struct {
 	// executing at once, an MCP elicitation redeeming it for the agent), so
 	// no answer may tell it to retry "with the same token".
 	TokenWithheld bool
+	// At is when the change is made: AtNow ("" too) or AtPeriodEnd
+	// (downgrades only).
+	At string
 }
+
+// When a change is made (ChangeRequest.At).
+const (
+	AtNow       = "now"
+	AtPeriodEnd = "period_end"
+)
+
+// atPeriodEnd reports whether the request schedules its change.
+func (r ChangeRequest) atPeriodEnd() bool { return r.At == AtPeriodEnd }
 
 // ChangeResult is the body of a handshake response, in the contract's shape
 // for all three outcomes: a proposal (first call), an executed change (second
@@ -175,10 +187,28 @@ type SubscriptionView struct {
 	Plan             string    `json:"plan"`
 	Status           string    `json:"status"`
 	CurrentPeriodEnd time.Time `json:"current_period_end"`
+	// ScheduledChange is the change the provider will make at a later
+	// date, until it is made.
+	ScheduledChange *ScheduledChangeView `json:"scheduled_change,omitempty"`
+}
+
+// ScheduledChangeView is a scheduled change as clients see it.
+type ScheduledChangeView struct {
+	To             string    `json:"to"`
+	At             time.Time `json:"at"`
+	ConfirmationID string    `json:"confirmation_id,omitempty"`
 }
 
 func viewOf(s Subscription) *SubscriptionView {
-	return &SubscriptionView{Plan: s.Plan, Status: s.Status, CurrentPeriodEnd: s.CurrentPeriodEnd.UTC()}
+	return &SubscriptionView{Plan: s.Plan, Status: s.Status, CurrentPeriodEnd: s.CurrentPeriodEnd.UTC(),
+		ScheduledChange: scheduledView(s.Scheduled)}
+}
+
+func scheduledView(sc *ScheduledChange) *ScheduledChangeView {
+	if sc == nil {
+		return nil
+	}
+	return &ScheduledChangeView{To: sc.ToPlan, At: sc.At.UTC(), ConfirmationID: sc.ConfirmationID}
 }
 
 var planIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
@@ -204,6 +234,12 @@ func validateRequest(req ChangeRequest) error {
 	}
 	if !planIDPattern.MatchString(req.To) {
 		return Errorf(CodeInvalidRequest, `"to" must be a plan id`)
+	}
+	switch {
+	case req.At != "" && req.At != AtNow && req.At != AtPeriodEnd:
+		return Errorf(CodeInvalidRequest, `"at" must be "now" or "period_end"`)
+	case req.At == AtPeriodEnd && req.Operation != OpDowngrade:
+		return Errorf(CodeInvalidRequest, `"at": "period_end" applies to downgrades only`)
 	}
 	return nil
 }

@@ -58,10 +58,10 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	if err != nil {
 		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false, withheld)
 	}
-	if state.ConfirmationID == c.ID {
+	if appliedAtProvider(c, state) {
 		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, time.Time{})
 	}
-	if !consent || !quoteHolds(c, acct.Subscription, state) {
+	if !consent || !s.quoteHolds(c, acct.Subscription, state) {
 		if !s.attemptOver(c, now) {
 			// Nothing may be sent, and a request may still be under way at
 			// the provider: "not made" cannot be told from "not yet".
@@ -72,17 +72,17 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	// The same request under the same key: Stripe replays its first answer,
 	// or makes the change if the first request never reached it, which the
 	// consent still covers.
-	applied, err := s.apply(ctx, c, acct)
+	applied, err := s.apply(ctx, c, acct, state.Schedule)
 	if !needsReadBack(err) {
 		return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, false, withheld)
 	}
 	if state, err = s.readBack(ctx, acct); err != nil {
 		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false, withheld)
 	}
-	if state.ConfirmationID == c.ID {
+	if appliedAtProvider(c, state) {
 		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, time.Time{})
 	}
-	if !quoteHolds(c, acct.Subscription, state) {
+	if !s.quoteHolds(c, acct.Subscription, state) {
 		return s.recordNotMade(ctx, tx, caller, c, acct, state)
 	}
 	// Certainly not applied: the request under the last key is over and the
@@ -93,7 +93,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	if err != nil {
 		return redemption{}, fmt.Errorf("save recovery point: %w", err)
 	}
-	return s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, next, withheld)
+	return s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, next, state.Schedule, withheld)
 }
 
 // readBack reads acct's subscription at the provider to settle a change;
@@ -151,14 +151,19 @@ func (s *Service) attemptOver(c Confirmation, now time.Time) bool {
 // takes it. Settling and webhooks both record an applied change this way.
 func (s *Service) recordAppliedAtProvider(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
 	now time.Time, state ProviderSubscription, seen time.Time) (redemption, error) {
-	applied := AppliedChange{Status: state.Status, CurrentPeriodEnd: state.CurrentPeriodEnd, ItemID: state.ItemID,
-		Invoice: invoiceOf(state.LatestInvoice, c)}
+	applied := appliedFrom(c, state)
 	r, err := s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
 	if err != nil {
 		return r, err
 	}
 	_, err = s.recordProviderState(ctx, tx, executedAccount(acct, c, state), state, seen)
 	return r, err
+}
+
+// appliedFrom is c's change as the provider's subscription shows it made.
+func appliedFrom(c Confirmation, state ProviderSubscription) AppliedChange {
+	return AppliedChange{Status: state.Status, CurrentPeriodEnd: state.CurrentPeriodEnd, ItemID: state.ItemID,
+		Invoice: invoiceOf(state.LatestInvoice, c), Schedule: state.Schedule}
 }
 
 // recordNotMade records that c's change was not made and will not be,

@@ -97,6 +97,12 @@ type Tx interface {
 	// with its org.
 	LockSubscription(ctx context.Context, stripeSubscriptionID string) (Account, error)
 
+	// LockDueScheduled locks one subscription, with its org, whose
+	// scheduled change was due more than grace ago, skipping rows other
+	// transactions hold and those whose provider subscription id is in
+	// skip; ErrNotFound when there is none.
+	LockDueScheduled(ctx context.Context, grace time.Duration, skip []string) (Account, error)
+
 	// LockPending locks the org's pending confirmations.
 	LockPending(ctx context.Context, org string) ([]Confirmation, error)
 

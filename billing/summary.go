@@ -3,6 +3,7 @@ package billing
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -10,33 +11,61 @@ import (
 // summarize is the sentence a human reads before agreeing. It is built only
 // from the confirmation's terms, so it states exactly what the second call
 // executes, and it is deterministic: the same terms give the same text.
-func summarize(orgName string, op Operation, from, to Plan, t Terms) string {
-	verb := "Upgrade"
-	if op == OpDowngrade {
-		verb = "Downgrade"
-	}
-	head := fmt.Sprintf("%s %s from %s (%s) to %s (%s).",
-		verb, orgName, from.Name, formatPrice(from), to.Name, formatPrice(to))
-	date := t.NextChargeAt.UTC().Format("Jan 2, 2006")
-	next := fmt.Sprintf("first full %s charge on %s.", to.Name, date)
-	if to.AmountCents == 0 {
-		next = fmt.Sprintf("no charges from %s.", date)
-	}
+//
+// cancelled names the plan of the scheduled change t cancels, if any.
+func summarize(orgName string, op Operation, from, to Plan, t Terms, cancelled string) string {
 	var text string
-	switch {
-	case op == OpUpgrade:
-		text = fmt.Sprintf("%s Pro-rated to today: %s; %s", head, dueNowPhrase(t), next)
-	case t.CreditCents > 0:
-		text = fmt.Sprintf("%s Nothing is charged now; a pro-rated credit of %s goes to the next invoice; %s",
-			head, formatMoney(t.CreditCents, t.Currency), next)
-	default:
-		text = fmt.Sprintf("%s Nothing is charged now; %s", head, next)
+	if keepsPlan(t) {
+		text = keepSummary(from, t, cancelled)
+	} else {
+		text = changeSummary(orgName, op, from, to, t)
+	}
+	if t.Cancels != nil && !keepsPlan(t) {
+		text += fmt.Sprintf(" This cancels the change to %s scheduled for %s.", cancelled, day(t.Cancels.At))
 	}
 	if !t.Livemode {
 		text += " " + TestModeNotice
 	}
 	return text
 }
+
+func changeSummary(orgName string, op Operation, from, to Plan, t Terms) string {
+	verb := "Upgrade"
+	if op == OpDowngrade {
+		verb = "Downgrade"
+	}
+	head := fmt.Sprintf("%s %s from %s (%s) to %s (%s)",
+		verb, orgName, from.Name, formatPrice(from), to.Name, formatPrice(to))
+	date := day(t.NextChargeAt)
+	next := fmt.Sprintf("first full %s charge on %s.", to.Name, date)
+	if to.AmountCents == 0 {
+		next = fmt.Sprintf("no charges from %s.", date)
+	}
+	switch {
+	case t.AtPeriodEnd:
+		then := fmt.Sprintf("on %s the plan becomes %s and %s.", date, to.Name,
+			amountPhrase(*t.AtRenewal, t.Currency, "will be charged then"))
+		if to.AmountCents == 0 {
+			then = fmt.Sprintf("on %s the plan becomes %s, with no charges from then.", date, to.Name)
+		}
+		return fmt.Sprintf("%s at the end of the current period. Nothing changes or is charged now; %s", head, then)
+	case op == OpUpgrade:
+		return fmt.Sprintf("%s. Pro-rated to today: %s; %s", head, dueNowPhrase(t), next)
+	case t.CreditCents > 0:
+		return fmt.Sprintf("%s. Nothing is charged now; a pro-rated credit of %s goes to the next invoice; %s",
+			head, formatMoney(t.CreditCents, t.Currency), next)
+	default:
+		return fmt.Sprintf("%s. Nothing is charged now; %s", head, next)
+	}
+}
+
+// keepSummary: keeping the current plan cancels the scheduled change.
+func keepSummary(plan Plan, t Terms, cancelled string) string {
+	return fmt.Sprintf("Keep %s: cancel the change to %s scheduled for %s. Nothing is charged now; %s (%s) continues, next charge on %s.",
+		plan.Name, cancelled, day(t.Cancels.At), plan.Name, formatPrice(plan), day(t.NextChargeAt))
+}
+
+func day(t time.Time) string { return t.UTC().Format("Jan 2, 2006") }
 
 // TestModeNotice ends every summary made with a test-mode payment key
 // (contract §11), so nobody mistakes a rehearsal for a charge.

@@ -100,12 +100,12 @@ func TestSummarize(t *testing.T) {
 			if tt.edit != nil {
 				tt.edit(&from, &to)
 			}
-			got := summarize(tt.org, tt.op, from, to, tt.terms)
+			got := summarize(tt.org, tt.op, from, to, tt.terms, "")
 			if got != tt.want {
 				t.Errorf("summarize =\n  %q\nwant\n  %q", got, tt.want)
 			}
 			for range 100 {
-				if again := summarize(tt.org, tt.op, from, to, tt.terms); again != got {
+				if again := summarize(tt.org, tt.op, from, to, tt.terms, ""); again != got {
 					t.Fatalf("not deterministic: %q then %q", got, again)
 				}
 			}

@@ -56,6 +56,21 @@ type Subscription struct {
 	// SyncedAt is when the provider created the last event applied to this
 	// copy; older events are ignored.
 	SyncedAt time.Time
+	// Scheduled is the plan change the provider will make at a later date
+	// (a downgrade at the period's end), nil if none.
+	Scheduled *ScheduledChange
+}
+
+// ScheduledChange is a plan change the provider makes at a later date, by a
+// subscription schedule (schedule.go).
+type ScheduledChange struct {
+	ToPlan string    `json:"to"` // the plan id; the provider's price id if outside the catalog
+	At     time.Time `json:"at"`
+	// ConfirmationID is the confirmation that scheduled it; "" when it was
+	// not scheduled through billingd (Stripe's dashboard).
+	ConfirmationID string `json:"confirmation_id,omitempty"`
+	ScheduleID     string `json:"schedule_id,omitempty"`
+	PriceID        string `json:"price_id,omitempty"`
 }
 
 // Account is an org with its subscription, as the handshake reads them.
@@ -125,6 +140,14 @@ type Terms struct {
 	// Livemode: the change moves real money (a live Stripe key). A token
 	// issued in one mode never executes in the other.
 	Livemode bool
+	// AtPeriodEnd: the change is scheduled for the end of the current
+	// period (NextChargeAt); nothing is charged or credited now, and
+	// AtRenewal is what the renewal at the new price will charge.
+	AtPeriodEnd bool
+	AtRenewal   *Amounts
+	// Cancels is the scheduled change this change cancels (the summary
+	// says so); a change with FromPlan = ToPlan does only that (keep).
+	Cancels *ScheduledChange
 }
 
 // Confirmation is a stored first call.
@@ -211,6 +234,12 @@ type Details struct {
 	// Livemode is false when the change is made with a test-mode key: no
 	// real money moves.
 	Livemode bool `json:"livemode"`
+	// At is "period_end" for a change scheduled for the end of the current
+	// period (EffectiveAt), whose renewal invoice will charge NextCharge.
+	At         string   `json:"at,omitempty"`
+	NextCharge *Amounts `json:"next_charge,omitempty"`
+	// CancelsScheduledChange is the scheduled change this one cancels.
+	CancelsScheduledChange *ScheduledChangeView `json:"cancels_scheduled_change,omitempty"`
 }
 
 // Event names of the audit log (contract §8).
@@ -226,6 +255,9 @@ const (
 	EventApprovalRejected  = "APPROVAL_REJECTED"
 	EventPolicyUpdated     = "POLICY_UPDATED"
 	EventUserVerified      = "USER_VERIFIED"
+	// EventScheduledChangeApplied: the provider made a scheduled change
+	// (at the renewal), as billingd learnt from it.
+	EventScheduledChangeApplied = "SCHEDULED_CHANGE_APPLIED"
 )
 
 // AuditEvent is one row of the audit log.

@@ -46,18 +46,26 @@ type pending struct {
 // matches reports whether p was made for this caller and this call. A state
 // sealed for another principal, org, client, operation or plan is refused
 // even though its seal is genuine.
-func (p pending) matches(caller billing.Caller, op billing.Operation, to string) bool {
+func (p pending) matches(caller billing.Caller, op billing.Operation, to, at string) bool {
 	d := p.Proposal.Details
 	return p.Org == caller.Org && p.Principal == caller.Principal && p.Client == caller.Client &&
-		p.Proposal.Operation == op && d != nil && d.To == to &&
+		p.Proposal.Operation == op && d != nil && d.To == to && d.At == atOf(at) &&
 		p.Proposal.ConfirmToken != "" && p.Proposal.ConfirmationID != ""
 }
 
 // secondCall redeems p's token for the agent, who never saw it: no answer
 // may send it back with one.
 func (p pending) secondCall() billing.ChangeRequest {
-	return billing.ChangeRequest{Operation: p.Proposal.Operation, To: p.Proposal.Details.To,
+	return billing.ChangeRequest{Operation: p.Proposal.Operation, To: p.Proposal.Details.To, At: p.Proposal.Details.At,
 		ConfirmToken: p.Proposal.ConfirmToken, TokenWithheld: true}
+}
+
+// atOf is a request's "at" as a proposal's details state it: "" for now.
+func atOf(at string) string {
+	if at == billing.AtNow {
+		return ""
+	}
+	return at
 }
 
 // askedOf reports whether a next round declared as client answers the

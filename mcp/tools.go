@@ -57,6 +57,7 @@ var toolScopes = map[string]string{
 type changePlanArgs struct {
 	To           string `json:"to" jsonschema:"Id of the plan to move to, as listed by list_plans (for example scale). The same value on both calls."`
 	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"Second call only: the confirm_token returned by the first call. Send it only after the user has read the summary and explicitly agreed. Omit it on the first call."`
+	At           string `json:"at,omitempty" jsonschema:"downgrade_plan only: now (the default) or period_end, to keep the current plan until the end of the period and change then, with nothing charged or credited now. The same value on both calls."`
 }
 
 // cancelArgs are the arguments of cancel_confirmation.
@@ -152,7 +153,7 @@ func (t tools) changePlan(op billing.Operation) interactiveFunc[changePlanArgs, 
 		if isNextRound(req) {
 			return t.nextRound(ctx, req, client, caller, op, in)
 		}
-		res, err := t.handshake(ctx, caller, billing.ChangeRequest{Operation: op, To: in.To, ConfirmToken: in.ConfirmToken})
+		res, err := t.handshake(ctx, caller, billing.ChangeRequest{Operation: op, To: in.To, At: in.At, ConfirmToken: in.ConfirmToken})
 		if err != nil {
 			return reply[changeOutput]{}, err
 		}
@@ -177,8 +178,14 @@ func changeText(res billing.ChangeResult) string {
 	switch sub := res.Subscription; {
 	case res.Proposed():
 		return res.Summary
+	case res.Noop && sub != nil && sub.ScheduledChange != nil:
+		return fmt.Sprintf("Nothing to do: the change to the %s plan is already scheduled for %s.",
+			sub.ScheduledChange.To, sub.ScheduledChange.At.Format("January 2, 2006"))
 	case res.Noop && sub != nil:
 		return fmt.Sprintf("Already on the %s plan: nothing changed and no confirmation is needed.", sub.Plan)
+	case sub != nil && sub.ScheduledChange != nil:
+		return fmt.Sprintf("Scheduled: the subscription stays on the %s plan (status %s) until %s, then changes to the %s plan.",
+			sub.Plan, sub.Status, sub.ScheduledChange.At.Format("January 2, 2006"), sub.ScheduledChange.To)
 	case sub != nil:
 		return fmt.Sprintf("Done: the subscription is now on the %s plan (status %s).", sub.Plan, sub.Status)
 	default:
@@ -193,6 +200,9 @@ func (t tools) subscription(ctx context.Context, caller billing.Caller, _ noArgs
 	}
 	text := fmt.Sprintf("Organisation %s is on the %s plan (status %s); the current period ends %s.",
 		sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd.Format("January 2, 2006"))
+	if sc := sub.ScheduledChange; sc != nil {
+		text += fmt.Sprintf(" A change to the %s plan is scheduled for %s.", sc.To, sc.At.Format("January 2, 2006"))
+	}
 	return sub, text, nil
 }
 

@@ -32,6 +32,7 @@ func (s *server) subscription(c echo.Context) error {
 type changeBody struct {
 	To           string `json:"to"`
 	ConfirmToken string `json:"confirm_token"`
+	At           string `json:"at"` // "now" (default) or "period_end" (downgrades)
 }
 
 func (s *server) changePlan(op billing.Operation) echo.HandlerFunc {
@@ -59,7 +60,7 @@ func (s *server) handshake(c echo.Context, op billing.Operation) (billing.Change
 		return billing.ChangeResult{}, err
 	}
 	return s.Service.ChangePlan(c.Request().Context(), callerOf(c),
-		billing.ChangeRequest{Operation: op, To: body.To, ConfirmToken: body.ConfirmToken})
+		billing.ChangeRequest{Operation: op, To: body.To, At: body.At, ConfirmToken: body.ConfirmToken})
 }
 
 func (s *server) confirmations(c echo.Context) error {

@@ -87,9 +87,25 @@ func (p *Provider) ApplyPlanChange(_ context.Context, change billing.PlanChange,
 		p.done = map[string]billing.AppliedChange{}
 	}
 	p.changes++
+	if change.Attached != nil && !(change.AtPeriodEnd && change.Attached.Bare()) {
+		p.ReadState.Schedule = nil // released
+	}
+	r := billing.AppliedChange{Status: "active", CurrentPeriodEnd: p.PeriodEnd, ItemID: p.ReadState.ItemID}
+	switch {
+	case change.KeepPlan:
+		p.ReadState.Schedule = nil
+		r.CurrentPeriodEnd = p.ReadState.CurrentPeriodEnd
+		p.done[key] = r
+		return r, nil
+	case change.AtPeriodEnd:
+		p.ReadState.Schedule = &billing.ProviderSchedule{ID: "sub_sched_" + change.ConfirmationID,
+			ConfirmationID: change.ConfirmationID, NextPriceID: change.NewPriceID, NextAt: change.PeriodEnd}
+		r.CurrentPeriodEnd, r.Schedule = change.PeriodEnd, p.ReadState.Schedule
+		p.done[key] = r
+		return r, nil
+	}
 	p.ReadState.PriceID, p.ReadState.ConfirmationID = change.NewPriceID, change.ConfirmationID
 	p.ReadState.Status, p.ReadState.CurrentPeriodEnd = "active", p.PeriodEnd
-	r := billing.AppliedChange{Status: "active", CurrentPeriodEnd: p.PeriodEnd, ItemID: p.ReadState.ItemID}
 	if change.ChargeNow {
 		p.invoices++
 		r.Invoice = &billing.Invoice{ID: fmt.Sprintf("in_%d", p.invoices), AmountDueCents: p.Preview.AmountDueNowCents + p.InvoiceDelta,

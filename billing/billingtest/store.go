@@ -347,6 +347,16 @@ func (tx *tx) LockSubscription(_ context.Context, stripeSubscriptionID string) (
 	return billing.Account{}, billing.ErrNotFound
 }
 
+func (tx *tx) LockDueScheduled(_ context.Context, grace time.Duration, skip []string) (billing.Account, error) {
+	for _, a := range tx.state.Accounts {
+		sc := a.Subscription.Scheduled
+		if sc != nil && !slices.Contains(skip, a.Subscription.StripeSubscriptionID) && sc.At.Before(tx.store.now.Add(-grace)) {
+			return a, nil
+		}
+	}
+	return billing.Account{}, billing.ErrNotFound
+}
+
 func (tx *tx) LockPending(_ context.Context, org string) ([]billing.Confirmation, error) {
 	var out []billing.Confirmation
 	for _, c := range tx.state.Confirmations {

@@ -12,9 +12,25 @@ const settleBatch = 100
 // RunSettle settles plan changes whose Stripe outcome is unknown every
 // SETTLE_INTERVAL until ctx ends. Every replica runs it; the database hands
 // each unsettled confirmation to one replica at a time. A change whose
-// answer was lost and whose client never retried is recorded here.
+// answer was lost and whose client never retried is recorded here. It
+// also reads back subscriptions whose scheduled change is due, so that a
+// change Stripe made at its renewal shows without a webhook.
 func (a *App) RunSettle(ctx context.Context) {
-	every(ctx, a.Config.SettleInterval, func() { a.SettleOnce(ctx) })
+	every(ctx, a.Config.SettleInterval, func() {
+		a.SettleOnce(ctx)
+		a.SyncScheduledOnce(ctx)
+	})
+}
+
+// SyncScheduledOnce records what Stripe made of scheduled changes due for
+// at least SETTLE_INTERVAL (webhooks usually tell sooner) and returns how
+// many subscriptions it read back.
+func (a *App) SyncScheduledOnce(ctx context.Context) int {
+	n, err := a.Service.SyncScheduledChanges(ctx, a.Config.SettleInterval, settleBatch)
+	if err != nil {
+		a.Log.Warn("syncing scheduled changes failed; will retry", "err", err)
+	}
+	return n
 }
 
 // every runs fn each time interval passes, until ctx ends.

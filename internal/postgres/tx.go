@@ -126,7 +126,8 @@ const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
-	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, ` + verificationColumns
+	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent,
+	c.at_period_end, c.at_renewal, c.cancels, ` + verificationColumns
 
 // verificationColumns are the verify level's columns of a confirmation c.
 const verificationColumns = `c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
@@ -140,7 +141,8 @@ func scanConfirmation(c *billing.Confirmation) []any {
 		&c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.Approval, &c.Approver,
 		&c.Agent, &c.Attempt, &c.Result, optionalTime{&c.SentAt}, optionalTime{&c.AttemptedAt}, &c.Failure,
 		optionalTime{&c.ApproverAuth.AuthTime}, &c.ApproverAuth.ACR, &t.Livemode,
-		&t.SubtotalCents, &t.DiscountCents, &t.TaxCents, &t.CreditAppliedCents, &c.Consent}, scanVerification(c)...)
+		&t.SubtotalCents, &t.DiscountCents, &t.TaxCents, &t.CreditAppliedCents, &c.Consent,
+		&t.AtPeriodEnd, &t.AtRenewal, &t.Cancels}, scanVerification(c)...)
 }
 
 // scanVerification scans verificationColumns; Verification stays nil until
@@ -371,8 +373,10 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	}
 	if sub := r.Subscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET plan = $2, status = $3, current_period_end = $4, stripe_item_id = $5,
-			synced_at = coalesce($6, synced_at), version = version + 1, updated_at = now() WHERE org = $1`,
-			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID, nullTime(sub.SyncedAt))
+			synced_at = coalesce($6, synced_at), scheduled = $7, scheduled_at = ($8::jsonb->>'at')::timestamptz,
+			version = version + 1, updated_at = now() WHERE org = $1`,
+			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID, nullTime(sub.SyncedAt),
+			sub.Scheduled, sub.Scheduled)
 	}
 	if a := r.Approval; a != nil {
 		batch.Queue(`UPDATE confirmations SET approval = $2, approver = $3, approver_auth_time = $4, approver_acr = NULLIF($5, '')
@@ -420,6 +424,27 @@ func (t *storeTx) LockSubscription(ctx context.Context, stripeSubscriptionID str
 	}
 	if err != nil {
 		return billing.Account{}, fmt.Errorf("lock subscription: %w", classify(err))
+	}
+	a.Subscription.Org = a.Org.ID
+	return a, nil
+}
+
+// LockDueScheduled implements billing.Tx.
+func (t *storeTx) LockDueScheduled(ctx context.Context, grace time.Duration, skip []string) (billing.Account, error) {
+	if skip == nil {
+		skip = []string{} // <> ALL(NULL) would match nothing
+	}
+	var a billing.Account
+	err := t.queryRow(ctx, scanAccount(&a), `SELECT `+accountColumns+`
+		FROM `+accountFrom+`
+		WHERE s.scheduled_at < now() - $1 * interval '1 microsecond' AND s.stripe_subscription_id <> ALL($2)
+		ORDER BY s.scheduled_at LIMIT 1
+		FOR UPDATE OF s SKIP LOCKED`, grace.Microseconds(), skip)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.Account{}, billing.ErrNotFound
+	}
+	if err != nil {
+		return billing.Account{}, fmt.Errorf("lock due scheduled change: %w", classify(err))
 	}
 	a.Subscription.Org = a.Org.ID
 	return a, nil

@@ -1,0 +1,21 @@
+-- Issue 21: downgrades at the period's end.
+--
+-- A subscription may carry a change the provider makes at a later date (a
+-- Stripe subscription schedule whose next phase is another price): its
+-- plan, date, schedule and the confirmation that scheduled it, as JSON
+-- ({"to","at","confirmation_id","schedule_id","price_id"}); NULL when none.
+-- scheduled_at repeats its date for the settler, which looks for changes
+-- that are due (a text-to-timestamptz cast cannot be indexed).
+ALTER TABLE subscriptions
+    ADD COLUMN scheduled    jsonb,
+    ADD COLUMN scheduled_at timestamptz;
+CREATE INDEX subscriptions_scheduled_at_idx ON subscriptions (scheduled_at) WHERE scheduled_at IS NOT NULL;
+
+-- A confirmation is bound to when its change is made (at_period_end), to
+-- what the renewal will charge then (at_renewal: {"amount_due_cents",
+-- "subtotal_cents","discount_cents","tax_cents","credit_applied_cents"}),
+-- and to the scheduled change it cancels (cancels, as subscriptions.scheduled).
+ALTER TABLE confirmations
+    ADD COLUMN at_period_end boolean NOT NULL DEFAULT false,
+    ADD COLUMN at_renewal    jsonb,
+    ADD COLUMN cancels       jsonb;
