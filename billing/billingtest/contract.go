@@ -40,6 +40,7 @@ func RunStoreContract(t *testing.T, newStore MakeStore) {
 		{"counts: recent activity and executed changes, on the store and in a transaction", testCounts},
 		{"audit log newest first, paged", testAuditPaging},
 		{"provider events are processed once", testEventsOnce},
+		{"a scheduled change and a period-end confirmation round trip; a due one is found", testScheduled},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, newStore(t)) })
@@ -218,6 +219,63 @@ func testRecordExecuted(t *testing.T, s billing.Store) {
 	if list, _ := s.PendingConfirmations(ctx, "rec", ""); len(list) != 0 {
 		t.Fatalf("an executed confirmation is still listed as pending: %+v", list)
 	}
+}
+
+func testScheduled(t *testing.T, s billing.Store) {
+	seed(t, s, "sched")
+	_, now, err := s.Account(ctx, "sched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := now.Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	scheduled := &billing.ScheduledChange{ToPlan: "free", At: due, ConfirmationID: "cfm_sched", ScheduleID: "sub_sched_1", PriceID: "price_free"}
+	c := Pending("sched", "alice", "cfm_sched", "tok-sched")
+	c.Operation, c.Terms.ToPlan, c.Terms.AtPeriodEnd = billing.OpDowngrade, "free", true
+	c.Terms.AtRenewal = &billing.Amounts{AmountDueCents: 110, SubtotalCents: 100, TaxCents: 10}
+	c.Terms.Cancels = &billing.ScheduledChange{ToPlan: "pro", At: due, PriceID: "price_pro"}
+	issue(t, s, c)
+	sub := Account("sched").Subscription
+	sub.Scheduled = scheduled
+	inTx(t, s, func(tx billing.Tx) error { return tx.Record(ctx, billing.Record{Subscription: &sub}) })
+	inTx(t, s, func(tx billing.Tx) error {
+		got, a, _, err := tx.LockByToken(ctx, "sched", "alice", TokenHash("tok-sched"))
+		if err != nil {
+			return err
+		}
+		if !got.Terms.AtPeriodEnd || got.Terms.AtRenewal == nil || *got.Terms.AtRenewal != *c.Terms.AtRenewal ||
+			got.Terms.Cancels == nil || got.Terms.Cancels.ToPlan != "pro" || !got.Terms.Cancels.At.Equal(due) {
+			return fmt.Errorf("terms after round trip: %+v (renewal %+v, cancels %+v)", got.Terms, got.Terms.AtRenewal, got.Terms.Cancels)
+		}
+		if sc := a.Subscription.Scheduled; sc == nil || sc.ToPlan != "free" || !sc.At.Equal(due) || sc.ScheduleID != "sub_sched_1" ||
+			sc.ConfirmationID != "cfm_sched" || sc.PriceID != "price_free" {
+			return fmt.Errorf("scheduled after round trip: %+v", sc)
+		}
+		return nil
+	})
+	inTx(t, s, func(tx billing.Tx) error {
+		if _, err := tx.LockDueScheduled(ctx, 2*time.Hour, nil); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("within its grace: err = %v, want ErrNotFound", err)
+		}
+		a, err := tx.LockDueScheduled(ctx, time.Minute, nil)
+		if err != nil || a.Org.ID != "sched" {
+			return fmt.Errorf("due: %+v, %v", a.Org, err)
+		}
+		if _, err := tx.LockDueScheduled(ctx, time.Minute, []string{"sub_sched"}); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("skipped: err = %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+	sub.Scheduled = nil
+	inTx(t, s, func(tx billing.Tx) error { return tx.Record(ctx, billing.Record{Subscription: &sub}) })
+	if a, _, err := s.Account(ctx, "sched"); err != nil || a.Subscription.Scheduled != nil {
+		t.Fatalf("after clearing: %+v, %v", a.Subscription.Scheduled, err)
+	}
+	inTx(t, s, func(tx billing.Tx) error {
+		if _, err := tx.LockDueScheduled(ctx, time.Minute, nil); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("nothing scheduled: err = %v, want ErrNotFound", err)
+		}
+		return nil
+	})
 }
 
 // A store may hold a step's writes back until its next statement; the

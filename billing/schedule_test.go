@@ -1,0 +1,246 @@
+package billing_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/billing/billingtest"
+)
+
+// Downgrades at the period's end (schedule.go), on billingtest's provider.
+// The arithmetic and the wire of Stripe's schedules are checked against the
+// Stripe fake and stripe-mock (internal/stripepay, integration).
+
+// newScaleFixture is the handshake fixture with the org on Scale, so that a
+// downgrade to Pro has a price to schedule, and a renewal preview with tax.
+func newScaleFixture(t *testing.T) handshakeFixture {
+	t.Helper()
+	f := newHandshakeFixture(t)
+	f.store.Update(func(st *billingtest.State) {
+		a := st.Accounts["org_vb"]
+		a.Subscription.Plan = "scale"
+		st.Accounts["org_vb"] = a
+	})
+	f.provider.ReadState.PriceID = "price_billingd_scale"
+	f.provider.Preview = billing.Preview{Currency: "usd", AtRenewal: &billing.Amounts{
+		AmountDueCents: 2280, SubtotalCents: 1900, TaxCents: 380}}
+	return f
+}
+
+func (f handshakeFixture) change(caller billing.Caller, req billing.ChangeRequest) (billing.ChangeResult, error) {
+	return f.svc.ChangePlan(context.Background(), caller, req)
+}
+
+// schedule makes both calls of a period-end downgrade to Pro.
+func (f handshakeFixture) schedule(t *testing.T) billing.ChangeResult {
+	t.Helper()
+	first, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
+	if err != nil || !first.Proposed() {
+		t.Fatalf("first call: %+v, %v", first, err)
+	}
+	res, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd,
+		ConfirmToken: first.ConfirmToken})
+	if err != nil {
+		t.Fatalf("second call: %v", err)
+	}
+	return res
+}
+
+func TestPeriodEndDowngradeQuotesTheRenewalAndSchedulesIt(t *testing.T) {
+	f := newScaleFixture(t)
+	first, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
+	if err != nil || !first.Proposed() {
+		t.Fatalf("first call: %+v, %v", first, err)
+	}
+	d := first.Details
+	if d.At != billing.AtPeriodEnd || !d.EffectiveAt.Equal(periodEnd) || d.AmountDueNowCents != 0 || d.CreditCents != 0 ||
+		d.NextCharge == nil || *d.NextCharge != (billing.Amounts{AmountDueCents: 2280, SubtotalCents: 1900, TaxCents: 380}) {
+		t.Errorf("details = %+v (next charge %+v)", d, d.NextCharge)
+	}
+	want := "Downgrade Vector Build from Scale ($49/mo) to Pro ($19/mo) at the end of the current period. Nothing changes or " +
+		"is charged now; on May 30, 2026 the plan becomes Pro and $19.00 plus $3.80 tax: $22.80 will be charged then."
+	if first.Summary != want {
+		t.Errorf("summary\n got %q\nwant %q", first.Summary, want)
+	}
+	if p := f.provider.Previews(); len(p) != 1 || !p[0].AtPeriodEnd || !p[0].PeriodEnd.Equal(periodEnd) || p[0].ChargeNow {
+		t.Errorf("preview asked for %+v, want the renewal at the period's end", p)
+	}
+
+	// The time of the change is bound into the token: a second call for
+	// "now" is another change.
+	_, err = f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", ConfirmToken: first.ConfirmToken})
+	wantCode(t, err, billing.CodeTokenMismatch)
+	if f.provider.Changes() != 0 {
+		t.Fatal("a mismatching second call made a change")
+	}
+
+	res := f.schedule(t)
+	sub := res.Subscription
+	if sub == nil || sub.Plan != "scale" || sub.ScheduledChange == nil || sub.ScheduledChange.To != "pro" ||
+		!sub.ScheduledChange.At.Equal(periodEnd) || sub.ScheduledChange.ConfirmationID == "" {
+		t.Fatalf("second call's subscription = %+v, want Scale with Pro scheduled for the period's end", sub)
+	}
+	calls := f.provider.ApplyCalls()
+	last := calls[len(calls)-1].Change
+	if !last.AtPeriodEnd || last.NewPriceID != "price_billingd_pro" || last.FromPriceID != "price_billingd_scale" || last.ChargeNow {
+		t.Errorf("provider asked for %+v, want a schedule of Pro at the period's end", last)
+	}
+	if got := f.subscription(); got.Plan != "scale" || got.Scheduled == nil || got.Scheduled.ConfirmationID != sub.ScheduledChange.ConfirmationID {
+		t.Errorf("stored subscription = %+v", got)
+	}
+	view, err := f.svc.Subscription(context.Background(), alice)
+	if err != nil || view.ScheduledChange == nil || view.ScheduledChange.To != "pro" {
+		t.Errorf("GET subscription = %+v, %v; want the scheduled change", view, err)
+	}
+
+	// Asking again for what is scheduled is a no-op.
+	again, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
+	if err != nil || !again.Noop {
+		t.Errorf("asking again = %+v, %v; want noop", again, err)
+	}
+}
+
+func TestPeriodEndOnlyForDowngrades(t *testing.T) {
+	f := newScaleFixture(t)
+	_, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale", At: billing.AtPeriodEnd})
+	wantCode(t, err, billing.CodeInvalidRequest)
+	_, err = f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: "tomorrow"})
+	wantCode(t, err, billing.CodeInvalidRequest)
+}
+
+func TestKeepingThePlanCancelsTheScheduledChange(t *testing.T) {
+	f := newScaleFixture(t)
+	// Nothing scheduled: the current plan is a no-op.
+	if res, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale"}); err != nil || !res.Noop {
+		t.Fatalf("keep with nothing scheduled = %+v, %v; want noop", res, err)
+	}
+	scheduled := f.schedule(t).Subscription.ScheduledChange
+	previews := len(f.provider.Previews())
+
+	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
+	want := "Keep Scale: cancel the change to Pro scheduled for May 30, 2026. Nothing is charged now; Scale ($49/mo) " +
+		"continues, next charge on May 30, 2026."
+	if keep.Summary != want {
+		t.Errorf("summary\n got %q\nwant %q", keep.Summary, want)
+	}
+	if c := keep.Details.CancelsScheduledChange; c == nil || c.To != "pro" || c.ConfirmationID != scheduled.ConfirmationID {
+		t.Errorf("details.cancels_scheduled_change = %+v", c)
+	}
+	if len(f.provider.Previews()) != previews {
+		t.Error("keeping the plan asked the provider for a preview; it costs nothing")
+	}
+	res, err := f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	if err != nil || res.Subscription == nil || res.Subscription.Plan != "scale" || res.Subscription.ScheduledChange != nil {
+		t.Fatalf("second call = %+v, %v; want Scale with nothing scheduled", res.Subscription, err)
+	}
+	calls := f.provider.ApplyCalls()
+	last := calls[len(calls)-1].Change
+	if !last.KeepPlan || last.Attached == nil || last.ChargeNow || last.AtPeriodEnd {
+		t.Errorf("provider asked for %+v, want only the release of the attached schedule", last)
+	}
+	if f.subscription().Scheduled != nil {
+		t.Error("the stored subscription still has the change scheduled")
+	}
+}
+
+func TestAnotherChangeSaysItCancelsTheScheduledOne(t *testing.T) {
+	f := newScaleFixture(t)
+	f.schedule(t)
+	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
+	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	if !strings.Contains(first.Summary, "This cancels the change to Pro scheduled for May 30, 2026.") ||
+		first.Details.CancelsScheduledChange == nil {
+		t.Errorf("summary %q / details %+v do not say the scheduled change is cancelled", first.Summary, first.Details)
+	}
+	res, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+	if err != nil || res.Subscription.Plan != "free" || res.Subscription.ScheduledChange != nil {
+		t.Fatalf("second call = %+v, %v", res.Subscription, err)
+	}
+	calls := f.provider.ApplyCalls()
+	if last := calls[len(calls)-1].Change; last.Attached == nil || last.AtPeriodEnd {
+		t.Errorf("provider asked for %+v, want the change now with the schedule released first", last)
+	}
+}
+
+func TestScheduleMadeAtStripeIsDrift(t *testing.T) {
+	f := newScaleFixture(t)
+	first, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone schedules a move to Free in Stripe's dashboard; no webhook yet.
+	f.provider.ReadState.Schedule = &billing.ProviderSchedule{ID: "sub_sched_dash", NextPriceID: "price_billingd_free", NextAt: periodEnd}
+	_, err = f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd,
+		ConfirmToken: first.ConfirmToken})
+	wantCode(t, err, billing.CodeTokenMismatch)
+	if f.provider.Changes() != 0 {
+		t.Fatal("a change was sent over a schedule made at Stripe")
+	}
+	if sc := f.subscription().Scheduled; sc == nil || sc.ToPlan != "free" || sc.ConfirmationID != "" {
+		t.Errorf("stored scheduled change = %+v, want Stripe's (to free)", sc)
+	}
+}
+
+func TestRenewalAppliesTheScheduledChange(t *testing.T) {
+	f := newScaleFixture(t)
+	id := f.schedule(t).Subscription.ScheduledChange.ConfirmationID
+
+	// Stripe's renewal: the subscription moves to Pro for the next period;
+	// the schedule's last phase is the current one.
+	next := periodEnd.Add(30 * 24 * time.Hour)
+	f.provider.ReadState.PriceID, f.provider.ReadState.CurrentPeriodEnd = "price_billingd_pro", next
+	f.provider.ReadState.Schedule = &billing.ProviderSchedule{ID: "sub_sched_" + id, ConfirmationID: id, PhaseStart: periodEnd}
+	f.store.Advance(periodEnd.Sub(dbNow) + time.Minute)
+
+	n, err := f.svc.SyncScheduledChanges(context.Background(), 0, 10)
+	if err != nil || n != 1 {
+		t.Fatalf("SyncScheduledChanges = %d, %v; want 1", n, err)
+	}
+	sub := f.subscription()
+	if sub.Plan != "pro" || sub.Scheduled != nil || !sub.CurrentPeriodEnd.Equal(next) {
+		t.Errorf("after the renewal: %+v, want Pro with nothing scheduled", sub)
+	}
+	var applied *billing.AuditEvent
+	for _, e := range f.store.Snapshot().Audit {
+		if e.Event == billing.EventScheduledChangeApplied {
+			applied = &e
+		}
+	}
+	if applied == nil || applied.ConfirmationID != id || applied.Principal != alice.Principal {
+		t.Errorf("audit has %+v, want SCHEDULED_CHANGE_APPLIED of %s by alice", applied, id)
+	}
+	if n, _ := f.svc.SyncScheduledChanges(context.Background(), 0, 10); n != 0 {
+		t.Errorf("a second sync looked at %d subscriptions, want none due", n)
+	}
+}
+
+func TestSettleFindsAScheduleMadeBeforeTheAnswerWasLost(t *testing.T) {
+	f := newScaleFixture(t)
+	f.provider.ApplyErrs = []error{billing.ErrUnavailable}
+	first, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd,
+		ConfirmToken: first.ConfirmToken})
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	// Stripe made the schedule; the answer was lost.
+	f.provider.ReadState.Schedule = &billing.ProviderSchedule{ID: "sub_sched_1", ConfirmationID: first.ConfirmationID,
+		NextPriceID: "price_billingd_pro", NextAt: periodEnd}
+	f.store.Advance(time.Second)
+	if n, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil || n != 1 {
+		t.Fatalf("SettleUnknownOutcomes = %d, %v", n, err)
+	}
+	if c := f.confirmation(t, first.ConfirmationID); c.Status != billing.StatusExecuted {
+		t.Errorf("status = %s, want executed", c.Status)
+	}
+	if sc := f.subscription().Scheduled; sc == nil || sc.ConfirmationID != first.ConfirmationID || sc.ScheduleID != "sub_sched_1" {
+		t.Errorf("scheduled = %+v", sc)
+	}
+	if f.provider.Changes() != 0 {
+		t.Error("settling sent the change again although Stripe showed it made")
+	}
+}
