@@ -95,8 +95,11 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 
 // sameRequest reports whether a second call repeats the one c was issued
 // for: only then may it see c's outcome.
+// Keeping the plan is the same whenever it is asked for: it cancels the
+// scheduled change now.
 func sameRequest(c Confirmation, req ChangeRequest) bool {
-	return c.Operation == req.Operation && c.Terms.ToPlan == req.To && c.Terms.AtPeriodEnd == req.atPeriodEnd()
+	return c.Operation == req.Operation && c.Terms.ToPlan == req.To &&
+		(c.Terms.AtPeriodEnd == req.atPeriodEnd() || keepsPlan(c.Terms))
 }
 
 // replayOf is the answer to the owner repeating an executed second call.

@@ -120,7 +120,10 @@ func TestKeepingThePlanCancelsTheScheduledChange(t *testing.T) {
 	scheduled := f.schedule(t).Subscription.ScheduledChange
 	previews := len(f.provider.Previews())
 
-	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
+	keep, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "scale", At: billing.AtPeriodEnd})
+	if err != nil || !keep.Proposed() {
+		t.Fatalf("keep's first call = %+v, %v", keep, err)
+	}
 	want := "Keep Scale: cancel the change to Pro scheduled for May 30, 2026. Nothing is charged now; Scale ($49/mo) " +
 		"continues, next charge on May 30, 2026."
 	if keep.Summary != want {
@@ -132,7 +135,10 @@ func TestKeepingThePlanCancelsTheScheduledChange(t *testing.T) {
 	if len(f.provider.Previews()) != previews {
 		t.Error("keeping the plan asked the provider for a preview; it costs nothing")
 	}
-	res, err := f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	// The same body plus the token: keeping is the same request whatever
+	// "at" says.
+	res, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "scale", At: billing.AtPeriodEnd,
+		ConfirmToken: keep.ConfirmToken})
 	if err != nil || res.Subscription == nil || res.Subscription.Plan != "scale" || res.Subscription.ScheduledChange != nil {
 		t.Fatalf("second call = %+v, %v; want Scale with nothing scheduled", res.Subscription, err)
 	}
