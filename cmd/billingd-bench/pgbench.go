@@ -99,6 +99,7 @@ func (e *env) pgbenchVars(clients int) []string {
 		// §11 claims, about 900 bytes); its bytes do not matter to PostgreSQL.
 		{"receipt", strings.Repeat("R", 900)},
 		{"subtotal_cents", 1500}, {"discount_cents", 0}, {"tax_cents", 0}, {"applied_cents", 0}, {"no_consent", "null"},
+		{"at_period_end", "false"}, {"no_renewal", "null"}, {"no_cancels", "null"}, {"no_scheduled", "null"},
 		{"consent", `{"method":"agent_relayed","human_present":"none"}`},
 		{"reason", "-"}, {"approval", billing.ApprovalGranted}, {"agent", false}, {"verify_required", false}, {"livemode", false}, {"attempt", 0},
 		{"result", fmt.Sprintf(`{"ok":true,"subscription":{"plan":"scale","status":"active","current_period_end":%q}}`, periodEnd.Format(time.RFC3339))},

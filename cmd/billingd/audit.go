@@ -65,7 +65,11 @@ func auditCmd(ctx context.Context, e env, args []string) error {
 	fmt.Fprintf(e.stdout, "verified: org %s, %d events, %d receipts; head seq %d hash %s\n",
 		rep.Org, rep.Events, rep.Receipts, rep.HeadSeq, rep.HeadHash)
 	for _, x := range rep.Executed {
-		fmt.Fprintf(e.stdout, "  seq %d %s %s: consent %s\n", x.Seq, x.ConfirmationID, x.Operation,
+		when := ""
+		if x.EffectiveAt != nil {
+			when = ", scheduled for " + x.EffectiveAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(e.stdout, "  seq %d %s %s%s: consent %s\n", x.Seq, x.ConfirmationID, x.Operation, when,
 			evidence.ConsentText(x.Consent))
 	}
 	return nil

@@ -111,6 +111,9 @@ type Executed struct {
 	// Consent is the receipt's; nil for receipts made before consents were
 	// recorded.
 	Consent *billing.Consent
+	// EffectiveAt is when a change scheduled for the period's end takes
+	// effect (the receipt's effective_at); nil for a change made at once.
+	EffectiveAt *time.Time
 }
 
 // ConsentText describes a consent for people: "agent_relayed (human
@@ -175,12 +178,13 @@ func Verify(r io.Reader, keys jose.JSONWebKeySet) (Report, error) {
 			return rep, &LineError{line, "the receipt is not the one bound into the chain: it was replaced"}
 		}
 		if e.Receipt != "" {
-			if err := checkReceipt(e, keys); err != nil {
+			claims, err := checkReceipt(e, keys)
+			if err != nil {
 				return rep, &LineError{line, err.Error()}
 			}
 			rep.Receipts++
 			rep.Executed = append(rep.Executed, Executed{Seq: e.Seq, ConfirmationID: e.ConfirmationID,
-				Operation: e.Operation, Consent: e.Consent})
+				Operation: e.Operation, Consent: e.Consent, EffectiveAt: claims.EffectiveAt})
 		}
 		rep.Org, rep.Events, rep.HeadSeq, rep.HeadHash = e.Org, rep.Events+1, e.Seq, e.Hash
 		prev = e
@@ -222,20 +226,21 @@ func checkLink(prev, e billing.ChainedEvent, org string) string {
 	return ""
 }
 
-// checkReceipt verifies a receipt and that it belongs to its line.
-func checkReceipt(e billing.ChainedEvent, keys jose.JSONWebKeySet) error {
+// checkReceipt verifies a receipt and that it belongs to its line, and
+// returns its claims.
+func checkReceipt(e billing.ChainedEvent, keys jose.JSONWebKeySet) (billing.ReceiptClaims, error) {
 	c, err := receipt.Verify(e.Receipt, keys)
 	if err != nil {
-		return fmt.Errorf("receipt: %w", err)
+		return c, fmt.Errorf("receipt: %w", err)
 	}
 	if e.Event != billing.EventOperationExecuted || c.ConfirmationID != e.ConfirmationID || c.Org != e.Org ||
 		string(c.Operation) != e.Operation {
-		return errors.New("receipt does not describe this event")
+		return c, errors.New("receipt does not describe this event")
 	}
 	if !sameConsent(c.Consent, e.Consent) {
-		return errors.New("receipt and event state different consents")
+		return c, errors.New("receipt and event state different consents")
 	}
-	return nil
+	return c, nil
 }
 
 // sameConsent reports whether a receipt's consent and its event's agree.

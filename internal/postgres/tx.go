@@ -373,10 +373,9 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	}
 	if sub := r.Subscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET plan = $2, status = $3, current_period_end = $4, stripe_item_id = $5,
-			synced_at = coalesce($6, synced_at), scheduled = $7, scheduled_at = ($8::jsonb->>'at')::timestamptz,
+			synced_at = coalesce($6, synced_at), scheduled = $7, scheduled_at = ($7::jsonb->>'at')::timestamptz,
 			version = version + 1, updated_at = now() WHERE org = $1`,
-			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID, nullTime(sub.SyncedAt),
-			sub.Scheduled, sub.Scheduled)
+			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID, nullTime(sub.SyncedAt), sub.Scheduled)
 	}
 	if a := r.Approval; a != nil {
 		batch.Queue(`UPDATE confirmations SET approval = $2, approver = $3, approver_auth_time = $4, approver_acr = NULLIF($5, '')

@@ -29,7 +29,7 @@ SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE
 			AND at > now() - :window_us * interval '1 microsecond';
 SELECT o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now(),
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, now(),
 			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
 		FROM orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id WHERE o.id = :org;
 \endpipeline
@@ -44,11 +44,11 @@ WITH superseded AS (
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
 		approval, agent, verify_required, livemode,
-		subtotal_cents, discount_cents, tax_cents, credit_applied_cents)
+		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
 		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
 		NULLIF(:approval, ''), :agent, :verify_required, :livemode,
-		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents
+		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents, :at_period_end, :no_renewal, :no_cancels
 	FROM (SELECT count(*) FROM superseded) AS after_supersede
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -75,10 +75,10 @@ SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
-	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.at_period_end, c.at_renewal, c.cancels, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
 	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now()
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, now()
 		FROM confirmations c JOIN orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id ON o.id = c.org
 		WHERE c.token_hash = :hash AND c.org = :org AND c.principal = :principal
 		FOR UPDATE OF c, s;
@@ -100,10 +100,10 @@ SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
-	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.at_period_end, c.at_renewal, c.cancels, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
 	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, now()
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, now()
 		FROM confirmations c JOIN orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id ON o.id = c.org
 		WHERE c.id = :cid FOR UPDATE OF c, s;
 WITH this AS (SELECT id, org FROM confirmations WHERE id = :cid)
@@ -116,7 +116,8 @@ UPDATE confirmations SET status = :executed, finished_at = now(), attempt = coal
 			failure = coalesce(NULLIF(:reason, ''), failure)
 			WHERE id = :cid;
 UPDATE subscriptions SET plan = :to_plan, status = :sub_status, current_period_end = :period_end, stripe_item_id = :item_id,
-			synced_at = coalesce(:synced_at, synced_at), version = version + 1, updated_at = now() WHERE org = :org;
+			synced_at = coalesce(:synced_at, synced_at), scheduled = :no_scheduled, scheduled_at = (:no_scheduled::jsonb->>'at')::timestamptz,
+			version = version + 1, updated_at = now() WHERE org = :org;
 INSERT INTO receipts (confirmation_id, org, principal, summary, receipt) VALUES (:cid, :org, :principal, :summary, :receipt);
 INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id, consent)
 			VALUES (:ev_executed, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id, :consent);
