@@ -207,7 +207,7 @@ func (s *Service) checkAtProvider(ctx context.Context, tx Tx, caller Caller, c C
 func (s *Service) quoteHolds(c Confirmation, sub Subscription, state ProviderSubscription) bool {
 	return state.PriceID == c.Terms.FromPriceID && state.ItemID == sub.StripeItemID &&
 		state.Items == 1 && state.Quantity == 1 && state.Status == sub.Status &&
-		state.CurrentPeriodEnd.Equal(sub.CurrentPeriodEnd) && s.scheduleHolds(c.Terms, sub, state.Schedule)
+		state.CurrentPeriodEnd.Equal(sub.CurrentPeriodEnd) && s.scheduleHolds(c.Terms, sub, state)
 }
 
 const msgChangedAtProvider = "the subscription was changed at the payment provider since the summary was made " +

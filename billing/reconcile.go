@@ -204,7 +204,7 @@ func (s *Service) subscriptionFrom(old Subscription, state ProviderSubscription)
 	} else if state.PriceID != "" {
 		s.log.Warn("subscription moved to a price outside the catalog", "org", old.Org, "price", state.PriceID)
 	}
-	sub.Scheduled = s.scheduledFrom(state.Schedule)
+	sub.Scheduled = s.scheduledFrom(state)
 	return sub
 }
 

@@ -32,10 +32,12 @@ import (
 // keepsPlan reports whether t only cancels a scheduled change.
 func keepsPlan(t Terms) bool { return t.FromPlan == t.ToPlan && t.Cancels != nil }
 
-// scheduledFrom is the scheduled change the provider's schedule holds, nil
-// if it holds none. A price outside the catalog is named by its id.
-func (s *Service) scheduledFrom(sched *ProviderSchedule) *ScheduledChange {
-	if !sched.Scheduled() {
+// scheduledFrom is the plan change the provider's subscription has
+// scheduled, nil if none: a schedule whose next phase keeps the price
+// changes no plan. A price outside the catalog is named by its id.
+func (s *Service) scheduledFrom(state ProviderSubscription) *ScheduledChange {
+	sched := state.Schedule
+	if !sched.Scheduled() || sched.NextPriceID == state.PriceID {
 		return nil
 	}
 	to := sched.NextPriceID
@@ -59,8 +61,8 @@ func sameScheduled(a, b *ScheduledChange) bool {
 // the quote of t assumed. A change that cancels the scheduled one also
 // holds once it is gone: its own earlier attempt, or someone else, released
 // it, and the change asked for is still the one agreed to.
-func (s *Service) scheduleHolds(t Terms, sub Subscription, sched *ProviderSchedule) bool {
-	now := s.scheduledFrom(sched)
+func (s *Service) scheduleHolds(t Terms, sub Subscription, state ProviderSubscription) bool {
+	now := s.scheduledFrom(state)
 	if sameScheduled(sub.Scheduled, now) {
 		return true
 	}
@@ -74,7 +76,7 @@ func (s *Service) scheduleHolds(t Terms, sub Subscription, sched *ProviderSchedu
 func appliedAtProvider(c Confirmation, state ProviderSubscription) bool {
 	switch {
 	case keepsPlan(c.Terms):
-		return !state.Schedule.Scheduled()
+		return !state.Schedule.Scheduled() || state.Schedule.NextPriceID == state.PriceID
 	case c.Terms.AtPeriodEnd:
 		return state.Schedule != nil && state.Schedule.ConfirmationID == c.ID
 	default:
