@@ -94,9 +94,8 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 }
 
 // sameRequest reports whether a second call repeats the one c was issued
-// for: only then may it see c's outcome.
-// Keeping the plan is the same whenever it is asked for: it cancels the
-// scheduled change now.
+// for: only then may it see c's outcome. Keeping the plan is the same
+// request whatever "at" it names: it cancels the scheduled change now.
 func sameRequest(c Confirmation, req ChangeRequest) bool {
 	return c.Operation == req.Operation && c.Terms.ToPlan == req.To &&
 		(c.Terms.AtPeriodEnd == req.atPeriodEnd() || keepsPlan(c.Terms))
@@ -172,9 +171,8 @@ func (s *Service) policyNow(ctx context.Context, tx Tx, c Confirmation, p Policy
 // checkAtProvider is the last check before the change is sent: the
 // subscription at the provider must still be what the quote assumed (its
 // price, one item of quantity one, its status, period and scheduled
-// change), because a change
-// made in Stripe's dashboard or by another tool reaches billingd only when
-// a webhook does, if ever. Otherwise the token is revoked as drift, billingd
+// change), because a change made in Stripe's dashboard or by another tool
+// reaches billingd only when a webhook does, if ever. Otherwise the token is revoked as drift, billingd
 // records the subscription as the provider has it, and nothing is sent. The
 // writes held back so far stay held: the audit chain's head is not locked
 // while the provider answers.
