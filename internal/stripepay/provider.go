@@ -98,6 +98,11 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 			return billing.AppliedChange{}, fmt.Errorf("stripe plan change: %w", err)
 		}
 	}
+	if change.AtPeriodEnd && !change.KeepPlan && (change.FromPriceID == "" || change.PeriodEnd.IsZero()) {
+		// Checked before anything is sent: Stripe would refuse the phases
+		// only after the schedule was made.
+		return billing.AppliedChange{}, errors.New("stripe plan change at period end: no current price or period end")
+	}
 	if release {
 		if err := p.releaseSchedule(ctx, change.Attached.ID, releaseKey(idempotencyKey, change.Attached.ID)); err != nil {
 			return billing.AppliedChange{}, err

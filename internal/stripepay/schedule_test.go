@@ -291,6 +291,15 @@ func TestFakeScheduleErrors(t *testing.T) {
 	_, err = env.p.ApplyPlanChange(context.Background(), keep, "k3")
 	assertKind(t, err, billing.ErrUnavailable)
 
+	noFrom := env.atPeriodEnd(priceStarter, "cfm_3")
+	noFrom.FromPriceID = ""
+	if _, err := env.p.ApplyPlanChange(context.Background(), noFrom, "k4"); err == nil {
+		t.Error("a change at period end without its current price was accepted")
+	}
+	if n := len(env.schedules()); n != 1 {
+		t.Errorf("%d schedules, want none made for the refused change", n)
+	}
+
 	long := env.atPeriodEnd(priceStarter, "cfm_3")
 	_, err = env.p.ApplyPlanChange(context.Background(), long, string(make([]byte, 250)))
 	if err == nil {
