@@ -254,7 +254,10 @@ func (s *Server) updateSchedule(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	sub := s.subs[sch.Subscription]
+	sub, ok := s.subs[sch.Subscription]
+	if !ok {
+		return nil, errState("", "The subscription schedule manages no subscription.")
+	}
 	if len(params) > 0 {
 		phases, err := s.resolvePhases(sch, sub, params)
 		if err != nil {
