@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
@@ -12,8 +13,14 @@ import (
 )
 
 // PreviewPlanChange asks Stripe what change would cost, as of
-// change.ProrationDate, without changing anything.
+// change.ProrationDate, without changing anything. A change AtPeriodEnd is
+// previewed as the renewal invoice at the new price (proration_behavior
+// none: Stripe's upcoming invoice with nothing prorated), which is what
+// the schedule's next phase will charge, as far as Stripe knows today.
 func (p *Provider) PreviewPlanChange(ctx context.Context, change billing.PlanChange) (billing.Preview, error) {
+	if change.AtPeriodEnd {
+		return p.previewRenewal(ctx, change)
+	}
 	params := &stripe.InvoiceCreatePreviewParams{
 		Customer:     stripe.String(change.CustomerID),
 		Subscription: stripe.String(change.SubscriptionID),
@@ -36,16 +43,101 @@ func (p *Provider) PreviewPlanChange(ctx context.Context, change billing.PlanCha
 	return previewFromInvoice(inv, change.ChargeNow)
 }
 
-// ApplyPlanChange swaps the subscription item's price. The same
-// idempotencyKey makes Stripe replay the first outcome instead of changing
-// the subscription again. The confirmation id goes into the subscription's
-// metadata (billingd_confirmation_id) for tracing; a request id would differ
-// between a request and its retry, and Stripe refuses a replayed key whose
-// parameters differ.
-func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
-	if err := checkIdempotencyKey(idempotencyKey); err != nil {
-		return billing.AppliedChange{}, fmt.Errorf("stripe update subscription: %w", err)
+// previewRenewal previews change.NewPriceID on the subscription's next
+// (renewal) invoice: nothing now, AtRenewal its amounts.
+func (p *Provider) previewRenewal(ctx context.Context, change billing.PlanChange) (billing.Preview, error) {
+	params := &stripe.InvoiceCreatePreviewParams{
+		Customer:     stripe.String(change.CustomerID),
+		Subscription: stripe.String(change.SubscriptionID),
+		SubscriptionDetails: &stripe.InvoiceCreatePreviewSubscriptionDetailsParams{
+			Items: []*stripe.InvoiceCreatePreviewSubscriptionDetailsItemParams{{
+				ID:    stripe.String(change.ItemID),
+				Price: stripe.String(change.NewPriceID),
+			}},
+			ProrationBehavior: stripe.String("none"),
+		},
 	}
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
+	params.Context = ctx
+	inv, err := p.api.Invoices.CreatePreview(params)
+	if err != nil {
+		return billing.Preview{}, classify("preview renewal invoice", err)
+	}
+	renewal := &billing.Amounts{AmountDueCents: inv.AmountDue}
+	renewal.SubtotalCents, renewal.DiscountCents, renewal.TaxCents, renewal.CreditAppliedCents = amountParts(inv)
+	return billing.Preview{Currency: string(inv.Currency), AtRenewal: renewal}, nil
+}
+
+// ApplyPlanChange makes change at Stripe.
+//
+// A schedule attached to the subscription (change.Attached) is released
+// first, so that no phase of it undoes the change at the period's end;
+// KeepPlan does only that. AtPeriodEnd then attaches a schedule whose next
+// phase, from change.PeriodEnd, is the new price (scheduleChange); any
+// other change swaps the subscription item's price now.
+//
+// Each request has its own idempotency key derived from idempotencyKey, so
+// a retry with the same key makes Stripe replay every step already made
+// instead of making it again. The confirmation id goes into the
+// subscription's metadata, or the schedule's (billingd_confirmation_id),
+// for tracing and for settling an unknown outcome by reading it back; a
+// request id would differ between a request and its retry, and Stripe
+// refuses a replayed key whose parameters differ.
+func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
+	keys := []string{idempotencyKey}
+	release := change.Attached != nil && !reusable(change)
+	if release {
+		keys = append(keys, releaseKey(idempotencyKey, change.Attached.ID))
+	}
+	if change.AtPeriodEnd {
+		keys = append(keys, idempotencyKey+":schedule", idempotencyKey+":phases")
+	}
+	for _, k := range keys {
+		if err := checkIdempotencyKey(k); err != nil {
+			return billing.AppliedChange{}, fmt.Errorf("stripe plan change: %w", err)
+		}
+	}
+	if change.AtPeriodEnd && !change.KeepPlan && (change.FromPriceID == "" || change.PeriodEnd.IsZero()) {
+		// Checked before anything is sent: Stripe would refuse the phases
+		// only after the schedule was made.
+		return billing.AppliedChange{}, errors.New("stripe plan change at period end: no current price or period end")
+	}
+	if release {
+		if err := p.releaseSchedule(ctx, change.Attached.ID, releaseKey(idempotencyKey, change.Attached.ID)); err != nil {
+			return billing.AppliedChange{}, err
+		}
+	}
+	switch {
+	case change.KeepPlan:
+		// Stripe's release answers with the schedule, whose
+		// released_subscription is an id that cannot be expanded: the
+		// subscription itself is not read again; billing keeps its copy.
+		return billing.AppliedChange{}, nil
+	case change.AtPeriodEnd:
+		return p.scheduleChange(ctx, change, idempotencyKey)
+	}
+	return p.updateSubscription(ctx, change, idempotencyKey)
+}
+
+func releaseKey(key, scheduleID string) string { return key + ":release:" + scheduleID }
+
+// reusable reports whether change, made AtPeriodEnd, sets the phases of the
+// attached schedule instead of releasing it: a bare one (an attempt died
+// between creating it and setting its phases), or one whose phases this
+// very change already set (an attempt whose answer was lost). Releasing
+// the latter would undo the change, and the retry's create, replayed under
+// the same key, would answer with the released schedule.
+func reusable(change billing.PlanChange) bool {
+	a := change.Attached
+	if !change.AtPeriodEnd || a == nil {
+		return false
+	}
+	return a.Bare() || (change.ConfirmationID != "" && a.ConfirmationID == change.ConfirmationID)
+}
+
+// updateSubscription swaps the subscription item's price now.
+func (p *Provider) updateSubscription(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
 	params := &stripe.SubscriptionParams{
 		Items: []*stripe.SubscriptionItemsParams{{
 			ID:    stripe.String(change.ItemID),
@@ -84,6 +176,152 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 	return applied, nil
 }
 
+// releaseSchedule releases the schedule, leaving the subscription as it
+// is. A schedule Stripe will not release because it is no longer active
+// (released, canceled or completed: read back) counts as released: an
+// earlier attempt under another key, or someone in Stripe's dashboard,
+// already did it, or it ended.
+func (p *Provider) releaseSchedule(ctx context.Context, scheduleID, key string) error {
+	params := &stripe.SubscriptionScheduleReleaseParams{}
+	params.SetIdempotencyKey(key)
+	rctx, cancel := p.bound(ctx)
+	defer cancel()
+	params.Context = rctx
+	_, err := p.api.SubscriptionSchedules.Release(scheduleID, params)
+	if err == nil {
+		return nil
+	}
+	var se *stripe.Error
+	if !errors.As(err, &se) || se.Type != stripe.ErrorTypeInvalidRequest || se.HTTPStatusCode != http.StatusBadRequest {
+		return classify("release subscription schedule", err)
+	}
+	sch, gerr := p.readSchedule(ctx, scheduleID)
+	if gerr != nil {
+		return gerr
+	}
+	if !live(sch) {
+		return nil
+	}
+	return classify("release subscription schedule", err)
+}
+
+func (p *Provider) readSchedule(ctx context.Context, scheduleID string) (*stripe.SubscriptionSchedule, error) {
+	params := &stripe.SubscriptionScheduleParams{}
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
+	params.Context = ctx
+	sch, err := p.api.SubscriptionSchedules.Get(scheduleID, params)
+	if err != nil {
+		return nil, classify("read subscription schedule", err)
+	}
+	return sch, nil
+}
+
+// live reports whether the schedule still manages its subscription.
+func live(sch *stripe.SubscriptionSchedule) bool {
+	return sch.Status == stripe.SubscriptionScheduleStatusActive || sch.Status == stripe.SubscriptionScheduleStatusNotStarted
+}
+
+// scheduleChange attaches change to the subscription for change.PeriodEnd:
+// a schedule made from the subscription (or the reusable one attached),
+// whose phases are the current period on FromPriceID, then one period on
+// NewPriceID, released at its end so that the subscription then renews on
+// the new price as if changed by hand. Nothing is prorated.
+func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
+	var scheduleID string
+	var phaseStart time.Time
+	if reusable(change) {
+		scheduleID, phaseStart = change.Attached.ID, change.Attached.PhaseStart
+	} else {
+		sch, err := p.createSchedule(ctx, change.SubscriptionID, idempotencyKey+":schedule")
+		if err != nil {
+			return billing.AppliedChange{}, err
+		}
+		scheduleID = sch.ID
+		switch {
+		case sch.CurrentPhase != nil:
+			phaseStart = unixTime(sch.CurrentPhase.StartDate)
+		case len(sch.Phases) > 0:
+			phaseStart = unixTime(sch.Phases[0].StartDate)
+		}
+	}
+	params := &stripe.SubscriptionScheduleParams{
+		Phases: []*stripe.SubscriptionSchedulePhaseParams{
+			{
+				Items: []*stripe.SubscriptionSchedulePhaseItemParams{{
+					Price: stripe.String(change.FromPriceID), Quantity: stripe.Int64(1)}},
+				StartDate: unixParam(phaseStart), // the current phase's: Stripe refuses another
+				EndDate:   stripe.Int64(change.PeriodEnd.Unix()),
+			},
+			{
+				Items: []*stripe.SubscriptionSchedulePhaseItemParams{{
+					Price: stripe.String(change.NewPriceID), Quantity: stripe.Int64(1)}},
+				Iterations: stripe.Int64(1),
+			},
+		},
+		EndBehavior:       stripe.String(string(stripe.SubscriptionScheduleEndBehaviorRelease)),
+		ProrationBehavior: stripe.String("none"),
+	}
+	if change.ConfirmationID != "" {
+		params.AddMetadata(MetadataConfirmationID, change.ConfirmationID)
+	}
+	// The subscription's status, in the same answer.
+	params.AddExpand("subscription")
+	params.SetIdempotencyKey(idempotencyKey + ":phases")
+	uctx, cancel := p.bound(ctx)
+	defer cancel()
+	params.Context = uctx
+	sch, err := p.api.SubscriptionSchedules.Update(scheduleID, params)
+	if err != nil {
+		return billing.AppliedChange{}, classify("update subscription schedule", err)
+	}
+	applied := billing.AppliedChange{
+		CurrentPeriodEnd: change.PeriodEnd,
+		ItemID:           change.ItemID,
+		Schedule:         scheduleOf(sch),
+	}
+	if sch.Subscription != nil {
+		applied.Status = string(sch.Subscription.Status)
+	}
+	return applied, nil
+}
+
+func (p *Provider) createSchedule(ctx context.Context, subscriptionID, key string) (*stripe.SubscriptionSchedule, error) {
+	params := &stripe.SubscriptionScheduleParams{FromSubscription: stripe.String(subscriptionID)}
+	params.SetIdempotencyKey(key)
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
+	params.Context = ctx
+	sch, err := p.api.SubscriptionSchedules.New(params)
+	if err != nil {
+		return nil, classify("create subscription schedule", err)
+	}
+	return sch, nil
+}
+
+// scheduleOf is what billing states of a schedule: its id, the
+// confirmation named in its metadata, its current phase's start and the
+// phase after it (the first that starts at or after the current phase's
+// end), if any. nil for no schedule.
+func scheduleOf(sch *stripe.SubscriptionSchedule) *billing.ProviderSchedule {
+	if sch == nil || sch.ID == "" {
+		return nil
+	}
+	out := &billing.ProviderSchedule{ID: sch.ID, ConfirmationID: sch.Metadata[MetadataConfirmationID]}
+	if sch.CurrentPhase == nil {
+		return out
+	}
+	out.PhaseStart = unixTime(sch.CurrentPhase.StartDate)
+	for _, ph := range sch.Phases {
+		if ph == nil || ph.StartDate < sch.CurrentPhase.EndDate || len(ph.Items) == 0 || ph.Items[0].Price == nil {
+			continue
+		}
+		out.NextPriceID, out.NextAt = ph.Items[0].Price.ID, unixTime(ph.StartDate)
+		break
+	}
+	return out
+}
+
 // invoiceOf is what billing states of an (expanded) invoice; nil when
 // Stripe sent none, or only its id.
 func invoiceOf(inv *stripe.Invoice) *billing.Invoice {
@@ -98,11 +336,11 @@ func invoiceOf(inv *stripe.Invoice) *billing.Invoice {
 }
 
 // ReadSubscription reads the subscription as Stripe has it now, with its
-// latest invoice: before a change is sent, to settle one whose outcome is
-// unknown, and on a webhook.
+// latest invoice and its schedule: before a change is sent, to settle one
+// whose outcome is unknown, and on a webhook.
 func (p *Provider) ReadSubscription(ctx context.Context, subscriptionID string) (billing.ProviderSubscription, error) {
 	params := &stripe.SubscriptionParams{}
-	params.Expand = []*string{stripe.String("latest_invoice")}
+	params.Expand = []*string{stripe.String("latest_invoice"), stripe.String("schedule")}
 	ctx, cancel := p.bound(ctx)
 	defer cancel()
 	params.Context = ctx
@@ -115,6 +353,11 @@ func (p *Provider) ReadSubscription(ctx context.Context, subscriptionID string) 
 		CurrentPeriodEnd: unixTime(sub.CurrentPeriodEnd),
 		ConfirmationID:   sub.Metadata[MetadataConfirmationID],
 		LatestInvoice:    invoiceOf(sub.LatestInvoice),
+	}
+	// Stripe detaches a schedule once it is released or canceled; one
+	// that has ended some other way manages nothing either.
+	if sch := sub.Schedule; sch != nil && sch.ID != "" && (sch.Status == "" || live(sch)) {
+		state.Schedule = scheduleOf(sch)
 	}
 	if sub.Items != nil && len(sub.Items.Data) > 0 {
 		item := sub.Items.Data[0]

@@ -16,9 +16,14 @@ import (
 // endpoint's secret (or is older than the tolerance, five minutes).
 var ErrBadSignature = errors.New("bad Stripe webhook signature")
 
-// ParseSubscriptionEvent authenticates a webhook payload and, for
-// customer.subscription.updated and .deleted, returns the change. ok is false
-// for any other event type, which billingd acknowledges and ignores.
+// ParseSubscriptionEvent authenticates a webhook payload and returns, for
+// customer.subscription.updated and .deleted, the change, and for an event
+// about a subscription schedule (subscription_schedule.created, .updated,
+// .released, .canceled, .completed, .aborted, .expiring: Stripe's list) the
+// subscription it manages, or managed until released, with SubscriptionID
+// only: a schedule event is a hint to read the subscription again (a
+// scheduled change was set, released, or applied at a renewal). ok is
+// false for any other event type, which billingd acknowledges and ignores.
 func ParseSubscriptionEvent(payload []byte, signatureHeader, secret string) (ev billing.SubscriptionEvent, ok bool, err error) {
 	// Stripe sends events in the API version of the webhook endpoint, which
 	// an operator may set differently from stripe-go's pinned version
@@ -31,6 +36,9 @@ func ParseSubscriptionEvent(payload []byte, signatureHeader, secret string) (ev 
 		webhook.ConstructEventOptions{IgnoreAPIVersionMismatch: true})
 	if err != nil {
 		return billing.SubscriptionEvent{}, false, fmt.Errorf("%w: %v", ErrBadSignature, err)
+	}
+	if scheduleEvents[event.Type] {
+		return parseScheduleEvent(event)
 	}
 	deleted := event.Type == "customer.subscription.deleted"
 	if event.Type != "customer.subscription.updated" && !deleted {
@@ -77,4 +85,36 @@ func periodEnd(sub stripe.Subscription, raw json.RawMessage) int64 {
 		return 0
 	}
 	return basil.Items.Data[0].CurrentPeriodEnd
+}
+
+// scheduleEvents are the subscription_schedule events Stripe documents.
+var scheduleEvents = map[stripe.EventType]bool{
+	stripe.EventTypeSubscriptionScheduleAborted:   true,
+	stripe.EventTypeSubscriptionScheduleCanceled:  true,
+	stripe.EventTypeSubscriptionScheduleCompleted: true,
+	stripe.EventTypeSubscriptionScheduleCreated:   true,
+	stripe.EventTypeSubscriptionScheduleExpiring:  true,
+	stripe.EventTypeSubscriptionScheduleReleased:  true,
+	stripe.EventTypeSubscriptionScheduleUpdated:   true,
+}
+
+// parseScheduleEvent names the subscription a schedule event is about: the
+// schedule's subscription or, once released, its released_subscription. A
+// schedule that names neither (one that never had a subscription) is
+// ignored.
+func parseScheduleEvent(event stripe.Event) (billing.SubscriptionEvent, bool, error) {
+	var sch stripe.SubscriptionSchedule
+	if event.Data == nil || json.Unmarshal(event.Data.Raw, &sch) != nil || sch.ID == "" {
+		return billing.SubscriptionEvent{}, false, fmt.Errorf("decode %s event %s: not a subscription schedule", event.Type, event.ID)
+	}
+	var subID string
+	switch {
+	case sch.Subscription != nil && sch.Subscription.ID != "":
+		subID = sch.Subscription.ID
+	case sch.ReleasedSubscription != nil && sch.ReleasedSubscription.ID != "":
+		subID = sch.ReleasedSubscription.ID
+	default:
+		return billing.SubscriptionEvent{}, false, nil
+	}
+	return billing.SubscriptionEvent{EventID: event.ID, Created: time.Unix(event.Created, 0).UTC(), SubscriptionID: subID}, true, nil
 }

@@ -94,11 +94,17 @@ func (s *Server) Events() []Event {
 
 // emit records an event about sub as it is now. Callers hold s.mu.
 func (s *Server) emit(kind string, sub *Subscription) {
+	s.emitObject(kind, s.toSubscriptionJSON(sub, nil))
+}
+
+// emitObject records an event whose data.object is object (a subscription,
+// a subscription schedule, an invoice). Callers hold s.mu.
+func (s *Server) emitObject(kind string, object any) {
 	id := s.newID("evt")
 	created := s.now().Truncate(time.Second)
 	payload, err := json.Marshal(map[string]any{
 		"id": id, "object": "event", "type": kind, "created": created.Unix(), "api_version": "2024-06-20",
-		"livemode": false, "data": map[string]any{"object": s.toSubscriptionJSON(sub, nil)},
+		"livemode": false, "data": map[string]any{"object": object},
 	})
 	if err != nil {
 		panic(err) // the fake's own types always marshal

@@ -209,7 +209,9 @@ func (s *Server) createPreview(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.previewInvoice(sub, changes, behavior, at), nil
+	inv := s.previewInvoice(sub, changes, behavior, at)
+	inv.BillingReason = "upcoming" // Stripe's billing_reason of simulated invoices
+	return inv, nil
 }
 
 // itemChange is a new price and quantity for one existing item.

@@ -12,6 +12,11 @@ const (
 	UpdateSubscription Endpoint = "POST /v1/subscriptions/{id}"
 	GetSubscription    Endpoint = "GET /v1/subscriptions/{id}"
 	CreatePreview      Endpoint = "POST /v1/invoices/create_preview"
+	CreateSchedule     Endpoint = "POST /v1/subscription_schedules"
+	UpdateSchedule     Endpoint = "POST /v1/subscription_schedules/{id}"
+	GetSchedule        Endpoint = "GET /v1/subscription_schedules/{id}"
+	ReleaseSchedule    Endpoint = "POST /v1/subscription_schedules/{id}/release"
+	CancelSchedule     Endpoint = "POST /v1/subscription_schedules/{id}/cancel"
 )
 
 // Fault is a failure injected into one request.

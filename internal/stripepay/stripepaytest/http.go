@@ -31,6 +31,11 @@ func (s *Server) routes() http.Handler {
 	handle(UpdateSubscription, s.updateSubscription)
 	handle(GetSubscription, s.getSubscription)
 	handle(CreatePreview, s.createPreview)
+	handle(CreateSchedule, s.createSchedule)
+	handle(UpdateSchedule, s.updateSchedule)
+	handle(GetSchedule, s.getSchedule)
+	handle(ReleaseSchedule, s.releaseSchedule)
+	handle(CancelSchedule, s.cancelSchedule)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.write(w, errorResult(&apiError{
 			status: http.StatusNotFound, typ: "invalid_request_error",

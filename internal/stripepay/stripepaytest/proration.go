@@ -28,7 +28,13 @@ import (
 //   - create_prorations previews the next regular invoice: the credit and
 //     charge lines (proration: true) plus one line per item for the next
 //     period at the new price; amount_due = max(0, next period + Σ net).
-//   - none previews the next period alone.
+//   - none previews the next regular invoice, the renewal, as Stripe's
+//     upcoming invoice: nothing prorated, one line per item for the next
+//     period (current_period_end + 30 days) at the new price; the
+//     invoice's period_start and period_end are the current period
+//     (Stripe's "look back one period"). That is what a change scheduled
+//     for the period's end (a subscription schedule's next phase) will
+//     charge, as far as it is known today.
 //
 // A negative total is not due (Stripe would credit the customer's balance),
 // hence the max(0, …). Discounts, tax and the customer balance then apply

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// State is what the fake knows about customers and subscriptions, so that
-// a process serving the fake (billingd dev) can keep it across restarts.
+// State is what the fake knows about customers, subscriptions and their
+// schedules, so that a process serving the fake (billingd dev) can keep it
+// across restarts.
 // Prices and pending faults are not part of it: the process sets prices
 // from its catalog, and faults belong to tests. Neither are saved
 // idempotency keys: after a restart, a retried request executes again.
@@ -16,6 +17,7 @@ type State struct {
 	Seq           int64 // the last number handed out in an id
 	Customers     []Customer
 	Subscriptions []Subscription
+	Schedules     []Schedule
 	Updates       map[string]int // UpdateCount per subscription
 }
 
@@ -26,8 +28,8 @@ type Customer struct {
 	Metadata        map[string]string
 }
 
-// State returns a copy of the fake's customers and subscriptions, ordered
-// by id.
+// State returns a copy of the fake's customers, subscriptions and
+// schedules, ordered by id.
 func (s *Server) State() State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -39,12 +41,17 @@ func (s *Server) State() State {
 	for _, sub := range s.subs {
 		st.Subscriptions = append(st.Subscriptions, sub.clone())
 	}
+	for _, sch := range s.schedules {
+		st.Schedules = append(st.Schedules, sch.clone())
+	}
+	slices.SortFunc(st.Schedules, func(a, b Schedule) int { return compareIDs(a.ID, b.ID) })
 	slices.SortFunc(st.Customers, func(a, b Customer) int { return compareIDs(a.ID, b.ID) })
 	slices.SortFunc(st.Subscriptions, func(a, b Subscription) int { return compareIDs(a.ID, b.ID) })
 	return st
 }
 
-// Restore replaces the fake's customers and subscriptions with st's, as
+// Restore replaces the fake's customers, subscriptions and schedules with
+// st's, as
 // State returned them. Ids handed out afterwards continue from st.Seq.
 func (s *Server) Restore(st State) {
 	s.mu.Lock()
@@ -59,6 +66,11 @@ func (s *Server) Restore(st State) {
 	for _, sub := range st.Subscriptions {
 		c := sub.clone()
 		s.subs[c.ID] = &c
+	}
+	s.schedules = map[string]*Schedule{}
+	for _, sch := range st.Schedules {
+		c := sch.clone()
+		s.schedules[c.ID] = &c
 	}
 	s.updates = maps.Clone(st.Updates)
 	if s.updates == nil {

@@ -19,18 +19,29 @@
 //	POST /v1/customers
 //	POST /v1/subscriptions
 //	POST /v1/subscriptions/{id}
-//	GET  /v1/subscriptions/{id}
+//	GET  /v1/subscriptions/{id}              (expand[]: latest_invoice, schedule)
 //	POST /v1/invoices/create_preview
+//	POST /v1/subscription_schedules          (from_subscription only)
+//	POST /v1/subscription_schedules/{id}     (phases, end_behavior, metadata)
+//	GET  /v1/subscription_schedules/{id}
+//	POST /v1/subscription_schedules/{id}/release
+//	POST /v1/subscription_schedules/{id}/cancel
+//
+// The schedule endpoints accept expand[]=subscription (schedule.go says
+// what of Stripe's schedules the fake models). AdvanceClock moves the
+// fake's time like a Stripe test clock: subscriptions renew, with a
+// renewal invoice, and schedules move into their next phase.
 //
 // Server.Pacer gives it Stripe's pace (pace.go): per-endpoint latency with
 // a tail, the 429s of Stripe's limiters (rate limit, lock timeout), and
 // requests held until a test releases them; NewPacer puts the same in front
 // of any other stand-in (make bench's canned answers).
 //
-// The fake is deliberately small: one status ("active"), 30-day periods that
-// never renew, price swaps as the only subscription update, no invoices or
-// charges kept. Any request needs an Authorization header with some bearer
-// key; which one is not checked.
+// The fake is deliberately small: statuses active and canceled, 30-day
+// periods that renew only when AdvanceClock passes their end, price swaps
+// as the only subscription update, invoices paid at once and no charges
+// kept. Any request needs an Authorization header with some bearer key;
+// which one is not checked.
 package stripepaytest
 
 import (
@@ -54,6 +65,9 @@ type Subscription struct {
 	Metadata           map[string]string
 	// LatestInvoice is the id of the subscription's latest invoice, if any.
 	LatestInvoice string
+	// Schedule is the id of the subscription schedule attached to it, if
+	// any (schedule.go).
+	Schedule string
 }
 
 // Item is one subscription item.
@@ -69,12 +83,15 @@ type Server struct {
 	handler http.Handler
 	pacer   *Pacer // Stripe's pace in front of the endpoints (pace.go)
 
-	mu        sync.Mutex
-	now       func() time.Time
+	mu    sync.Mutex
+	clock func() time.Time
+	// offset is how far AdvanceClock has moved the fake's time past clock's.
+	offset    time.Duration
 	seq       int64
 	prices    map[string]price
 	customers map[string]*customer
 	subs      map[string]*Subscription
+	schedules map[string]*Schedule
 	updates   map[string]int
 	requests  map[Endpoint]int
 	faults    map[Endpoint][]Fault
@@ -103,10 +120,11 @@ type customer struct {
 // New returns an empty fake with no prices.
 func New() *Server {
 	s := &Server{
-		now:       time.Now,
+		clock:     time.Now,
 		prices:    map[string]price{},
 		customers: map[string]*customer{},
 		subs:      map[string]*Subscription{},
+		schedules: map[string]*Schedule{},
 		updates:   map[string]int{},
 		requests:  map[Endpoint]int{},
 		faults:    map[Endpoint][]Fault{},
@@ -133,12 +151,16 @@ func (s *Server) SetPrice(id string, unitAmountCents int64, currency string) {
 }
 
 // SetClock replaces the fake's clock (time.Now by default): it dates new
-// subscriptions and is the proration date when a request gives none.
+// subscriptions and is the proration date when a request gives none. Time
+// AdvanceClock added stays added: the fake's time is now() plus it.
 func (s *Server) SetClock(now func() time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.now = now
+	s.clock = now
 }
+
+// now is the fake's time. Callers hold s.mu.
+func (s *Server) now() time.Time { return s.clock().Add(s.offset) }
 
 // UpdateCount is how many times the subscription was actually changed by
 // POST /v1/subscriptions/{id}; replayed and refused requests do not count.

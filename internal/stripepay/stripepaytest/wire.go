@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The JSON shapes of Stripe's objects, cut down to the fields stripe-go's
@@ -67,6 +68,9 @@ type subscriptionJSON struct {
 	// LatestInvoice is the invoice's id, or the invoice itself when the
 	// request asked for expand[]=latest_invoice; null when there is none.
 	LatestInvoice any `json:"latest_invoice"`
+	// Schedule is the attached subscription schedule's id, or the
+	// schedule itself with expand[]=schedule; null when there is none.
+	Schedule any `json:"schedule"`
 }
 
 type periodJSON struct {
@@ -142,8 +146,9 @@ func toPriceJSON(p price) priceJSON {
 	}
 }
 
-// toSubscriptionJSON renders sub, its latest invoice expanded if r asks
-// for it (r may be nil); callers hold s.mu (prices, invoices).
+// toSubscriptionJSON renders sub, its latest invoice and its schedule
+// expanded if r asks for them (r may be nil); callers hold s.mu (prices,
+// invoices, schedules).
 func (s *Server) toSubscriptionJSON(sub *Subscription, r *http.Request) subscriptionJSON {
 	items := make([]subscriptionItemJSON, len(sub.Items))
 	for i, it := range sub.Items {
@@ -161,6 +166,7 @@ func (s *Server) toSubscriptionJSON(sub *Subscription, r *http.Request) subscrip
 		Items:         newList("/v1/subscription_items?subscription="+sub.ID, items),
 		Metadata:      orEmpty(sub.Metadata),
 		LatestInvoice: s.latestInvoice(sub, r),
+		Schedule:      s.schedule(sub, r),
 	}
 }
 
@@ -202,4 +208,101 @@ func orEmpty(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+type currentPhaseJSON struct {
+	StartDate int64 `json:"start_date"`
+	EndDate   int64 `json:"end_date"`
+}
+
+type phaseItemJSON struct {
+	Price    string            `json:"price"`
+	Quantity int64             `json:"quantity"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+type phaseJSON struct {
+	StartDate         int64             `json:"start_date"`
+	EndDate           int64             `json:"end_date"`
+	Currency          string            `json:"currency"`
+	Items             []phaseItemJSON   `json:"items"`
+	ProrationBehavior string            `json:"proration_behavior"`
+	Metadata          map[string]string `json:"metadata"`
+}
+
+type scheduleJSON struct {
+	ID           string            `json:"id"`
+	Object       string            `json:"object"`
+	Created      int64             `json:"created"`
+	Customer     string            `json:"customer"`
+	Status       string            `json:"status"`
+	EndBehavior  string            `json:"end_behavior"`
+	CurrentPhase *currentPhaseJSON `json:"current_phase"`
+	Phases       []phaseJSON       `json:"phases"`
+	Metadata     map[string]string `json:"metadata"`
+	// Subscription is the subscription's id, the subscription itself
+	// when the request asked for expand[]=subscription, or null once
+	// released.
+	Subscription         any     `json:"subscription"`
+	ReleasedSubscription *string `json:"released_subscription"`
+	ReleasedAt           *int64  `json:"released_at"`
+	CanceledAt           *int64  `json:"canceled_at"`
+	CompletedAt          *int64  `json:"completed_at"`
+	Livemode             bool    `json:"livemode"`
+	TestClock            *string `json:"test_clock"`
+}
+
+// toScheduleJSON renders sch, its subscription expanded if r asks for it
+// (r may be nil); callers hold s.mu.
+func (s *Server) toScheduleJSON(sch *Schedule, r *http.Request) scheduleJSON {
+	out := scheduleJSON{
+		ID: sch.ID, Object: "subscription_schedule", Created: sch.Created.Unix(), Customer: sch.Customer,
+		Status: sch.Status, EndBehavior: sch.EndBehavior, Metadata: orEmpty(sch.Metadata),
+		Phases:     make([]phaseJSON, len(sch.Phases)),
+		ReleasedAt: unixOrNil(sch.ReleasedAt), CanceledAt: unixOrNil(sch.CanceledAt), CompletedAt: unixOrNil(sch.CompletedAt),
+	}
+	for i, p := range sch.Phases {
+		items := make([]phaseItemJSON, len(p.Items))
+		for j, it := range p.Items {
+			items[j] = phaseItemJSON{Price: it.PriceID, Quantity: it.Quantity, Metadata: map[string]string{}}
+		}
+		out.Phases[i] = phaseJSON{StartDate: p.Start.Unix(), EndDate: p.End.Unix(), Items: items,
+			Currency: s.prices[p.Items[0].PriceID].currency, ProrationBehavior: p.ProrationBehavior,
+			Metadata: map[string]string{}}
+	}
+	if sch.Status == "active" {
+		cur := sch.Phases[sch.Current]
+		out.CurrentPhase = &currentPhaseJSON{StartDate: cur.Start.Unix(), EndDate: cur.End.Unix()}
+	}
+	if sch.ReleasedSubscription != "" {
+		out.ReleasedSubscription = &sch.ReleasedSubscription
+	}
+	if sub, ok := s.subs[sch.Subscription]; ok {
+		out.Subscription = sub.ID
+		if r != nil && expands(r, "subscription") {
+			out.Subscription = s.toSubscriptionJSON(sub, nil)
+		}
+	}
+	return out
+}
+
+// schedule is sub's schedule field: nil, its id, or the schedule when r
+// asks for expand[]=schedule. Callers hold s.mu.
+func (s *Server) schedule(sub *Subscription, r *http.Request) any {
+	sch, ok := s.schedules[sub.Schedule]
+	if !ok {
+		return nil
+	}
+	if r != nil && expands(r, "schedule") {
+		return s.toScheduleJSON(sch, nil)
+	}
+	return sch.ID
+}
+
+func unixOrNil(t time.Time) *int64 {
+	if t.IsZero() {
+		return nil
+	}
+	sec := t.Unix()
+	return &sec
 }
