@@ -177,7 +177,7 @@ func (s *Service) recordProviderState(ctx context.Context, tx Tx, acct Account, 
 		return false, err
 	}
 	if scheduledApplied(old, sub) {
-		if err := s.recordScheduledApplied(ctx, tx, old.Org, old.Scheduled, "webhook"); err != nil {
+		if err := s.recordScheduledApplied(ctx, tx, old.Org, old.Scheduled, "renewal"); err != nil {
 			return false, err
 		}
 	}

@@ -40,7 +40,7 @@ func TestMCPListTools(t *testing.T) {
 	}
 	cases := map[string]want{
 		"upgrade_plan":        {destructive: true, openWorld: true, required: []string{"to"}, optional: []string{"confirm_token"}},
-		"downgrade_plan":      {destructive: true, openWorld: true, required: []string{"to"}, optional: []string{"confirm_token"}},
+		"downgrade_plan":      {destructive: true, openWorld: true, required: []string{"to"}, optional: []string{"confirm_token", "at"}},
 		"get_subscription":    {readOnly: true},
 		"list_plans":          {readOnly: true},
 		"cancel_confirmation": {idempotent: true, required: []string{"confirmation_id"}},

@@ -53,11 +53,36 @@ var toolScopes = map[string]string{
 	toolPlans:        auth.ScopeRead,
 }
 
-// changePlanArgs are the arguments of upgrade_plan and downgrade_plan.
-type changePlanArgs struct {
+// upgradePlanArgs are the arguments of upgrade_plan.
+type upgradePlanArgs struct {
 	To           string `json:"to" jsonschema:"Id of the plan to move to, as listed by list_plans (for example scale). The same value on both calls."`
 	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"Second call only: the confirm_token returned by the first call. Send it only after the user has read the summary and explicitly agreed. Omit it on the first call."`
-	At           string `json:"at,omitempty" jsonschema:"downgrade_plan only: now (the default) or period_end, to keep the current plan until the end of the period and change then, with nothing charged or credited now. The same value on both calls."`
+}
+
+// downgradePlanArgs are the arguments of downgrade_plan: upgrade_plan's,
+// and when the change is made.
+type downgradePlanArgs struct {
+	To           string `json:"to" jsonschema:"Id of the plan to move to, as listed by list_plans (for example pro). The same value on both calls."`
+	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"Second call only: the confirm_token returned by the first call. Send it only after the user has read the summary and explicitly agreed. Omit it on the first call."`
+	At           string `json:"at,omitempty" jsonschema:"now (the default) or period_end: keep the current plan until the end of the billing period and change then, with nothing charged or credited now. The same value on both calls."`
+}
+
+// changePlanArgs are the arguments of either plan tool.
+type changePlanArgs = downgradePlanArgs
+
+// planArgs are the argument types of the plan tools.
+type planArgs interface {
+	upgradePlanArgs | downgradePlanArgs
+}
+
+// argsOf is a plan tool's arguments as changePlanArgs.
+func argsOf[A planArgs](in A) changePlanArgs {
+	switch a := any(in).(type) {
+	case upgradePlanArgs:
+		return changePlanArgs{To: a.To, ConfirmToken: a.ConfirmToken}
+	default:
+		return a.(downgradePlanArgs)
+	}
 }
 
 // cancelArgs are the arguments of cancel_confirmation.
@@ -84,14 +109,17 @@ func registerTools(s *sdk.Server, t tools) {
 		Description: "Move the organisation to a more expensive plan; the second call charges the prorated difference now. " + twoCallInstructions,
 		Annotations: planChangeAnnotations("Upgrade the subscription plan"),
 		Meta:        viewToolMeta(),
-	}, t.log, t.changePlan(billing.OpUpgrade))
+	}, t.log, changePlan[upgradePlanArgs](t, billing.OpUpgrade))
 	addInteractiveTool(s, &sdk.Tool{
 		Name:        toolDowngrade,
 		Title:       "Downgrade the subscription plan",
-		Description: "Move the organisation to a cheaper plan; the unused part of the period is credited on the next invoice. " + twoCallInstructions,
+		Description: "Move the organisation to a cheaper plan; the unused part of the period is credited on the next invoice. " +
+			"With at: period_end the plan changes at the end of the billing period instead, with nothing charged or credited now; " +
+			"while such a change is scheduled, calling with to = the current plan proposes keeping it (cancelling the scheduled change). " +
+			twoCallInstructions,
 		Annotations: planChangeAnnotations("Downgrade the subscription plan"),
 		Meta:        viewToolMeta(),
-	}, t.log, t.changePlan(billing.OpDowngrade))
+	}, t.log, changePlan[downgradePlanArgs](t, billing.OpDowngrade))
 	addTool(s, &sdk.Tool{
 		Name:        toolSubscription,
 		Title:       "Current subscription",
@@ -147,8 +175,9 @@ func (t tools) handshake(ctx context.Context, caller billing.Caller, req billing
 // changePlan is upgrade_plan or downgrade_plan: the REST handshake, except
 // that a first call from a client that can show its user a dialog asks the
 // user itself (elicit.go).
-func (t tools) changePlan(op billing.Operation) interactiveFunc[changePlanArgs, changeOutput] {
-	return func(ctx context.Context, req *sdk.CallToolRequest, caller billing.Caller, in changePlanArgs) (reply[changeOutput], error) {
+func changePlan[A planArgs](t tools, op billing.Operation) interactiveFunc[A, changeOutput] {
+	return func(ctx context.Context, req *sdk.CallToolRequest, caller billing.Caller, args A) (reply[changeOutput], error) {
+		in := argsOf(args)
 		client := declared(req)
 		if isNextRound(req) {
 			return t.nextRound(ctx, req, client, caller, op, in)
