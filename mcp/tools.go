@@ -111,8 +111,8 @@ func registerTools(s *sdk.Server, t tools) {
 		Meta:        viewToolMeta(),
 	}, t.log, changePlan[upgradePlanArgs](t, billing.OpUpgrade))
 	addInteractiveTool(s, &sdk.Tool{
-		Name:        toolDowngrade,
-		Title:       "Downgrade the subscription plan",
+		Name:  toolDowngrade,
+		Title: "Downgrade the subscription plan",
 		Description: "Move the organisation to a cheaper plan; the unused part of the period is credited on the next invoice. " +
 			"With at: period_end the plan changes at the end of the billing period instead, with nothing charged or credited now; " +
 			"while such a change is scheduled, calling with to = the current plan proposes keeping it (cancelling the scheduled change). " +
