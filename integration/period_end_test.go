@@ -289,3 +289,85 @@ func TestPeriodEndDowngradeOverMCP(t *testing.T) {
 		t.Fatalf("get_subscription: %+v, %q", sub, texts(sres)[0])
 	}
 }
+
+// schedulesOf returns the fake's schedules made for subscriptionID, oldest
+// first, released ones included.
+func (h *harness) schedulesOf(subscriptionID string) []stripepaytest.Schedule {
+	var out []stripepaytest.Schedule
+	for _, sch := range h.fake.State().Schedules {
+		if sch.Subscription == subscriptionID || sch.ReleasedSubscription == subscriptionID {
+			out = append(out, sch)
+		}
+	}
+	return out
+}
+
+// TestPeriodEndAnswerLostOrHalfMade: a schedule's change is settled like any
+// other (a crash forgets nothing). Its phases applied with the answer lost:
+// the retry finds the schedule's metadata naming the confirmation and
+// records it, once. Its phases refused with a 500 after the schedule was
+// created (Stripe replays the 500 for that key): the settler finds the
+// bare schedule, sends the phases under the next attempt's key onto that
+// same schedule, and never leaves a second one. A keep whose release
+// answer was lost: the retry finds nothing scheduled and records it.
+func TestPeriodEndAnswerLostOrHalfMade(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withEnv("SETTLE_INTERVAL", "200ms"))
+
+	t.Run("phases applied, answer lost", func(t *testing.T) {
+		acct := h.createOrg("lostphase", "Lost Phase", "scale")
+		tok := h.user("lostphase", "lp")
+		p := h.proposeAt(tok, "downgrade", "pro", "period_end")
+		h.fake.FailNextAt(stripepaytest.UpdateSchedule, stripepaytest.LoseResponse)
+		r := h.do("POST", "/api/billing/downgrade", tok, map[string]string{"to": "pro", "at": "period_end", "confirm_token": p.ConfirmToken})
+		wantStatus(t, r, http.StatusServiceUnavailable, "upstream_unavailable")
+		done := h.confirmAt(tok, "downgrade", "pro", "period_end", p.ConfirmToken)
+		if sc := done.Subscription.ScheduledChange; sc == nil || sc.ConfirmationID != p.ConfirmationID {
+			t.Fatalf("retry: %+v", done.Subscription)
+		}
+		if n := len(h.schedulesOf(acct.Subscription.StripeSubscriptionID)); n != 1 {
+			t.Fatalf("%d schedules at Stripe, want 1", n)
+		}
+		wantEvents(t, h.auditEvents("lostphase"),
+			"TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_FAILED:outcome_unknown", "OPERATION_EXECUTED")
+	})
+
+	t.Run("schedule created, phases refused", func(t *testing.T) {
+		acct := h.createOrg("halfmade", "Half Made", "scale")
+		tok := h.user("halfmade", "hm")
+		p := h.proposeAt(tok, "downgrade", "free", "period_end")
+		h.fake.FailNextAt(stripepaytest.UpdateSchedule, stripepaytest.ServerError)
+		r := h.do("POST", "/api/billing/downgrade", tok, map[string]string{"to": "free", "at": "period_end", "confirm_token": p.ConfirmToken})
+		wantStatus(t, r, http.StatusServiceUnavailable, "upstream_unavailable")
+		// Nobody retries: the settler finishes it.
+		deadline := time.Now().Add(15 * time.Second)
+		for h.subscriptionView(tok).ScheduledChange == nil && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if sc := h.subscriptionView(tok).ScheduledChange; sc == nil || sc.To != "free" || sc.ConfirmationID != p.ConfirmationID {
+			t.Fatalf("after settling: scheduled %+v", sc)
+		}
+		schedules := h.schedulesOf(acct.Subscription.StripeSubscriptionID)
+		if len(schedules) != 1 || schedules[0].Status != "active" || len(schedules[0].Phases) != 2 {
+			t.Fatalf("schedules at Stripe: %+v; want one, with the two phases", schedules)
+		}
+	})
+
+	t.Run("keep released, answer lost", func(t *testing.T) {
+		acct := h.createOrg("lostkeep", "Lost Keep", "scale")
+		tok := h.user("lostkeep", "lk")
+		p := h.proposeAt(tok, "downgrade", "pro", "period_end")
+		h.confirmAt(tok, "downgrade", "pro", "period_end", p.ConfirmToken)
+		keep := h.propose(tok, "upgrade", "scale")
+		h.fake.FailNextAt(stripepaytest.ReleaseSchedule, stripepaytest.LoseResponse)
+		wantStatus(t, h.confirm(tok, "upgrade", "scale", keep.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
+		wantStatus(t, h.confirm(tok, "upgrade", "scale", keep.ConfirmToken), http.StatusOK, "")
+		if sc := h.subscriptionView(tok).ScheduledChange; sc != nil {
+			t.Fatalf("after the retry: still scheduled %+v", sc)
+		}
+		if sub, _ := h.fake.Subscription(acct.Subscription.StripeSubscriptionID); sub.Schedule != "" ||
+			sub.Items[0].PriceID != "price_billingd_scale" {
+			t.Fatalf("at Stripe: %+v", sub)
+		}
+	})
+}
