@@ -250,3 +250,31 @@ func TestSettleFindsAScheduleMadeBeforeTheAnswerWasLost(t *testing.T) {
 		t.Error("settling sent the change again although Stripe showed it made")
 	}
 }
+
+// TestPoliciesSeeAScheduledDowngradeWithNothingDueNow: a rule asking for
+// approval of anything charged now does not match a period-end downgrade
+// (nothing is due now, whatever the renewal charges), and a rule letting
+// downgrades through does: the change is scheduled at once, as the policy's.
+func TestPoliciesSeeAScheduledDowngradeWithNothingDueNow(t *testing.T) {
+	f := newScaleFixture(t)
+	zero := int64(0)
+	f.store.Update(func(st *billingtest.State) {
+		a := st.Accounts["org_vb"]
+		a.Policy = billing.Policy{Rules: []billing.PolicyRule{
+			{Name: "charges", AmountDueAboveCents: &zero, Action: billing.ActionApprove},
+			{Name: "downgrades", Operation: billing.OpDowngrade, Action: billing.ActionAllow},
+		}}
+		st.Accounts["org_vb"] = a
+	})
+	res, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
+	if err != nil || res.Proposed() || res.ApprovalRequired {
+		t.Fatalf("first call = %+v, %v; want the change made at once under the allow rule", res, err)
+	}
+	if sc := res.Subscription.ScheduledChange; sc == nil || sc.To != "pro" {
+		t.Fatalf("subscription = %+v, want Pro scheduled", res.Subscription)
+	}
+	c := f.confirmation(t, res.Subscription.ScheduledChange.ConfirmationID)
+	if c.Consent == nil || c.Consent.Method != billing.ConsentPolicyAllow {
+		t.Errorf("consent = %+v, want policy_allow", c.Consent)
+	}
+}
