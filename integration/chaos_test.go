@@ -63,6 +63,7 @@ func TestChaosInvariant(t *testing.T) {
 	for _, d := range disagreements {
 		t.Error(d)
 	}
+	h.logScheduled("chaos")
 }
 
 // runChaosClients creates the orgs prefix00, prefix01, … on h and runs one
@@ -98,7 +99,8 @@ func (c *chaos) pick(e stripepaytest.Endpoint) stripepaytest.Fault {
 	defer c.mu.Unlock()
 	n := c.rng.IntN(100)
 	switch e {
-	case stripepaytest.UpdateSubscription:
+	case stripepaytest.UpdateSubscription, stripepaytest.CreateSchedule, stripepaytest.UpdateSchedule,
+		stripepaytest.ReleaseSchedule:
 		switch {
 		case n < 10:
 			return stripepaytest.ServerError
@@ -130,11 +132,14 @@ func chaosClient(t *testing.T, replicas []*harness, tok string, rng *rand.Rand, 
 		r := replicas[rng.IntN(len(replicas))]
 		current := r.subscriptionOf(tok)
 		to := plans[rng.IntN(len(plans))]
-		op := "upgrade"
+		op, at := "upgrade", ""
 		if rankOf(to) < rankOf(current) {
 			op = "downgrade"
+			if rng.IntN(2) == 0 { // at the period's end; the next round may keep the plan
+				at = `,"at":"period_end"`
+			}
 		}
-		first, err := r.tryChange(5*time.Second, tok, op, `{"to":"`+to+`"}`)
+		first, err := r.tryChange(5*time.Second, tok, op, `{"to":"`+to+`"`+at+`}`)
 		if err != nil {
 			continue
 		}
@@ -151,7 +156,7 @@ func chaosClient(t *testing.T, replicas []*harness, tok string, rng *rand.Rand, 
 		for attempt := 0; attempt < 1+rng.IntN(3); attempt++ {
 			r := replicas[rng.IntN(len(replicas))]
 			patience := time.Duration(100+rng.IntN(2000)) * time.Millisecond
-			body := `{"to":"` + to + `","confirm_token":"` + p.ConfirmToken + `"}`
+			body := `{"to":"` + to + `"` + at + `,"confirm_token":"` + p.ConfirmToken + `"}`
 			second, err := r.tryChange(patience, tok, op, body)
 			if err != nil {
 				continue // the client gave up
@@ -196,28 +201,68 @@ func (h *harness) subscriptionOf(token string) string {
 }
 
 // disagreement says how billingd's record of org differs from Stripe's, or
-// "" when they agree: the same plan, and one OPERATION_EXECUTED per change
-// Stripe made.
+// "" when they agree: the same plan and the same scheduled change, one
+// OPERATION_EXECUTED per executed confirmation, and as many changes made
+// now at Stripe as billingd executed.
 func (h *harness) disagreement(org string) string {
 	h.t.Helper()
 	var subID string
-	if err := h.db.Pool.QueryRow(context.Background(), `SELECT stripe_subscription_id FROM subscriptions WHERE org = $1`, org).Scan(&subID); err != nil {
+	var executedNow, executedConfirmations int
+	if err := h.db.Pool.QueryRow(context.Background(), `SELECT s.stripe_subscription_id,
+			count(c.id) FILTER (WHERE NOT c.at_period_end AND c.from_plan <> c.to_plan), count(c.id)
+		FROM subscriptions s LEFT JOIN confirmations c ON c.org = s.org AND c.status = 'executed'
+		WHERE s.org = $1 GROUP BY 1`, org).Scan(&subID, &executedNow, &executedConfirmations); err != nil {
 		h.t.Fatal(err)
 	}
 	stripeSub, _ := h.fake.Subscription(subID)
 	stripePlan := planOfPrice(stripeSub.Items[0].PriceID)
-	plan := h.subscription(h.user(org, "checker"))
+	stripeScheduled := h.scheduledAtStripe(stripeSub)
+	view := h.subscriptionView(h.user(org, "checker"))
+	scheduled := "none"
+	if sc := view.ScheduledChange; sc != nil {
+		scheduled = sc.To + " at " + sc.At.UTC().Format(time.RFC3339)
+	}
 	executedEvents := 0
 	for _, e := range h.auditEvents(org) {
 		if e.Event == "OPERATION_EXECUTED" {
 			executedEvents++
 		}
 	}
-	if changes := h.fake.UpdateCount(subID); plan != stripePlan || executedEvents != changes {
-		return fmt.Sprintf("%s: billingd shows %s with %d executed changes; Stripe shows %s after %d changes",
-			org, plan, executedEvents, stripePlan, changes)
+	if changes := h.fake.UpdateCount(subID); view.Plan != stripePlan || scheduled != stripeScheduled ||
+		executedEvents != executedConfirmations || executedNow != changes {
+		return fmt.Sprintf("%s: billingd shows %s (scheduled: %s) with %d executed changes (%d events, %d made now); "+
+			"Stripe shows %s (scheduled: %s) after %d changes", org, view.Plan, scheduled, executedConfirmations,
+			executedEvents, executedNow, stripePlan, stripeScheduled, changes)
 	}
 	return ""
+}
+
+// scheduledAtStripe is the change sub's schedule will make, as
+// disagreement writes it: "plan at time" or "none".
+func (h *harness) scheduledAtStripe(sub stripepaytest.Subscription) string {
+	sch, ok := h.fake.Schedule(sub.Schedule)
+	if !ok || sch.Current+1 >= len(sch.Phases) {
+		return "none"
+	}
+	next := sch.Phases[sch.Current+1]
+	if next.Items[0].PriceID == sub.Items[0].PriceID {
+		return "none"
+	}
+	return planOfPrice(next.Items[0].PriceID) + " at " + next.Start.UTC().Format(time.RFC3339)
+}
+
+// logScheduled logs how many changes the orgs named prefix… scheduled for
+// the period's end and how many kept the plan, so a run shows that chaos
+// reached those paths too.
+func (h *harness) logScheduled(prefix string) {
+	h.t.Helper()
+	var scheduled, kept int
+	if err := h.db.Pool.QueryRow(context.Background(), `SELECT
+			count(*) FILTER (WHERE at_period_end AND from_plan <> to_plan), count(*) FILTER (WHERE from_plan = to_plan)
+		FROM confirmations WHERE org LIKE $1 || '%' AND status = 'executed'`, prefix).Scan(&scheduled, &kept); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Logf("executed: %d changes scheduled for the period's end, %d plans kept", scheduled, kept)
 }
 
 func planOfPrice(price string) string {
@@ -339,6 +384,7 @@ func chaosWithKills(t *testing.T, seed uint64) {
 	for _, d := range disagreements {
 		t.Error(d)
 	}
+	h.logScheduled("killed")
 }
 
 // deliverShuffled delivers the fake's events from the from-th on, in a
