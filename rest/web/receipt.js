@@ -105,32 +105,45 @@ function quotedText(q, currency) {
   return `${text} = ${money(q.amount_due_now_cents, currency)}`;
 }
 
-// receiptFacts are the claims shown, in order, with their labels.
+// receiptFacts are the claims shown, in order, with their labels. A change
+// scheduled for the period's end was signed when it was scheduled: it says
+// when it takes effect (effective_at), and "executed at" is when it was
+// scheduled. A change that cancelled a scheduled one names it (cancels).
 function receiptFacts(c) {
-  const facts = [
-    ["Requested by", c.sub],
-    ["Agent or app", c.client || "—"],
-    ["How the person agreed", consentText(c.consent)],
-    ["Change", `${c.operation}: ${c.from} → ${c.to}`],
-    ["Due now", money(c.amount_due_now_cents, c.currency)],
-    ["Proration date", when(c.proration_date)],
-    ["Executed at", when(c.executed_at)],
+  const scheduled = c.at === "period_end";
+  const facts = [["Requested by", c.sub], ["Agent or app", c.client || "—"]];
+  if (c.verified_at) {
+    facts.push(["Identity verified at", when(c.verified_at)]);
+  }
+  if (c.approver) {
+    facts.push(["Approved by", c.approver]);
+  }
+  facts.push(["How the person agreed", consentText(c.consent)]);
+  facts.push(["Change", c.from === c.to && c.cancels ? `${c.operation}: keep ${c.from}` : `${c.operation}: ${c.from} → ${c.to}`]);
+  if (scheduled) {
+    facts.push(["Takes effect", `${day(c.effective_at)} (${c.effective_at}), the end of the period: nothing changed or was charged when it was scheduled`]);
+  } else if (c.effective_at) {
+    facts.push(["Takes effect", when(c.effective_at)]);
+  }
+  if (c.cancels) {
+    facts.push(["Cancels", `the change to ${c.cancels.to} scheduled for ${day(c.cancels.at)} (${c.cancels.confirmation_id})`]);
+  }
+  if (c.quoted) {
+    facts.push(["Quoted", quotedText(c.quoted, c.currency)]);
+  }
+  facts.push(["Due now", money(c.amount_due_now_cents, c.currency)]);
+  if (c.proration_date) {
+    facts.push(["Proration date", when(c.proration_date)]);
+  }
+  facts.push(
+    [scheduled ? "Scheduled at" : "Executed at", when(c.executed_at)],
     ["Mode", c.livemode ? "Live: real money" : "Test mode: no real money moved"],
     ["Stripe subscription", c.stripe_subscription_id],
     ["Idempotency key", c.idempotency_key],
     ["Confirmation", c.confirmation_id],
     ["Summary SHA-256", c.summary_sha256],
     ["Issuer", c.iss],
-  ];
-  if (c.quoted) {
-    facts.splice(5, 0, ["Quoted", quotedText(c.quoted, c.currency)]);
-  }
-  if (c.approver) {
-    facts.splice(2, 0, ["Approved by", c.approver]);
-  }
-  if (c.verified_at) {
-    facts.splice(2, 0, ["Identity verified at", when(c.verified_at)]);
-  }
+  );
   return facts;
 }
 
