@@ -235,8 +235,15 @@ func (v *viewFrame) waitState(state string) {
 	}
 }
 
+// click presses the element like a person, once it is inside the iframe.
+// The host sizes the iframe to the view's content when the view reports its
+// size, a moment after it rendered (a new host page's iframe is first as
+// small as the view's "waiting" line): a click before that lands outside
+// the frame, on nothing, and the view never sees it.
 func (v *viewFrame) click(id string) {
 	v.t.Helper()
+	v.waitTrue(`(() => { const r = document.getElementById(` + jsString(id) + `).getBoundingClientRect();
+		return r.height > 0 && r.bottom <= innerHeight && r.right <= innerWidth; })()`)
 	if _, err := chromedp.Run(v.ctx, chromedp.Click(chromedp.ID(id))); err != nil {
 		v.t.Fatal(err)
 	}
