@@ -189,7 +189,17 @@ type viewFrame struct {
 // result.
 func (b *browser) openView(host, token, tool, to string) *viewFrame {
 	b.t.Helper()
+	return b.openViewAt(host, token, tool, to, "")
+}
+
+// openViewAt is openView for a first call that also has the argument at
+// (downgrade_plan's "now" or "period_end"), unless at is empty.
+func (b *browser) openViewAt(host, token, tool, to, at string) *viewFrame {
+	b.t.Helper()
 	q := url.Values{"token": {token}, "tool": {tool}, "to": {to}}
+	if at != "" {
+		q.Set("at", at)
+	}
 	b.do(chromedp.Navigate(host + "/apphost.html?" + q.Encode()))
 	b.waitText("host-status", "view ready")
 	nodes, err := chromedp.Run(b.ctx, chromedp.Nodes(chromedp.ID("app-frame")))
