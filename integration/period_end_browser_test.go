@@ -77,7 +77,7 @@ func TestPeriodEndDowngradeInDashboard(t *testing.T) {
 	}
 	claims := b.text("receipt-claims")
 	for _, want := range []string{"downgrade_plan: scale → pro", "Takes effect", changesOn, "the end of the period",
-		"Due now", "$0.00", "Scheduled at", sub.ScheduledChange.ConfirmationID} {
+		"Due now", "$0.00", "Quoted for the renewal", "= $19.00", "Scheduled at", sub.ScheduledChange.ConfirmationID} {
 		if !strings.Contains(claims, want) {
 			t.Errorf("the receipt's claims lack %q:\n%s", want, claims)
 		}

@@ -96,13 +96,15 @@ function consentText(k) {
   return text;
 }
 
-// quotedText is every part of the amount the summary stated.
-function quotedText(q, currency) {
+// quotedText is every part of the amount the summary stated. total is the
+// amount they add up to: amount_due_now_cents of a quote, amount_due_cents
+// of a renewal's next_charge.
+function quotedText(q, currency, total = q.amount_due_now_cents) {
   let text = money(q.subtotal_cents, currency);
   if (q.discount_cents) text += ` − ${money(q.discount_cents, currency)} discount`;
   if (q.tax_cents) text += ` + ${money(q.tax_cents, currency)} tax`;
   if (q.credit_applied_cents) text += ` − ${money(q.credit_applied_cents, currency)} account credit`;
-  return `${text} = ${money(q.amount_due_now_cents, currency)}`;
+  return `${text} = ${money(total, currency)}`;
 }
 
 // receiptFacts are the claims shown, in order, with their labels. A change
@@ -124,6 +126,9 @@ function receiptFacts(c) {
     facts.push(["Takes effect", `${day(c.effective_at)} (${c.effective_at}), the end of the period: nothing changed or was charged when it was scheduled`]);
   } else if (c.effective_at) {
     facts.push(["Takes effect", when(c.effective_at)]);
+  }
+  if (c.next_charge) {
+    facts.push(["Quoted for the renewal", quotedText(c.next_charge, c.currency, c.next_charge.amount_due_cents)]);
   }
   if (c.cancels) {
     facts.push(["Cancels", `the change to ${c.cancels.to} scheduled for ${day(c.cancels.at)} (${c.cancels.confirmation_id})`]);
