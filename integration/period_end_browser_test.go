@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"net/http"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -43,7 +41,7 @@ func TestPeriodEndDowngradeInDashboard(t *testing.T) {
 		t.Fatalf("dialog shows %q, pending confirmations are %q", summary, pending)
 	}
 	periodEnd := h.periodEnd(admin)
-	changesOn := b.eval(`day(` + jsString(periodEnd) + `)`)
+	changesOn := b.eval(`day(` + jsString(periodEnd.Format(time.RFC3339)) + `)`)
 	facts := b.text("confirm-facts")
 	for _, want := range []string{"Changes on", changesOn, "Due now", "$0.00", "Charged on " + changesOn, "$19.00"} {
 		if !strings.Contains(facts, want) {
@@ -58,9 +56,9 @@ func TestPeriodEndDowngradeInDashboard(t *testing.T) {
 	b.do(chromedp.WaitVisible(chromedp.ID("scheduled")))
 	b.waitText("scheduled-text", "Changes to Pro on "+changesOn+".")
 	b.waitText("keep-plan", "Keep Scale")
-	sub := h.subscriptionState(admin)
+	sub := h.subscriptionView(admin)
 	if sub.Plan != "scale" || sub.ScheduledChange == nil || sub.ScheduledChange.To != "pro" ||
-		!sameInstant(sub.ScheduledChange.At, periodEnd) || sub.ScheduledChange.ConfirmationID == "" {
+		!sub.ScheduledChange.At.Equal(periodEnd) || sub.ScheduledChange.ConfirmationID == "" {
 		t.Fatalf("subscription after scheduling: %+v (period end %s)", sub, periodEnd)
 	}
 	// A schedule at Stripe, not a change of the subscription: nothing
@@ -102,7 +100,7 @@ func TestPeriodEndDowngradeInDashboard(t *testing.T) {
 	b.waitText("status", "Kept Scale: the scheduled change is cancelled.")
 	b.do(chromedp.WaitNotVisible(chromedp.ID("scheduled")))
 	b.waitText("sub-plan", "Scale")
-	if sub := h.subscriptionState(admin); sub.Plan != "scale" || sub.ScheduledChange != nil {
+	if sub := h.subscriptionView(admin); sub.Plan != "scale" || sub.ScheduledChange != nil {
 		t.Fatalf("subscription after keeping: %+v", sub)
 	}
 	h.wantStripeChanges(acct, 0)
@@ -149,7 +147,7 @@ func TestPeriodEndDowngradeInAppView(t *testing.T) {
 	if pending := h.pendingSummaries(h.admin("append", "root")); !slices.Equal(pending, []string{view.text("summary")}) {
 		t.Fatalf("view shows %q, pending confirmations are %q", view.text("summary"), pending)
 	}
-	changesOn := viewDate(t, periodEnd)
+	changesOn := viewDate(periodEnd)
 	amounts := view.text("amounts")
 	for _, want := range []string{"Due now\n$0.00", "Plan changes on\n" + changesOn, "Charged on " + changesOn + "\n$19.00"} {
 		if !strings.Contains(amounts, want) {
@@ -171,8 +169,8 @@ func TestPeriodEndDowngradeInAppView(t *testing.T) {
 		t.Errorf("outcome %q says the plan changed now", outcome)
 	}
 	b.waitModelContext(`"view_state":"scheduled"`)
-	sub := h.subscriptionState(rest)
-	if sub.Plan != "scale" || sub.ScheduledChange == nil || sub.ScheduledChange.To != "pro" || !sameInstant(sub.ScheduledChange.At, periodEnd) {
+	sub := h.subscriptionView(rest)
+	if sub.Plan != "scale" || sub.ScheduledChange == nil || sub.ScheduledChange.To != "pro" || !sub.ScheduledChange.At.Equal(periodEnd) {
 		t.Fatalf("subscription after Confirm: %+v", sub)
 	}
 	h.wantStripeChanges(acct, 0)
@@ -193,59 +191,26 @@ func TestPeriodEndDowngradeInAppView(t *testing.T) {
 	if outcome := view.text("outcome"); !strings.Contains(outcome, "stays on the scale plan") || !strings.Contains(outcome, "scheduled change is cancelled") {
 		t.Errorf("keep outcome %q", outcome)
 	}
-	if sub := h.subscriptionState(rest); sub.Plan != "scale" || sub.ScheduledChange != nil {
+	if sub := h.subscriptionView(rest); sub.Plan != "scale" || sub.ScheduledChange != nil {
 		t.Fatalf("subscription after keeping: %+v", sub)
 	}
 	h.wantStripeChanges(acct, 0)
 	b.wantNoScriptErrors()
 }
 
-// subscriptionState is GET /api/billing/subscription with the scheduled
-// change (contract §6).
-type subscriptionState struct {
-	Plan             string `json:"plan"`
-	CurrentPeriodEnd string `json:"current_period_end"`
-	ScheduledChange  *struct {
-		To             string `json:"to"`
-		At             string `json:"at"`
-		ConfirmationID string `json:"confirmation_id"`
-	} `json:"scheduled_change"`
-}
-
-func (h *harness) subscriptionState(token string) subscriptionState {
-	h.t.Helper()
-	r := h.do("GET", "/api/billing/subscription", token, nil)
-	wantStatus(h.t, r, http.StatusOK, "")
-	var sub subscriptionState
-	r.decode(h.t, &sub)
-	return sub
-}
-
 // periodEnd is the end of the subscription's current period, the instant a
 // period-end downgrade takes effect.
-func (h *harness) periodEnd(token string) string {
+func (h *harness) periodEnd(token string) time.Time {
 	h.t.Helper()
-	end := h.subscriptionState(token).CurrentPeriodEnd
-	if !regexp.MustCompile(`^\d{4}-`).MatchString(end) {
-		h.t.Fatalf("current_period_end %q", end)
+	end := h.subscriptionView(token).CurrentPeriodEnd
+	if end.IsZero() {
+		h.t.Fatal("the subscription has no current_period_end")
 	}
 	return end
 }
 
-// sameInstant compares two RFC 3339 timestamps as instants.
-func sameInstant(a, b string) bool {
-	ta, errA := time.Parse(time.RFC3339Nano, a)
-	tb, errB := time.Parse(time.RFC3339Nano, b)
-	return errA == nil && errB == nil && ta.Equal(tb)
-}
-
 // viewDate is a timestamp's day as the MCP Apps view writes it (en-US,
 // long month, UTC).
-func viewDate(t *testing.T, iso string) string {
-	t.Helper()
-	at, err := time.Parse(time.RFC3339Nano, iso)
-	if err != nil {
-		t.Fatalf("timestamp %q: %v", iso, err)
-	}
+func viewDate(at time.Time) string {
 	return at.UTC().Format("January 2, 2006")
 }
