@@ -189,7 +189,17 @@ type viewFrame struct {
 // result.
 func (b *browser) openView(host, token, tool, to string) *viewFrame {
 	b.t.Helper()
+	return b.openViewAt(host, token, tool, to, "")
+}
+
+// openViewAt is openView for a first call that also has the argument at
+// (downgrade_plan's "now" or "period_end"), unless at is empty.
+func (b *browser) openViewAt(host, token, tool, to, at string) *viewFrame {
+	b.t.Helper()
 	q := url.Values{"token": {token}, "tool": {tool}, "to": {to}}
+	if at != "" {
+		q.Set("at", at)
+	}
 	b.do(chromedp.Navigate(host + "/apphost.html?" + q.Encode()))
 	b.waitText("host-status", "view ready")
 	nodes, err := chromedp.Run(b.ctx, chromedp.Nodes(chromedp.ID("app-frame")))
@@ -235,8 +245,15 @@ func (v *viewFrame) waitState(state string) {
 	}
 }
 
+// click presses the element like a person, once it is inside the iframe.
+// The host sizes the iframe to the view's content when the view reports its
+// size, a moment after it rendered (a new host page's iframe is first as
+// small as the view's "waiting" line): a click before that lands outside
+// the frame, on nothing, and the view never sees it.
 func (v *viewFrame) click(id string) {
 	v.t.Helper()
+	v.waitTrue(`(() => { const r = document.getElementById(` + jsString(id) + `).getBoundingClientRect();
+		return r.height > 0 && r.bottom <= innerHeight && r.right <= innerWidth; })()`)
 	if _, err := chromedp.Run(v.ctx, chromedp.Click(chromedp.ID(id))); err != nil {
 		v.t.Fatal(err)
 	}

@@ -116,6 +116,14 @@ function when(iso) {
   return Number.isNaN(d.getTime()) ? String(iso) : d.toLocaleString();
 }
 
+// day is the calendar date of a server timestamp, in UTC as the summaries
+// write it ("Dec 12, 2026"): a change scheduled for the period's end is
+// named by the same day on the page as in the summary the person agreed to.
+function day(iso) {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? String(iso) : d.toLocaleDateString(undefined, { dateStyle: "medium", timeZone: "UTC" });
+}
+
 // timeLeft is "m:ss" until deadline (a Date.now() instant), or "" once it
 // has passed.
 function timeLeft(deadline) {

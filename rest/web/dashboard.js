@@ -1,6 +1,7 @@
-// billingd dashboard: the plan, the catalog with the two-call handshake in a
-// dialog, pending confirmations, pending approvals (for admins) and the
-// audit log. common.js, loaded first, has the API client, sign-in and the
+// billingd dashboard: the plan (and a change scheduled for the period's
+// end, which the person can keep from happening), the catalog with the
+// two-call handshake in a dialog, pending confirmations, pending approvals
+// (for admins) and the audit log. common.js, loaded first, has the API client, sign-in and the
 // rule that server data is only ever written as text.
 "use strict";
 
@@ -8,7 +9,7 @@ const state = {
   subscription: null,
   plans: [],
   // The proposal shown in the confirmation dialog:
-  // {op, plan, proposal, deadline, focusKey, settled, busy, timer}.
+  // {op, plan, body, proposal, deadline, focusKey, settled, busy, timer}.
   pending: null,
   // Ticks the countdowns of the pending approvals list while it has rows.
   approvalsTimer: null,
@@ -49,7 +50,9 @@ function rerender(container, children, fallback) {
 // fallback when it is gone.
 function refocus(key, fallback) {
   const again = document.querySelector(`[data-focus-key="${CSS.escape(key || "")}"]`);
-  (again || fallback).focus();
+  // A control that is now hidden (Keep, once nothing is scheduled) cannot
+  // take the focus: the fallback does.
+  (again && !again.closest("[hidden]") ? again : fallback).focus();
 }
 
 // ---- Loading ----------------------------------------------------------------
@@ -97,6 +100,7 @@ function clearPage() {
     $(id).replaceChildren();
   }
   $("receipt").hidden = true;
+  $("scheduled").hidden = true;
   stopApprovalsTimer();
 }
 
@@ -106,6 +110,17 @@ function renderSubscription() {
   $("sub-plan").textContent = sub.plan ? planName(sub.plan) : "—";
   $("sub-status").textContent = sub.status || "—";
   $("sub-period-end").textContent = sub.current_period_end ? when(sub.current_period_end) : "—";
+  // A downgrade scheduled for the period's end: what it becomes and when,
+  // and the button that starts the handshake to keep the current plan.
+  const change = sub.scheduled_change;
+  $("scheduled").hidden = !change;
+  if (change) {
+    const current = planName(sub.plan);
+    $("scheduled-text").textContent = `Changes to ${planName(change.to)} on ${day(change.at)}.`;
+    $("keep-plan").textContent = `Keep ${current}`;
+    $("keep-plan").setAttribute("aria-label",
+      `Keep ${current}: cancel the change to ${planName(change.to)} scheduled for ${day(change.at)}`);
+  }
 }
 
 function renderPlans() {
@@ -121,8 +136,21 @@ function renderPlans() {
       const op = plan.amount_cents > current.amount_cents ? "upgrade" : "downgrade";
       const label = `${op === "upgrade" ? "Upgrade" : "Downgrade"} to ${plan.name}`;
       const button = el("button", label, { type: "button", "data-focus-key": "plan:" + plan.id });
-      button.addEventListener("click", () => propose(op, plan, button));
-      cell.append(button);
+      if (op === "downgrade") {
+        // A downgrade happens now or at the period's end: the choice is
+        // sent as "at" and quoted in the summary.
+        const at = el("select", null, {
+          class: "when",
+          "data-focus-key": "when:" + plan.id,
+          "aria-label": `When the downgrade to ${plan.name} takes effect`,
+        });
+        at.append(el("option", "now", { value: "now" }), el("option", "at the end of the period", { value: "period_end" }));
+        button.addEventListener("click", () => propose(op, plan, button, at.value));
+        cell.append(button, at);
+      } else {
+        button.addEventListener("click", () => propose(op, plan, button));
+        cell.append(button);
+      }
     }
     row.append(cell);
     return row;
@@ -280,15 +308,23 @@ async function cancelPending(id, button) {
 // ---- The handshake ------------------------------------------------------------
 
 // propose makes the first call: it changes nothing and returns the summary
-// the person must see before confirming.
-async function propose(op, plan, button) {
+// the person must see before confirming. at is "period_end" for a downgrade
+// at the period's end; "at" is sent only then ("now" is the default). A
+// proposal for the current plan is keeping it: the server quotes cancelling
+// the scheduled change.
+async function propose(op, plan, button, at) {
+  const keep = state.subscription && plan.id === state.subscription.plan;
+  const body = { to: plan.id };
+  if (at === "period_end") {
+    body.at = at;
+  }
   button.disabled = true;
-  say(`Asking billingd what the change to ${plan.name} costs…`);
-  const res = await api("POST", `/api/billing/${op}`, { to: plan.id });
+  say(keep ? `Asking billingd what keeping ${plan.name} means…` : `Asking billingd what the change to ${plan.name} costs…`);
+  const res = await api("POST", `/api/billing/${op}`, body);
   button.disabled = false;
   if (res.status === 200 && res.data && res.data.noop) {
     if (await refresh()) {
-      say(`Already on ${plan.name}; there is nothing to confirm.`);
+      say(keep ? `No change is scheduled: the plan stays ${plan.name}.` : `Already on ${plan.name}; there is nothing to confirm.`);
     }
     return;
   }
@@ -297,12 +333,39 @@ async function propose(op, plan, button) {
     return;
   }
   say("Nothing has changed yet. Read the summary, then confirm or cancel.");
-  openDialog(op, plan, res.data, button.dataset.focusKey);
+  openDialog(op, plan, body, res.data, button.dataset.focusKey);
 }
 
-function openDialog(op, plan, proposal, focusKey) {
+// isKeep: the proposal keeps the current plan (it only cancels the
+// scheduled change).
+function isKeep(details) {
+  return Boolean(details && details.from === details.to && details.cancels_scheduled_change);
+}
+
+// proposalFacts are the terms of a proposal the summary states in words,
+// shown beside it: when a period-end change takes effect and what is
+// charged then, and the scheduled change a proposal cancels.
+function proposalFacts(d) {
+  const facts = [];
+  if (!d) {
+    return facts;
+  }
+  if (d.at === "period_end") {
+    facts.push(["Changes on", day(d.effective_at)], ["Due now", money(d.amount_due_now_cents, d.currency)]);
+    if (d.next_charge) {
+      facts.push([`Charged on ${day(d.next_charge_at || d.effective_at)}`, money(d.next_charge.amount_due_cents, d.currency)]);
+    }
+  }
+  const cancels = d.cancels_scheduled_change;
+  if (cancels) {
+    facts.push(["Cancels", `the change to ${planName(cancels.to)} scheduled for ${day(cancels.at)}`]);
+  }
+  return facts;
+}
+
+function openDialog(op, plan, body, proposal, focusKey) {
   state.pending = {
-    op, plan, proposal, focusKey,
+    op, plan, body, proposal, focusKey,
     // expires_at is on the database's clock, which this browser's may not
     // match; counting ttl_seconds down from receipt reaches the same instant
     // without trusting the local clock.
@@ -311,7 +374,11 @@ function openDialog(op, plan, proposal, focusKey) {
     busy: false,
     outcome: null, // {message, isError} to show once the page is refreshed
   };
+  $("confirm-title").textContent = isKeep(proposal.details) ? `Keep ${plan.name}?` : "Confirm the plan change";
   $("confirm-summary").textContent = proposal.summary; // verbatim
+  const facts = proposalFacts(proposal.details);
+  $("confirm-facts").replaceChildren(...facts.flatMap(([label, value]) => [el("dt", label), el("dd", value)]));
+  $("confirm-facts").hidden = facts.length === 0;
   const approval = $("confirm-approval");
   approval.hidden = !proposal.approval_required;
   approval.textContent = proposal.approval_required
@@ -351,11 +418,12 @@ async function confirmChange() {
   p.busy = true;
   $("confirm-ok").disabled = true;
   $("confirm-error").textContent = "";
-  const res = await api("POST", `/api/billing/${p.op}`, { to: p.plan.id, confirm_token: p.proposal.confirm_token });
+  // The second call repeats the first one's body (to, and at) plus the token.
+  const res = await api("POST", `/api/billing/${p.op}`, { ...p.body, confirm_token: p.proposal.confirm_token });
   p.busy = false;
   if (res.ok) {
     p.settled = true;
-    p.outcome = { message: `Done: the plan is now ${p.plan.name}.`, isError: false,
+    p.outcome = { message: doneMessage(p, res.data), isError: false,
       receiptOf: res.data && res.data.receipt ? p.proposal.confirmation_id : "" };
     $("confirm-dialog").close("confirmed");
     return;
@@ -371,6 +439,21 @@ async function confirmChange() {
   p.settled = true;
   p.outcome = { message: describeError(res), isError: true };
   $("confirm-dialog").close("failed");
+}
+
+// doneMessage says what a confirmed proposal did: scheduled a change for
+// the period's end (the plan is unchanged until then), kept the plan, or
+// changed it now.
+function doneMessage(p, data) {
+  const sub = (data && data.subscription) || {};
+  if (sub.scheduled_change) {
+    const change = sub.scheduled_change;
+    return `Scheduled: the plan changes to ${planName(change.to)} on ${day(change.at)}. Nothing changed now.`;
+  }
+  if (isKeep(p.proposal.details)) {
+    return `Kept ${p.plan.name}: the scheduled change is cancelled.`;
+  }
+  return `Done: the plan is now ${p.plan.name}.`;
 }
 
 // dialogClosed runs however the dialog closed (Confirm, Cancel, Escape): an
@@ -392,6 +475,12 @@ async function dialogClosed() {
       : { message: describeError(res), isError: true };
   }
   if (await refresh()) {
+    // Keep hides itself once nothing is scheduled: its focus goes to the
+    // plan it kept.
+    const active = document.activeElement;
+    if (!active || active === document.body || active.closest("[hidden]")) {
+      $("plan-title").focus();
+    }
     (p.outcome.isError ? fail : say)(p.outcome.message);
     if (p.outcome.receiptOf) {
       await showReceipt(p.outcome.receiptOf);
@@ -404,6 +493,13 @@ async function dialogClosed() {
 
 function init() {
   $("confirm-ok").addEventListener("click", confirmChange);
+  $("keep-plan").addEventListener("click", () => {
+    const sub = state.subscription;
+    const plan = sub && state.plans.find((p) => p.id === sub.plan);
+    if (plan) {
+      propose("upgrade", plan, $("keep-plan"));
+    }
+  });
   $("confirm-cancel").addEventListener("click", () => $("confirm-dialog").close("cancelled"));
   const dialog = $("confirm-dialog");
   dialog.addEventListener("cancel", (event) => {

@@ -96,41 +96,59 @@ function consentText(k) {
   return text;
 }
 
-// quotedText is every part of the amount the summary stated.
-function quotedText(q, currency) {
+// quotedText is every part of the amount the summary stated. total is the
+// amount they add up to: amount_due_now_cents of a quote, amount_due_cents
+// of a renewal's next_charge.
+function quotedText(q, currency, total = q.amount_due_now_cents) {
   let text = money(q.subtotal_cents, currency);
   if (q.discount_cents) text += ` − ${money(q.discount_cents, currency)} discount`;
   if (q.tax_cents) text += ` + ${money(q.tax_cents, currency)} tax`;
   if (q.credit_applied_cents) text += ` − ${money(q.credit_applied_cents, currency)} account credit`;
-  return `${text} = ${money(q.amount_due_now_cents, currency)}`;
+  return `${text} = ${money(total, currency)}`;
 }
 
-// receiptFacts are the claims shown, in order, with their labels.
+// receiptFacts are the claims shown, in order, with their labels. A change
+// scheduled for the period's end was signed when it was scheduled: it says
+// when it takes effect (effective_at), and "executed at" is when it was
+// scheduled. A change that cancelled a scheduled one names it (cancels).
 function receiptFacts(c) {
-  const facts = [
-    ["Requested by", c.sub],
-    ["Agent or app", c.client || "—"],
-    ["How the person agreed", consentText(c.consent)],
-    ["Change", `${c.operation}: ${c.from} → ${c.to}`],
-    ["Due now", money(c.amount_due_now_cents, c.currency)],
-    ["Proration date", when(c.proration_date)],
-    ["Executed at", when(c.executed_at)],
+  const scheduled = c.at === "period_end";
+  const facts = [["Requested by", c.sub], ["Agent or app", c.client || "—"]];
+  if (c.verified_at) {
+    facts.push(["Identity verified at", when(c.verified_at)]);
+  }
+  if (c.approver) {
+    facts.push(["Approved by", c.approver]);
+  }
+  facts.push(["How the person agreed", consentText(c.consent)]);
+  facts.push(["Change", c.from === c.to && c.cancels ? `${c.operation}: keep ${c.from}` : `${c.operation}: ${c.from} → ${c.to}`]);
+  if (scheduled) {
+    facts.push(["Takes effect", `${day(c.effective_at)} (${c.effective_at}), the end of the period: nothing changed or was charged when it was scheduled`]);
+  } else if (c.effective_at) {
+    facts.push(["Takes effect", when(c.effective_at)]);
+  }
+  if (c.next_charge) {
+    facts.push(["Quoted for the renewal", quotedText(c.next_charge, c.currency, c.next_charge.amount_due_cents)]);
+  }
+  if (c.cancels) {
+    facts.push(["Cancels", `the change to ${c.cancels.to} scheduled for ${day(c.cancels.at)} (${c.cancels.confirmation_id})`]);
+  }
+  if (c.quoted) {
+    facts.push(["Quoted", quotedText(c.quoted, c.currency)]);
+  }
+  facts.push(["Due now", money(c.amount_due_now_cents, c.currency)]);
+  if (c.proration_date) {
+    facts.push(["Proration date", when(c.proration_date)]);
+  }
+  facts.push(
+    [scheduled ? "Scheduled at" : "Executed at", when(c.executed_at)],
     ["Mode", c.livemode ? "Live: real money" : "Test mode: no real money moved"],
     ["Stripe subscription", c.stripe_subscription_id],
     ["Idempotency key", c.idempotency_key],
     ["Confirmation", c.confirmation_id],
     ["Summary SHA-256", c.summary_sha256],
     ["Issuer", c.iss],
-  ];
-  if (c.quoted) {
-    facts.splice(5, 0, ["Quoted", quotedText(c.quoted, c.currency)]);
-  }
-  if (c.approver) {
-    facts.splice(2, 0, ["Approved by", c.approver]);
-  }
-  if (c.verified_at) {
-    facts.splice(2, 0, ["Identity verified at", when(c.verified_at)]);
-  }
+  );
   return facts;
 }
 
