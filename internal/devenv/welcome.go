@@ -152,6 +152,10 @@ The handshake, as the agent:
 
   curl -s {{.BaseURL}}/api/billing/subscription -H 'Authorization: Bearer {{.AgentToken}}'
 
+  A downgrade can wait for the end of the period (nothing is charged or credited now):
+
+  curl -s -X POST {{.BaseURL}}/api/billing/downgrade -H 'Authorization: Bearer {{.AgentToken}}' -d '{"to":"free","at":"period_end"}'
+
 The audit log, as the admin:
 
   curl -s '{{.BaseURL}}/api/billing/audit?limit=10' -H 'Authorization: Bearer {{.AdminToken}}'
