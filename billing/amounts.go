@@ -20,26 +20,19 @@ import (
 // preview, and refuses a preview whose parts do not add up to what it
 // says is due: billingd never states a sum that is not one.
 func amountParts(t *Terms, p Preview) error {
-	if p.SubtotalCents == 0 && p.DiscountCents == 0 && p.TaxCents == 0 && p.CreditAppliedCents == 0 {
-		// A provider that gives no parts (stripe-mock's fixtures, an empty
-		// invoice): the amount is its own subtotal.
-		t.SubtotalCents = t.AmountDueCents
-		return nil
-	}
-	if p.DiscountCents < 0 || p.TaxCents < 0 || p.CreditAppliedCents < 0 {
-		return fmt.Errorf("preview has a negative part: discount %d, tax %d, credit %d", p.DiscountCents, p.TaxCents, p.CreditAppliedCents)
-	}
-	if sum := p.SubtotalCents - p.DiscountCents + p.TaxCents - p.CreditAppliedCents; sum != t.AmountDueCents {
-		return fmt.Errorf("preview parts add up to %d, not the %d due (subtotal %d, discount %d, tax %d, credit %d)",
-			sum, t.AmountDueCents, p.SubtotalCents, p.DiscountCents, p.TaxCents, p.CreditAppliedCents)
+	a := Amounts{AmountDueCents: t.AmountDueCents, SubtotalCents: p.SubtotalCents, DiscountCents: p.DiscountCents,
+		TaxCents: p.TaxCents, CreditAppliedCents: p.CreditAppliedCents}
+	if err := checkParts(&a); err != nil {
+		return fmt.Errorf("preview: %w", err)
 	}
 	t.SubtotalCents, t.DiscountCents, t.TaxCents, t.CreditAppliedCents =
-		p.SubtotalCents, p.DiscountCents, p.TaxCents, p.CreditAppliedCents
+		a.SubtotalCents, a.DiscountCents, a.TaxCents, a.CreditAppliedCents
 	return nil
 }
 
-// checkParts refuses amounts whose parts do not add up to the amount due,
-// as amountParts does; parts all zero are the amount's own subtotal.
+// checkParts refuses amounts whose parts do not add up to the amount due.
+// Parts all zero (a provider that gives none: stripe-mock's fixtures, an
+// empty invoice) make the amount its own subtotal.
 func checkParts(a *Amounts) error {
 	if a.SubtotalCents == 0 && a.DiscountCents == 0 && a.TaxCents == 0 && a.CreditAppliedCents == 0 {
 		a.SubtotalCents = a.AmountDueCents
