@@ -248,7 +248,7 @@ func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, 
 		// settler sends it under the same key while the consent holds.
 		return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil
 	}
-	if !s.termsHold(c.Terms, acct.Subscription) {
+	if !s.termsHoldForResend(c.Terms, acct.Subscription) {
 		revoked := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "drift")
 		return redemption{outcome: Errorf(CodeTokenMismatch, "%s", msgSubscriptionChanged)},
 			tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusRevoked, Events: []AuditEvent{revoked}})
@@ -315,6 +315,14 @@ func (s *Service) apply(ctx context.Context, c Confirmation, acct Account, attac
 func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
 	applied AppliedChange, err error, auditUnknown, withheld bool) (redemption, error) {
 	switch {
+	case err == nil && renewedFirst(c, applied.PriceID):
+		// The release came after the renewal had made the scheduled
+		// change: the plan was not kept.
+		state, rerr := s.readBack(ctx, acct)
+		if rerr != nil {
+			return redemption{}, rerr
+		}
+		return s.recordNotMade(ctx, tx, caller, c, acct, state)
 	case err == nil:
 		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
 	case errors.Is(err, ErrRateLimited):
@@ -324,14 +332,21 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 		// and nothing is sent unless the caller asks again.
 		limited := s.event(caller, c.Operation, EventOperationFailed, c.ID, "rate_limited")
 		limited.Outcome = "retryable"
-		return redemption{outcome: errProviderRateLimited(err)}, tx.Record(ctx, Record{ConfirmationID: c.ID,
-			Status: StatusPending, Events: []AuditEvent{limited}})
+		if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusPending, Events: []AuditEvent{limited}}); err != nil {
+			return redemption{}, err
+		}
+		outcome, err := s.afterRefusal(ctx, tx, c, acct, errProviderRateLimited(err))
+		return redemption{outcome: outcome}, err
 	case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
 		failure := providerError("apply plan change", err)
 		reason := string(ErrorCode(failure))
 		failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, reason)
-		return redemption{outcome: failure}, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed,
-			Failure: reason, Attempt: &c.Attempt, Events: []AuditEvent{failed}})
+		if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed,
+			Failure: reason, Attempt: &c.Attempt, Events: []AuditEvent{failed}}); err != nil {
+			return redemption{}, err
+		}
+		outcome, err := s.afterRefusal(ctx, tx, c, acct, failure)
+		return redemption{outcome: outcome}, err
 	default:
 		s.log.Warn("plan change outcome unknown; settling", "confirmation_id", c.ID, "attempt", c.Attempt, "err", err)
 		var events []AuditEvent
@@ -476,6 +491,10 @@ func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeReques
 	if !s.termsHold(c.Terms, acct.Subscription) {
 		return mismatch(msgSubscriptionChanged)
 	}
+	if datePassed(c.Terms, now) {
+		return mismatch("the date the summary states has come: the payment provider is changing the subscription " +
+			"at its renewal; the token is now void: start again with a first call")
+	}
 	if c.Approval == ApprovalPending {
 		return &rejection{err: errApprovalPending()}
 	}
@@ -501,9 +520,13 @@ func mismatch(message string) *rejection {
 
 // errFailed is the answer to a token whose change was definitely not made.
 func errFailed(c Confirmation) *Error {
-	if c.Failure == reasonNotApplied {
+	switch c.Failure {
+	case reasonNotApplied:
 		return Errorf(CodeTokenInvalid, "the change was not made and nothing was charged: billingd could not "+
 			"complete it while the consent still held; start again with a first call")
+	case reasonRenewedFirst:
+		return Errorf(CodeTokenInvalid, "the plan was not kept: the scheduled change took effect at the renewal "+
+			"before it could be cancelled; read the subscription and start again with a first call if needed")
 	}
 	return errTokenInvalid()
 }

@@ -52,9 +52,10 @@ type ReceiptClaims struct {
 	// provider makes it then.
 	At          string     `json:"at,omitempty"`
 	EffectiveAt *time.Time `json:"effective_at,omitempty"`
-	// NextCharge is what the renewal at the new plan was quoted to charge
-	// then (period_end).
-	NextCharge *Amounts `json:"next_charge,omitempty"`
+	// QuotedNextCharge is what the renewal at the new plan was quoted to
+	// charge then (period_end): a quote, not an invoice; the renewal's own
+	// invoice may differ (tax, discounts or credit changed by then).
+	QuotedNextCharge *Amounts `json:"quoted_next_charge,omitempty"`
 	// Cancels is the scheduled change this change cancelled.
 	Cancels *ScheduledChangeView `json:"cancels,omitempty"`
 }
@@ -203,7 +204,7 @@ func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.T
 	}
 	if c.Terms.AtPeriodEnd {
 		at := c.Terms.NextChargeAt.UTC()
-		claims.At, claims.EffectiveAt, claims.NextCharge = AtPeriodEnd, &at, c.Terms.AtRenewal
+		claims.At, claims.EffectiveAt, claims.QuotedNextCharge = AtPeriodEnd, &at, c.Terms.AtRenewal
 	}
 	claims.Cancels = scheduledView(c.Terms.Cancels)
 	jws, err := s.receipts.SignReceipt(claims)

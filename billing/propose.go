@@ -17,6 +17,9 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 		return ChangeResult{}, err
 	}
 	now := activity.Now
+	if scheduledDue(acct.Subscription, now) {
+		return ChangeResult{}, errScheduledDue()
+	}
 	from, to, err := s.planChange(acct.Subscription, req)
 	if err != nil {
 		return ChangeResult{}, err

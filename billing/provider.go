@@ -35,11 +35,11 @@ type PlanChange struct {
 	// the attached schedule; the price stays FromPriceID.
 	KeepPlan bool
 	// Attached is the schedule attached to the subscription when it was
-	// last read (ProviderSubscription.Schedule); nil if none. Every change
-	// releases it first, so that no phase it holds undoes the change at
-	// the period's end (a subscription has at most one schedule). A bare
-	// one (ProviderSchedule.Bare: an attempt that died between creating a
-	// schedule and setting its phases left it) is reused by AtPeriodEnd.
+	// last read (ProviderSubscription.Schedule); nil if none. A change made
+	// now releases it first, so that no phase it holds undoes the change
+	// at the period's end; AtPeriodEnd sets its phases instead, in one
+	// request that either schedules the new change or leaves the old one
+	// (a subscription has at most one schedule).
 	Attached *ProviderSchedule
 }
 
@@ -58,11 +58,11 @@ type ProviderSchedule struct {
 	// when the schedule changes nothing more.
 	NextPriceID string
 	NextAt      time.Time
-}
-
-// Bare reports whether the schedule changes nothing and is not billingd's.
-func (s *ProviderSchedule) Bare() bool {
-	return s != nil && s.NextPriceID == "" && s.ConfirmationID == ""
+	// Opaque: the schedule changes something billingd neither shows nor
+	// may undo (it cancels the subscription at its end, or its next phase
+	// has another quantity or more items). A change is never sent over
+	// one: it is drift.
+	Opaque bool
 }
 
 // Scheduled reports whether the schedule will still change the plan.
@@ -110,6 +110,10 @@ type AppliedChange struct {
 	Invoice *Invoice
 	// Schedule is the schedule that holds a change made AtPeriodEnd.
 	Schedule *ProviderSchedule
+	// PriceID is the subscription's price after the change, when the
+	// provider said ("" otherwise): KeepPlan reads it back, since a renewal
+	// may have made the scheduled change just before the release.
+	PriceID string
 }
 
 // Invoice is an invoice the provider made, as far as billingd states it.

@@ -61,7 +61,12 @@ func sameScheduled(a, b *ScheduledChange) bool {
 // the quote of t assumed. A change that cancels the scheduled one also
 // holds once it is gone: its own earlier attempt, or someone else, released
 // it, and the change asked for is still the one agreed to.
+//
+// A schedule that changes more than billingd states (Opaque) never holds.
 func (s *Service) scheduleHolds(t Terms, sub Subscription, state ProviderSubscription) bool {
+	if state.Schedule != nil && state.Schedule.Opaque {
+		return false
+	}
 	now := s.scheduledFrom(state)
 	if sameScheduled(sub.Scheduled, now) {
 		return true
@@ -76,7 +81,10 @@ func (s *Service) scheduleHolds(t Terms, sub Subscription, state ProviderSubscri
 func appliedAtProvider(c Confirmation, state ProviderSubscription) bool {
 	switch {
 	case keepsPlan(c.Terms):
-		return !state.Schedule.Scheduled() || state.Schedule.NextPriceID == state.PriceID
+		// Still on the plan kept: a renewal that made the scheduled change
+		// first leaves nothing scheduled too, on the other plan.
+		return state.PriceID == c.Terms.FromPriceID &&
+			(!state.Schedule.Scheduled() || state.Schedule.NextPriceID == state.PriceID)
 	case c.Terms.AtPeriodEnd:
 		return state.Schedule != nil && state.Schedule.ConfirmationID == c.ID
 	default:
@@ -145,10 +153,50 @@ func (s *Service) recordScheduledApplied(ctx context.Context, tx Tx, org string,
 	return tx.Record(ctx, Record{Events: []AuditEvent{ev}})
 }
 
-// scheduledApplied reports whether going from old to sub is the provider
-// making old's scheduled change.
-func scheduledApplied(old, sub Subscription) bool {
-	return old.Scheduled != nil && sub.Scheduled == nil && sub.Plan != old.Plan && sub.Plan == old.Scheduled.ToPlan
+// scheduledApplied reports whether the provider's subscription, now on
+// price, made old's scheduled change: nothing is scheduled any more and
+// the price is the one that was.
+func scheduledApplied(old, sub Subscription, price string) bool {
+	return old.Scheduled != nil && sub.Scheduled == nil && price == old.Scheduled.PriceID && old.Scheduled.PriceID != ""
+}
+
+// renewedFirst reports whether the provider's renewal made the change a
+// keep of c was to cancel before the keep was made.
+func renewedFirst(c Confirmation, price string) bool {
+	return keepsPlan(c.Terms) && price != "" && price == c.Terms.Cancels.PriceID
+}
+
+// datePassed reports whether a date t's summary states (the scheduled
+// change it cancels, or the period's end it schedules for) has come: the
+// provider is making, or has made, a change the summary does not show.
+func datePassed(t Terms, now time.Time) bool {
+	return t.Cancels != nil && !now.Before(t.Cancels.At) || t.AtPeriodEnd && !now.Before(t.NextChargeAt)
+}
+
+// scheduledDue reports whether sub's scheduled change is due: the provider
+// is making it at its renewal, and billingd has not recorded it yet.
+func scheduledDue(sub Subscription, now time.Time) bool {
+	return sub.Scheduled != nil && !now.Before(sub.Scheduled.At)
+}
+
+// errScheduledDue: no change can be quoted or made from a subscription
+// whose scheduled change is taking effect.
+func errScheduledDue() *Error {
+	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 30 * time.Second,
+		Message: "a scheduled plan change is taking effect at the payment provider; nothing was changed: retry shortly"}
+}
+
+// termsHoldForResend is termsHold for sending an executing confirmation's
+// change again: the subscription may also have lost, since, the scheduled
+// change the confirmation cancels (the release is the change's own first
+// step: an earlier attempt made it, and a webhook recorded it).
+func (s *Service) termsHoldForResend(t Terms, sub Subscription) bool {
+	if s.termsHold(t, sub) {
+		return true
+	}
+	released := t.Cancels != nil && sub.Scheduled == nil
+	sub.Version = t.SubscriptionVer
+	return released && s.termsHold(t, sub)
 }
 
 // SyncScheduledChanges reads back, from the provider, subscriptions whose
@@ -174,7 +222,9 @@ func (s *Service) SyncScheduledChanges(ctx context.Context, grace time.Duration,
 			seen = append(seen, acct.Subscription.StripeSubscriptionID)
 			state, err := s.readBack(ctx, acct)
 			if err != nil {
-				return err
+				// Not this round: the others are not held up by it.
+				s.log.Warn("reading back a due scheduled change failed; will retry", "org", acct.Org.ID, "err", err)
+				return nil
 			}
 			_, err = s.applyProviderState(ctx, tx, acct, state, time.Time{})
 			return err
@@ -187,4 +237,32 @@ func (s *Service) SyncScheduledChanges(ctx context.Context, grace time.Duration,
 		}
 	}
 	return n, nil
+}
+
+// afterRefusal is the answer to a change made now that the provider
+// refused (or rate-limited) after its first step, the release of the
+// scheduled change it cancels, may have been made: a refusal does not undo
+// the release. billingd records the subscription as the provider has it
+// now and, if the scheduled change is gone, says so with the refusal.
+func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct Account, refusal error) (outcome error, err error) {
+	if c.Terms.Cancels == nil || c.Terms.AtPeriodEnd || keepsPlan(c.Terms) {
+		return refusal, nil
+	}
+	state, err := s.readBack(ctx, acct)
+	if err != nil {
+		// A webhook, or the next call's check at the provider, records it.
+		s.log.Warn("reading back after a refused change failed", "confirmation_id", c.ID, "err", err)
+		return refusal, nil
+	}
+	if _, err := s.recordProviderState(ctx, tx, acct, state, time.Time{}); err != nil {
+		return nil, err
+	}
+	var answer *Error
+	if s.scheduledFrom(state) != nil || !errors.As(refusal, &answer) {
+		return refusal, nil
+	}
+	told := *answer
+	told.Message += fmt.Sprintf(" The change to %s scheduled for %s was cancelled at the payment provider before the "+
+		"refusal: ask for it again if it is still wanted.", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
+	return &told, nil
 }

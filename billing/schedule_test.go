@@ -2,6 +2,8 @@ package billing_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -276,5 +278,201 @@ func TestPoliciesSeeAScheduledDowngradeWithNothingDueNow(t *testing.T) {
 	c := f.confirmation(t, res.Subscription.ScheduledChange.ConfirmationID)
 	if c.Consent == nil || c.Consent.Method != billing.ConsentPolicyAllow {
 		t.Errorf("consent = %+v, want policy_allow", c.Consent)
+	}
+}
+
+// Keeping the plan against Stripe's renewal, and a release that a refusal
+// does not undo (found by review; each failed before its fix).
+
+// TestKeepAfterTheRenewalIsNotMade: a keep whose release answer was lost,
+// then the renewal makes the scheduled change: the keep is recorded as not
+// made (renewed_first), never as executed, and billingd shows Pro.
+func TestKeepAfterTheRenewalIsNotMade(t *testing.T) {
+	f := newScaleFixture(t)
+	f.schedule(t)
+	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
+	f.provider.ApplyErrs = []error{billing.ErrUnavailable} // the release never reached Stripe
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	// The period ends: Stripe moves the subscription to Pro; the schedule,
+	// in its last phase, changes nothing more.
+	f.provider.ReadState.PriceID = "price_billingd_pro"
+	f.provider.ReadState.CurrentPeriodEnd = periodEnd.AddDate(0, 1, 0)
+	f.provider.ReadState.Schedule.NextPriceID, f.provider.ReadState.Schedule.NextAt = "", time.Time{}
+	f.store.Advance(5 * time.Minute) // the attempt is certainly over
+
+	_, err = f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	wantCode(t, err, billing.CodeTokenInvalid)
+	if !strings.Contains(billing.PublicMessage(err), "the plan was not kept") {
+		t.Errorf("message %q does not say the plan was not kept", billing.PublicMessage(err))
+	}
+	if c := f.confirmation(t, keep.ConfirmationID); c.Status != billing.StatusFailed || c.Failure != "renewed_first" {
+		t.Errorf("keep = %s/%s, want failed/renewed_first", c.Status, c.Failure)
+	}
+	if sub := f.subscription(); sub.Plan != "pro" || sub.Scheduled != nil {
+		t.Errorf("billingd shows %+v; Stripe is on Pro with nothing scheduled", sub)
+	}
+	if !slices.Contains(eventsOf(f.store.Snapshot()), billing.EventScheduledChangeApplied) {
+		t.Errorf("audit %v lacks SCHEDULED_CHANGE_APPLIED", eventsOf(f.store.Snapshot()))
+	}
+}
+
+// renewsFirst is a provider at which the renewal makes the scheduled
+// change just before a keep's release arrives.
+type renewsFirst struct{ *billingtest.Provider }
+
+func (p renewsFirst) ApplyPlanChange(ctx context.Context, change billing.PlanChange, key string) (billing.AppliedChange, error) {
+	if change.KeepPlan {
+		p.ReadState.PriceID = "price_billingd_pro"
+		p.ReadState.CurrentPeriodEnd = periodEnd.AddDate(0, 1, 0)
+	}
+	return p.Provider.ApplyPlanChange(ctx, change, key)
+}
+
+// TestKeepRacingTheRenewal: the release succeeds after the renewal made
+// the change (the schedule was still attached, in its last phase): the
+// answer says the plan was not kept, and billingd shows Pro.
+func TestKeepRacingTheRenewal(t *testing.T) {
+	f := newScaleFixture(t)
+	svc, err := billing.NewService(billing.Config{Store: f.store, Payments: renewsFirst{f.provider},
+		Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute, Livemode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.svc = svc
+	f.schedule(t)
+	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
+	_, err = f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	wantCode(t, err, billing.CodeTokenInvalid)
+	if c := f.confirmation(t, keep.ConfirmationID); c.Status != billing.StatusFailed || c.Failure != "renewed_first" {
+		t.Errorf("keep = %s/%s, want failed/renewed_first", c.Status, c.Failure)
+	}
+	if sub := f.subscription(); sub.Plan != "pro" {
+		t.Errorf("billingd shows %s; Stripe is on Pro", sub.Plan)
+	}
+}
+
+// TestNoChangeQuotedOnceTheScheduledDateHasCome: billingd has not heard of
+// the renewal yet; no first call quotes from the plan it is leaving, and a
+// token for a keep whose date has come is void.
+func TestNoChangeQuotedOnceTheScheduledDateHasCome(t *testing.T) {
+	f := newScaleFixture(t)
+	f.schedule(t)
+	f.store.Advance(periodEnd.Sub(dbNow) - 10*time.Second)
+	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
+	f.store.Advance(10 * time.Second)
+	_, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "free"})
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	_, err = f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	wantCode(t, err, billing.CodeTokenMismatch)
+	if f.provider.Changes() != 1 {
+		t.Errorf("%d changes at the provider, want only the schedule", f.provider.Changes())
+	}
+}
+
+// TestRefusalAfterTheReleaseSaysTheScheduledChangeIsGone: a change made
+// now releases the scheduled change first; a declined card then refuses
+// the change, but not the release. The answer says so, and billingd shows
+// nothing scheduled, as Stripe has it.
+func TestRefusalAfterTheReleaseSaysTheScheduledChangeIsGone(t *testing.T) {
+	f := newScaleFixture(t)
+	f.schedule(t)
+	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
+	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	// The release is made; the change is refused (billingtest's provider
+	// fails before it changes anything, so the release is done by hand).
+	f.provider.ReadState.Schedule = nil
+	f.provider.ApplyErrs = []error{fmt.Errorf("card: %w", billing.ErrPaymentDeclined)}
+	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+	wantCode(t, err, billing.CodePaymentFailed)
+	if msg := billing.PublicMessage(err); !strings.Contains(msg, "The change to Pro scheduled for May 30, 2026 was cancelled") {
+		t.Errorf("message %q does not say the scheduled change was cancelled", msg)
+	}
+	if sub := f.subscription(); sub.Plan != "scale" || sub.Scheduled != nil {
+		t.Errorf("billingd shows %+v; Stripe has Scale with nothing scheduled", sub)
+	}
+}
+
+// TestResendAfterItsOwnReleaseWasRecorded: a change made now that cancels
+// a scheduled one; its release reached Stripe, the update's answer was
+// lost, and the release's webhook was recorded before the settler came:
+// the consent still holds (the scheduled change it cancels is gone, as it
+// asked), so the change is sent again rather than recorded as not made.
+func TestResendAfterItsOwnReleaseWasRecorded(t *testing.T) {
+	f := newScaleFixture(t)
+	f.schedule(t)
+	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
+	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	f.provider.ApplyErrs = []error{billing.ErrUnavailable}
+	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	f.provider.ReadState.Schedule = nil // the release was made
+	if _, err := f.svc.ReconcileSubscription(context.Background(), billing.SubscriptionEvent{EventID: "evt_released",
+		Created: dbNow, SubscriptionID: "sub_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.subscription().Scheduled != nil {
+		t.Fatal("the webhook did not record the release")
+	}
+	f.store.Advance(time.Second)
+	if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.confirmation(t, first.ConfirmationID); c.Status != billing.StatusExecuted {
+		t.Errorf("status %s/%s, want executed", c.Status, c.Failure)
+	}
+	if sub := f.subscription(); sub.Plan != "free" {
+		t.Errorf("plan %s, want free", sub.Plan)
+	}
+}
+
+// TestSyncGoesOnPastASubscriptionItCannotRead: one due subscription whose
+// read fails does not hold up the others' renewals.
+func TestSyncGoesOnPastASubscriptionItCannotRead(t *testing.T) {
+	due := &billing.ScheduledChange{ToPlan: "pro", At: periodEnd, PriceID: "price_billingd_pro", ScheduleID: "sub_sched_x"}
+	a, b := testAccount(), testAccount()
+	b.Org.ID, b.Subscription.Org, b.Subscription.StripeSubscriptionID = "org_b", "org_b", "sub_b"
+	for _, acct := range []*billing.Account{&a, &b} {
+		acct.Subscription.Plan, acct.Subscription.Scheduled = "scale", due
+	}
+	store := billingtest.NewStore(periodEnd.Add(time.Hour), a, b)
+	provider := &billingtest.Provider{ReadErrs: []error{billing.ErrUnavailable}, ReadState: billingtest.StateOf(a)}
+	provider.ReadState.PriceID = "price_billingd_pro" // renewed
+	svc, err := billing.NewService(billing.Config{Store: store, Payments: provider, Catalog: testCatalog(t, billing.DefaultPlans()),
+		TokenTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := svc.SyncScheduledChanges(context.Background(), time.Minute, 10)
+	if err != nil || n != 2 {
+		t.Fatalf("SyncScheduledChanges = %d, %v; want both looked at", n, err)
+	}
+	renewed := 0
+	for _, acct := range store.Snapshot().Accounts {
+		if acct.Subscription.Plan == "pro" && acct.Subscription.Scheduled == nil {
+			renewed++
+		}
+	}
+	if renewed != 1 {
+		t.Errorf("%d subscriptions recorded renewed, want the one that could be read", renewed)
+	}
+}
+
+// TestOpaqueScheduleIsDrift: a schedule made at Stripe that changes what
+// billingd does not state (it cancels the subscription at its end) is
+// neither shown as a plan change nor ever overwritten or released: a
+// second call finds it and sends nothing.
+func TestOpaqueScheduleIsDrift(t *testing.T) {
+	f := newScaleFixture(t)
+	first, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.provider.ReadState.Schedule = &billing.ProviderSchedule{ID: "sub_sched_cancel", Opaque: true}
+	_, err = f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd,
+		ConfirmToken: first.ConfirmToken})
+	wantCode(t, err, billing.CodeTokenMismatch)
+	if f.provider.Changes() != 0 {
+		t.Fatal("a change was sent over a schedule billingd cannot state")
 	}
 }

@@ -43,7 +43,10 @@ import (
 const (
 	reasonOutcomeUnknown = "outcome_unknown"
 	reasonNotApplied     = "not_applied"
-	reasonDailyLimit     = "daily limit"
+	// reasonRenewedFirst: the renewal made the scheduled change a keep
+	// was to cancel before the keep was made.
+	reasonRenewedFirst = "renewed_first"
+	reasonDailyLimit   = "daily limit"
 )
 
 // settle finds out what became of an executing confirmation and records it.
@@ -118,7 +121,7 @@ func (s *Service) consentHolds(ctx context.Context, tx Tx, c Confirmation, acct 
 	if sentAt.IsZero() {
 		sentAt = c.AttemptedAt
 	}
-	if sentAt.IsZero() || now.Sub(sentAt) > s.ttl || !s.termsHold(c.Terms, acct.Subscription) {
+	if sentAt.IsZero() || now.Sub(sentAt) > s.ttl || !s.termsHoldForResend(c.Terms, acct.Subscription) {
 		return false, nil
 	}
 	action, _, err := s.policyNow(ctx, tx, c, acct.Policy, false)
@@ -169,9 +172,13 @@ func appliedFrom(c Confirmation, state ProviderSubscription) AppliedChange {
 // recordNotMade records that c's change was not made and will not be,
 // and the subscription as the provider has it (state), if it moved.
 func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, state ProviderSubscription) (redemption, error) {
-	failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, reasonNotApplied)
-	c.Failure = reasonNotApplied
-	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed, Failure: reasonNotApplied,
+	reason := reasonNotApplied
+	if renewedFirst(c, state.PriceID) {
+		reason = reasonRenewedFirst
+	}
+	failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, reason)
+	c.Failure = reason
+	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed, Failure: reason,
 		Events: []AuditEvent{failed}}); err != nil {
 		return redemption{}, err
 	}

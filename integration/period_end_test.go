@@ -376,3 +376,33 @@ func TestPeriodEndAnswerLostOrHalfMade(t *testing.T) {
 		}
 	})
 }
+
+// TestDeclinedChangeAfterTheRelease: an upgrade made while a downgrade is
+// scheduled releases the schedule first (so the period's end cannot undo
+// the upgrade); the card is then declined. Nothing is charged and the plan
+// stays, but the release is not undone: the answer says the scheduled
+// change was cancelled, and billingd shows what Stripe has.
+func TestDeclinedChangeAfterTheRelease(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	acct := h.createOrg("declined", "Declined Co", "pro")
+	tok := h.user("declined", "dc")
+	p := h.proposeAt(tok, "downgrade", "free", "period_end")
+	h.confirmAt(tok, "downgrade", "free", "period_end", p.ConfirmToken)
+	up := h.propose(tok, "upgrade", "scale")
+	if !strings.Contains(up.Summary, "This cancels the change to Free scheduled for") {
+		t.Fatalf("summary %q", up.Summary)
+	}
+	h.fake.FailNextAt(stripepaytest.UpdateSubscription, stripepaytest.DeclineCard)
+	r := h.confirm(tok, "upgrade", "scale", up.ConfirmToken)
+	wantStatus(t, r, http.StatusPaymentRequired, "payment_failed")
+	if !strings.Contains(string(r.Body), "The change to Free scheduled for") {
+		t.Fatalf("answer %s does not say the scheduled change was cancelled", r.Body)
+	}
+	if got := h.subscriptionView(tok); got.Plan != "pro" || got.ScheduledChange != nil {
+		t.Fatalf("billingd shows %+v; Stripe has Pro with nothing scheduled", got)
+	}
+	if sub, _ := h.fake.Subscription(acct.Subscription.StripeSubscriptionID); sub.Schedule != "" || sub.Items[0].PriceID != "price_billingd_pro" {
+		t.Fatalf("at Stripe: %+v", sub)
+	}
+}

@@ -45,11 +45,12 @@ type pending struct {
 
 // matches reports whether p was made for this caller and this call. A state
 // sealed for another principal, org, client, operation or plan is refused
-// even though its seal is genuine.
+// even though its seal is genuine. Keeping the plan (from = to) is the same
+// call whatever "at" it names, as billing judges it.
 func (p pending) matches(caller billing.Caller, op billing.Operation, to, at string) bool {
 	d := p.Proposal.Details
 	return p.Org == caller.Org && p.Principal == caller.Principal && p.Client == caller.Client &&
-		p.Proposal.Operation == op && d != nil && d.To == to && d.At == atOf(at) &&
+		p.Proposal.Operation == op && d != nil && d.To == to && (d.At == atOf(at) || d.From == d.To) &&
 		p.Proposal.ConfirmToken != "" && p.Proposal.ConfirmationID != ""
 }
 

@@ -87,14 +87,14 @@ func (p *Provider) ApplyPlanChange(_ context.Context, change billing.PlanChange,
 		p.done = map[string]billing.AppliedChange{}
 	}
 	p.changes++
-	if change.Attached != nil && !(change.AtPeriodEnd && change.Attached.Bare()) {
+	if change.Attached != nil && !change.AtPeriodEnd {
 		p.ReadState.Schedule = nil // released
 	}
 	r := billing.AppliedChange{Status: "active", CurrentPeriodEnd: p.PeriodEnd, ItemID: p.ReadState.ItemID}
 	switch {
 	case change.KeepPlan:
 		p.ReadState.Schedule = nil
-		r.CurrentPeriodEnd = p.ReadState.CurrentPeriodEnd
+		r.CurrentPeriodEnd, r.PriceID = p.ReadState.CurrentPeriodEnd, p.ReadState.PriceID
 		p.done[key] = r
 		return r, nil
 	case change.AtPeriodEnd:

@@ -71,11 +71,14 @@ func (p *Provider) previewRenewal(ctx context.Context, change billing.PlanChange
 
 // ApplyPlanChange makes change at Stripe.
 //
-// A schedule attached to the subscription (change.Attached) is released
-// first, so that no phase of it undoes the change at the period's end;
-// KeepPlan does only that. AtPeriodEnd then attaches a schedule whose next
-// phase, from change.PeriodEnd, is the new price (scheduleChange); any
-// other change swaps the subscription item's price now.
+// AtPeriodEnd sets the phases of a schedule, the attached one
+// (change.Attached) or a new one made from the subscription, so that its
+// next phase, from change.PeriodEnd, is the new price (scheduleChange): one
+// request that either replaces the change scheduled before or leaves it.
+// Any other change releases the attached schedule first, so that no phase
+// of it undoes the change at the period's end; KeepPlan does only that,
+// then reads the subscription back; the rest swaps the subscription item's
+// price now.
 //
 // Each request has its own idempotency key derived from idempotencyKey, so
 // a retry with the same key makes Stripe replay every step already made
@@ -86,7 +89,7 @@ func (p *Provider) previewRenewal(ctx context.Context, change billing.PlanChange
 // refuses a replayed key whose parameters differ.
 func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
 	keys := []string{idempotencyKey}
-	release := change.Attached != nil && !reusable(change)
+	release := change.Attached != nil && !change.AtPeriodEnd
 	if release {
 		keys = append(keys, releaseKey(idempotencyKey, change.Attached.ID))
 	}
@@ -110,10 +113,7 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 	}
 	switch {
 	case change.KeepPlan:
-		// Stripe's release answers with the schedule, whose
-		// released_subscription is an id that cannot be expanded: the
-		// subscription itself is not read again; billing keeps its copy.
-		return billing.AppliedChange{}, nil
+		return p.afterRelease(ctx, change.SubscriptionID)
 	case change.AtPeriodEnd:
 		return p.scheduleChange(ctx, change, idempotencyKey)
 	}
@@ -122,18 +122,25 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 
 func releaseKey(key, scheduleID string) string { return key + ":release:" + scheduleID }
 
-// reusable reports whether change, made AtPeriodEnd, sets the phases of the
-// attached schedule instead of releasing it: a bare one (an attempt died
-// between creating it and setting its phases), or one whose phases this
-// very change already set (an attempt whose answer was lost). Releasing
-// the latter would undo the change, and the retry's create, replayed under
-// the same key, would answer with the released schedule.
-func reusable(change billing.PlanChange) bool {
-	a := change.Attached
-	if !change.AtPeriodEnd || a == nil {
-		return false
+// afterRelease reads the subscription once its schedule is released
+// (Stripe's release answers with the schedule, whose released_subscription
+// cannot be expanded): billing must see the price it is on, since a
+// renewal may have made the scheduled change just before the release.
+func (p *Provider) afterRelease(ctx context.Context, subscriptionID string) (billing.AppliedChange, error) {
+	params := &stripe.SubscriptionParams{}
+	rctx, cancel := p.bound(ctx)
+	defer cancel()
+	params.Context = rctx
+	sub, err := p.api.Subscriptions.Get(subscriptionID, params)
+	if err != nil {
+		// The release is made; its answer is what is unknown.
+		return billing.AppliedChange{}, classify("read subscription after release", err)
 	}
-	return a.Bare() || (change.ConfirmationID != "" && a.ConfirmationID == change.ConfirmationID)
+	applied := billing.AppliedChange{Status: string(sub.Status), CurrentPeriodEnd: unixTime(sub.CurrentPeriodEnd)}
+	if sub.Items != nil && len(sub.Items.Data) > 0 && sub.Items.Data[0].Price != nil {
+		applied.ItemID, applied.PriceID = sub.Items.Data[0].ID, sub.Items.Data[0].Price.ID
+	}
+	return applied, nil
 }
 
 // updateSubscription swaps the subscription item's price now.
@@ -223,14 +230,16 @@ func live(sch *stripe.SubscriptionSchedule) bool {
 }
 
 // scheduleChange attaches change to the subscription for change.PeriodEnd:
-// a schedule made from the subscription (or the reusable one attached),
-// whose phases are the current period on FromPriceID, then one period on
-// NewPriceID, released at its end so that the subscription then renews on
-// the new price as if changed by hand. Nothing is prorated.
+// a schedule made from the subscription (or the one attached: a change
+// scheduled before, which this one replaces in the same request, or one an
+// attempt that died made without its phases), whose phases are the current
+// period on FromPriceID, then one period on NewPriceID, released at its end
+// so that the subscription then renews on the new price as if changed by
+// hand. Nothing is prorated.
 func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
 	var scheduleID string
 	var phaseStart time.Time
-	if reusable(change) {
+	if change.Attached != nil {
 		scheduleID, phaseStart = change.Attached.ID, change.Attached.PhaseStart
 	} else {
 		sch, err := p.createSchedule(ctx, change.SubscriptionID, idempotencyKey+":schedule")
@@ -307,7 +316,8 @@ func scheduleOf(sch *stripe.SubscriptionSchedule) *billing.ProviderSchedule {
 	if sch == nil || sch.ID == "" {
 		return nil
 	}
-	out := &billing.ProviderSchedule{ID: sch.ID, ConfirmationID: sch.Metadata[MetadataConfirmationID]}
+	out := &billing.ProviderSchedule{ID: sch.ID, ConfirmationID: sch.Metadata[MetadataConfirmationID],
+		Opaque: sch.EndBehavior == stripe.SubscriptionScheduleEndBehaviorCancel}
 	if sch.CurrentPhase == nil {
 		return out
 	}
@@ -317,6 +327,8 @@ func scheduleOf(sch *stripe.SubscriptionSchedule) *billing.ProviderSchedule {
 			continue
 		}
 		out.NextPriceID, out.NextAt = ph.Items[0].Price.ID, unixTime(ph.StartDate)
+		// billingd states a plan change only: one item, quantity one.
+		out.Opaque = out.Opaque || len(ph.Items) != 1 || ph.Items[0].Quantity != 1
 		break
 	}
 	return out

@@ -150,7 +150,7 @@ func TestFakeApplyReusesBareSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	attached := env.read(t).Schedule
-	if !attached.Bare() || !attached.PhaseStart.Equal(periodStart) {
+	if attached.Scheduled() || attached.ConfirmationID != "" || attached.Opaque || !attached.PhaseStart.Equal(periodStart) {
 		t.Fatalf("attached %+v, want bare, its phase from %v", attached, periodStart)
 	}
 	change := env.atPeriodEnd(priceStarter, "cfm_1")
@@ -203,8 +203,8 @@ func TestFakeKeepPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got, billing.AppliedChange{}) {
-		t.Errorf("got %+v, want nothing: billing keeps its copy", got)
+	if got.PriceID != pricePro || got.Status != "active" || got.Schedule != nil {
+		t.Errorf("got %+v, want the subscription read back on Pro", got)
 	}
 	if s, _ := env.fake.Schedule(attached.ID); s.Status != "released" {
 		t.Errorf("schedule %s, want released", s.Status)
@@ -246,8 +246,9 @@ func TestFakeChangeNowReleasesSchedule(t *testing.T) {
 	}
 }
 
-// TestFakeReplaceScheduledChange: another change at the period's end
-// releases the first schedule and attaches a new one.
+// TestFakeReplaceScheduledChange: another change at the period's end sets
+// the phases of the attached schedule in one request: the first change is
+// replaced, never released before the second is made.
 func TestFakeReplaceScheduledChange(t *testing.T) {
 	t.Parallel()
 	env := newScheduleEnv(t)
@@ -261,12 +262,12 @@ func TestFakeReplaceScheduledChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second.Schedule == nil || second.Schedule.ID == first.Schedule.ID || second.Schedule.NextPriceID != priceFree ||
+	if second.Schedule == nil || second.Schedule.ID != first.Schedule.ID || second.Schedule.NextPriceID != priceFree ||
 		second.Schedule.ConfirmationID != "cfm_2" {
-		t.Errorf("second schedule %+v", second.Schedule)
+		t.Errorf("second schedule %+v, want %s moving to Free", second.Schedule, first.Schedule.ID)
 	}
-	if s, _ := env.fake.Schedule(first.Schedule.ID); s.Status != "released" {
-		t.Errorf("first schedule %s, want released", s.Status)
+	if n := len(env.schedules()); n != 1 {
+		t.Errorf("%d schedules, want the one replaced in place", n)
 	}
 	if s := env.read(t).Schedule; s == nil || s.ID != second.Schedule.ID {
 		t.Errorf("attached %+v, want %s", s, second.Schedule.ID)
@@ -316,9 +317,15 @@ func TestScheduleEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	change := env.atPeriodEnd(priceFree, "cfm_2")
+	change := env.atPeriodEnd(priceFree, "cfm_2") // replaces the phases: updated
 	change.Attached = first.Schedule
 	if _, err := env.p.ApplyPlanChange(context.Background(), change, "k2"); err != nil {
+		t.Fatal(err)
+	}
+	keep := billing.PlanChange{CustomerID: env.cust.CustomerID, SubscriptionID: env.cust.SubscriptionID,
+		ItemID: env.cust.ItemID, NewPriceID: pricePro, FromPriceID: pricePro, KeepPlan: true,
+		ConfirmationID: "cfm_3", Attached: env.read(t).Schedule} // released
+	if _, err := env.p.ApplyPlanChange(context.Background(), keep, "k3"); err != nil {
 		t.Fatal(err)
 	}
 	const secret = "whsec_test"

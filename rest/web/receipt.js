@@ -98,7 +98,7 @@ function consentText(k) {
 
 // quotedText is every part of the amount the summary stated. total is the
 // amount they add up to: amount_due_now_cents of a quote, amount_due_cents
-// of a renewal's next_charge.
+// of a renewal's quoted_next_charge.
 function quotedText(q, currency, total = q.amount_due_now_cents) {
   let text = money(q.subtotal_cents, currency);
   if (q.discount_cents) text += ` − ${money(q.discount_cents, currency)} discount`;
@@ -127,8 +127,8 @@ function receiptFacts(c) {
   } else if (c.effective_at) {
     facts.push(["Takes effect", when(c.effective_at)]);
   }
-  if (c.next_charge) {
-    facts.push(["Quoted for the renewal", quotedText(c.next_charge, c.currency, c.next_charge.amount_due_cents)]);
+  if (c.quoted_next_charge) {
+    facts.push(["Quoted for the renewal", quotedText(c.quoted_next_charge, c.currency, c.quoted_next_charge.amount_due_cents)]);
   }
   if (c.cancels) {
     facts.push(["Cancels", `the change to ${c.cancels.to} scheduled for ${day(c.cancels.at)} (${c.cancels.confirmation_id})`]);
