@@ -239,8 +239,14 @@ func live(sch *stripe.SubscriptionSchedule) bool {
 func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
 	var scheduleID string
 	var phaseStart time.Time
+	var current *stripe.SubscriptionSchedulePhase // the settings both phases keep
 	if change.Attached != nil {
 		scheduleID, phaseStart = change.Attached.ID, change.Attached.PhaseStart
+		sch, err := p.readSchedule(ctx, scheduleID)
+		if err != nil {
+			return billing.AppliedChange{}, err
+		}
+		current = phaseAt(sch, phaseStart)
 	} else {
 		sch, err := p.createSchedule(ctx, change.SubscriptionID, idempotencyKey+":schedule")
 		if err != nil {
@@ -253,6 +259,7 @@ func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange
 		case len(sch.Phases) > 0:
 			phaseStart = unixTime(sch.Phases[0].StartDate)
 		}
+		current = phaseAt(sch, phaseStart)
 	}
 	params := &stripe.SubscriptionScheduleParams{
 		Phases: []*stripe.SubscriptionSchedulePhaseParams{
@@ -270,6 +277,9 @@ func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange
 		},
 		EndBehavior:       stripe.String(string(stripe.SubscriptionScheduleEndBehaviorRelease)),
 		ProrationBehavior: stripe.String("none"),
+	}
+	for _, ph := range params.Phases {
+		keepSettings(ph, current)
 	}
 	if change.ConfirmationID != "" {
 		params.AddMetadata(MetadataConfirmationID, change.ConfirmationID)
@@ -293,6 +303,58 @@ func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange
 		applied.Status = string(sch.Subscription.Status)
 	}
 	return applied, nil
+}
+
+// phaseAt is the schedule's phase that starts at start (the current one);
+// nil if none.
+func phaseAt(sch *stripe.SubscriptionSchedule, start time.Time) *stripe.SubscriptionSchedulePhase {
+	for _, ph := range sch.Phases {
+		if ph != nil && unixTime(ph.StartDate).Equal(start) {
+			return ph
+		}
+	}
+	return nil
+}
+
+// keepSettings gives a phase the settings of the current one, which a
+// schedule made from the subscription copied from it: its tax rates,
+// discounts, payment method and collection method. Stripe replaces every
+// phase on an update and applies a phase's settings to the subscription
+// when it starts (the current one's at once), so a phase sent without them
+// would drop the customer's tax or discount: only the price may change.
+func keepSettings(ph *stripe.SubscriptionSchedulePhaseParams, current *stripe.SubscriptionSchedulePhase) {
+	if current == nil {
+		return
+	}
+	for _, tr := range current.DefaultTaxRates {
+		if tr != nil {
+			ph.DefaultTaxRates = append(ph.DefaultTaxRates, stripe.String(tr.ID))
+		}
+	}
+	for _, d := range current.Discounts {
+		switch {
+		case d == nil:
+		case d.Discount != nil && d.Discount.ID != "":
+			ph.Discounts = append(ph.Discounts, &stripe.SubscriptionSchedulePhaseDiscountParams{Discount: stripe.String(d.Discount.ID)})
+		case d.Coupon != nil && d.Coupon.ID != "":
+			ph.Discounts = append(ph.Discounts, &stripe.SubscriptionSchedulePhaseDiscountParams{Coupon: stripe.String(d.Coupon.ID)})
+		case d.PromotionCode != nil && d.PromotionCode.ID != "":
+			ph.Discounts = append(ph.Discounts, &stripe.SubscriptionSchedulePhaseDiscountParams{PromotionCode: stripe.String(d.PromotionCode.ID)})
+		}
+	}
+	if pm := current.DefaultPaymentMethod; pm != nil && pm.ID != "" {
+		ph.DefaultPaymentMethod = stripe.String(pm.ID)
+	}
+	if cm := current.CollectionMethod; cm != nil && *cm != "" {
+		ph.CollectionMethod = stripe.String(string(*cm))
+	}
+	if len(current.Items) > 0 && current.Items[0] != nil && len(ph.Items) > 0 {
+		for _, tr := range current.Items[0].TaxRates {
+			if tr != nil {
+				ph.Items[0].TaxRates = append(ph.Items[0].TaxRates, stripe.String(tr.ID))
+			}
+		}
+	}
 }
 
 func (p *Provider) createSchedule(ctx context.Context, subscriptionID, key string) (*stripe.SubscriptionSchedule, error) {

@@ -424,3 +424,59 @@ func TestStripeMockSchedule(t *testing.T) {
 		t.Errorf("expand schedule: %v", err)
 	}
 }
+
+// TestPhasesKeepTheCurrentSettings: the phases billingd sends keep the tax
+// rates, discounts, payment method and collection method of the current
+// phase (Stripe replaces every phase and applies its settings when it
+// starts): only the price changes.
+func TestPhasesKeepTheCurrentSettings(t *testing.T) {
+	t.Parallel()
+	cm := stripe.SubscriptionCollectionMethodChargeAutomatically
+	current := &stripe.SubscriptionSchedulePhase{
+		DefaultTaxRates:      []*stripe.TaxRate{{ID: "txr_vat"}},
+		Discounts:            []*stripe.SubscriptionSchedulePhaseDiscount{{Discount: &stripe.Discount{ID: "di_1"}}, {Coupon: &stripe.Coupon{ID: "co_10"}}},
+		DefaultPaymentMethod: &stripe.PaymentMethod{ID: "pm_card"},
+		CollectionMethod:     &cm,
+		Items:                []*stripe.SubscriptionSchedulePhaseItem{{TaxRates: []*stripe.TaxRate{{ID: "txr_item"}}}},
+	}
+	ph := &stripe.SubscriptionSchedulePhaseParams{Items: []*stripe.SubscriptionSchedulePhaseItemParams{{Price: stripe.String(pricePro)}}}
+	keepSettings(ph, current)
+	switch {
+	case len(ph.DefaultTaxRates) != 1 || *ph.DefaultTaxRates[0] != "txr_vat",
+		len(ph.Discounts) != 2 || *ph.Discounts[0].Discount != "di_1" || *ph.Discounts[1].Coupon != "co_10",
+		ph.DefaultPaymentMethod == nil || *ph.DefaultPaymentMethod != "pm_card",
+		ph.CollectionMethod == nil || *ph.CollectionMethod != "charge_automatically",
+		len(ph.Items[0].TaxRates) != 1 || *ph.Items[0].TaxRates[0] != "txr_item":
+		t.Errorf("phase params %+v do not keep the current phase's settings", ph)
+	}
+	empty := &stripe.SubscriptionSchedulePhaseParams{}
+	keepSettings(empty, nil)
+	if !reflect.DeepEqual(empty, &stripe.SubscriptionSchedulePhaseParams{}) {
+		t.Errorf("no current phase: %+v, want nothing added", empty)
+	}
+}
+
+// TestStripeMockPhaseSettings: the settings keepSettings sends are
+// parameters Stripe's API accepts on a phase (stripe-mock checks them
+// against Stripe's OpenAPI description).
+func TestStripeMockPhaseSettings(t *testing.T) {
+	t.Parallel()
+	base := testenv.StripeMock(t)
+	cm := stripe.SubscriptionCollectionMethodChargeAutomatically
+	current := &stripe.SubscriptionSchedulePhase{
+		DefaultTaxRates:      []*stripe.TaxRate{{ID: "txr_vat"}},
+		Discounts:            []*stripe.SubscriptionSchedulePhaseDiscount{{Coupon: &stripe.Coupon{ID: "co_10"}}},
+		DefaultPaymentMethod: &stripe.PaymentMethod{ID: "pm_card"},
+		CollectionMethod:     &cm,
+		Items:                []*stripe.SubscriptionSchedulePhaseItem{{TaxRates: []*stripe.TaxRate{{ID: "txr_item"}}}},
+	}
+	ph := &stripe.SubscriptionSchedulePhaseParams{Items: []*stripe.SubscriptionSchedulePhaseItemParams{{Price: stripe.String(pricePro),
+		Quantity: stripe.Int64(1)}}, Iterations: stripe.Int64(1)}
+	keepSettings(ph, current)
+	api := client.New("sk_test_123", &stripe.Backends{API: stripe.GetBackendWithConfig(stripe.APIBackend,
+		&stripe.BackendConfig{URL: stripe.String(base), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull}})})
+	if _, err := api.SubscriptionSchedules.Update("sub_sched_123", &stripe.SubscriptionScheduleParams{
+		Phases: []*stripe.SubscriptionSchedulePhaseParams{ph}}); err != nil {
+		t.Fatalf("stripe-mock refused the phase's settings: %v", err)
+	}
+}
