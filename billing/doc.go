@@ -39,5 +39,7 @@
 //	ratelimit.go  per-principal limits, counted from the audit log
 //	consent.go    how the person agreed: the method each path may record
 //	amounts.go    every part of the amount: Stripe's parts, checked and stated
+//	schedule.go   downgrades at the period's end: scheduled changes, keeping the plan,
+//	              the renewal that applies them
 //	summary.go, money.go, token.go, plan.go  the summary text, amounts, tokens, catalog
 package billing
