@@ -263,6 +263,7 @@ func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct 
 	}
 	told := *answer
 	told.Message += fmt.Sprintf(" The change to %s scheduled for %s was cancelled at the payment provider before the "+
-		"refusal: ask for it again if it is still wanted.", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
+		"refusal, so this token is void: start again with a first call, and ask for the scheduled change again if it "+
+		"is still wanted.", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
 	return &told, nil
 }
