@@ -476,3 +476,34 @@ func TestOpaqueScheduleIsDrift(t *testing.T) {
 		t.Fatal("a change was sent over a schedule billingd cannot state")
 	}
 }
+
+// TestNoResendOnceTheDateHasCome: a period-end change whose answer was
+// lost seconds before the period ended is not sent again after the
+// boundary, even within the token's lifetime: the person agreed to a
+// change at a date that has passed. It is recorded as not made.
+func TestNoResendOnceTheDateHasCome(t *testing.T) {
+	f := newScaleFixture(t)
+	f.store.Advance(periodEnd.Sub(dbNow) - 10*time.Second)
+	first, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.provider.ApplyErrs = []error{billing.ErrUnavailable} // never reached Stripe
+	_, err = f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd,
+		ConfirmToken: first.ConfirmToken})
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	f.store.Advance(20 * time.Second) // past the period's end, within CONFIRM_TTL
+	if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+		t.Fatal(err)
+	}
+	if f.provider.Changes() != 0 {
+		t.Fatal("the change was sent again after the date it was agreed for")
+	}
+	f.store.Advance(2 * time.Minute) // the attempt is certainly over
+	if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.confirmation(t, first.ConfirmationID); c.Status != billing.StatusFailed || c.Failure != "not_applied" {
+		t.Errorf("status %s/%s, want failed/not_applied", c.Status, c.Failure)
+	}
+}

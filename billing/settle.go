@@ -113,15 +113,17 @@ func (s *Service) readBack(ctx context.Context, acct Account) (ProviderSubscript
 
 // consentHolds reports whether the person's consent still covers sending
 // c's change: the second call was made at most the token's lifetime ago,
-// billingd's copy of the subscription is still the one quoted, and the
-// org's whole policy, as it is now, allows the change (an approval or a
-// verification it asks for was given).
+// billingd's copy of the subscription is still the one quoted, no date the
+// summary states has come (datePassed), and the org's whole policy, as it
+// is now, allows the change (an approval or a verification it asks for was
+// given).
 func (s *Service) consentHolds(ctx context.Context, tx Tx, c Confirmation, acct Account, now time.Time) (bool, error) {
 	sentAt := c.SentAt
 	if sentAt.IsZero() {
 		sentAt = c.AttemptedAt
 	}
-	if sentAt.IsZero() || now.Sub(sentAt) > s.ttl || !s.termsHoldForResend(c.Terms, acct.Subscription) {
+	if sentAt.IsZero() || now.Sub(sentAt) > s.ttl || !s.termsHoldForResend(c.Terms, acct.Subscription) ||
+		datePassed(c.Terms, now) {
 		return false, nil
 	}
 	action, _, err := s.policyNow(ctx, tx, c, acct.Policy, false)
