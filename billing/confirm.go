@@ -248,9 +248,16 @@ func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, 
 		// settler sends it under the same key while the consent holds.
 		return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil
 	}
-	if !s.termsHoldForResend(c.Terms, acct.Subscription) {
+	message := ""
+	switch {
+	case !s.termsHoldForResend(c.Terms, acct.Subscription, attempt > 0):
+		message = msgSubscriptionChanged
+	case s.datePassed(c.Terms, now):
+		message = msgRenewalDue
+	}
+	if message != "" {
 		revoked := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "drift")
-		return redemption{outcome: Errorf(CodeTokenMismatch, "%s", msgSubscriptionChanged)},
+		return redemption{outcome: Errorf(CodeTokenMismatch, "%s", message)},
 			tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusRevoked, Events: []AuditEvent{revoked}})
 	}
 	return s.send(ctx, tx, caller, c, acct, now, attached, attempt == 0, withheld)
@@ -315,9 +322,10 @@ func (s *Service) apply(ctx context.Context, c Confirmation, acct Account, attac
 func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
 	applied AppliedChange, err error, auditUnknown, withheld bool) (redemption, error) {
 	switch {
-	case err == nil && renewedFirst(c, applied.PriceID):
-		// The release came after the renewal had made the scheduled
-		// change: the plan was not kept.
+	case err == nil && keepsPlan(c.Terms) && applied.PriceID != "" && applied.PriceID != c.Terms.FromPriceID:
+		// The subscription is not on the plan kept: the renewal made the
+		// scheduled change before the release (renewed_first), or its
+		// price was changed elsewhere. The plan was not kept.
 		state, rerr := s.readBack(ctx, acct)
 		if rerr != nil {
 			return redemption{}, rerr
@@ -325,11 +333,13 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 		return s.recordNotMade(ctx, tx, caller, c, acct, state)
 	case err == nil:
 		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
-	case errors.Is(err, ErrRateLimited):
-		// Stripe refused the request before executing it and kept nothing
-		// under its key: nothing was made. The confirmation goes back to
-		// pending, as before the second call: its token stays redeemable,
-		// and nothing is sent unless the caller asks again.
+	case errors.Is(err, ErrRateLimited) && auditUnknown:
+		// The second call's first request: Stripe refused it before
+		// executing it and kept nothing under its key: nothing was made.
+		// The confirmation goes back to pending, as before the second
+		// call: its token stays redeemable, and nothing is sent unless the
+		// caller asks again. (A resend or a probe rate-limited says
+		// nothing of an earlier request under the key: unknown, below.)
 		limited := s.event(caller, c.Operation, EventOperationFailed, c.ID, "rate_limited")
 		limited.Outcome = "retryable"
 		if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusPending, Events: []AuditEvent{limited}}); err != nil {
@@ -337,7 +347,7 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 		}
 		outcome, err := s.afterRefusal(ctx, tx, c, acct, errProviderRateLimited(err))
 		return redemption{outcome: outcome}, err
-	case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
+	case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrRateLimited):
 		failure := providerError("apply plan change", err)
 		reason := string(ErrorCode(failure))
 		failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, reason)
@@ -491,9 +501,8 @@ func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeReques
 	if !s.termsHold(c.Terms, acct.Subscription) {
 		return mismatch(msgSubscriptionChanged)
 	}
-	if datePassed(c.Terms, now) {
-		return mismatch("the date the summary states has come: the payment provider is changing the subscription " +
-			"at its renewal; the token is now void: start again with a first call")
+	if s.datePassed(c.Terms, now) {
+		return mismatch(msgRenewalDue)
 	}
 	if c.Approval == ApprovalPending {
 		return &rejection{err: errApprovalPending()}
@@ -513,6 +522,10 @@ func (s *Service) termsHold(t Terms, sub Subscription) bool {
 }
 
 const msgSubscriptionChanged = "the subscription or prices changed since the summary was made; the token is now void"
+
+const msgRenewalDue = "the date the summary states has come or is minutes away: the payment provider is renewing " +
+	"the subscription, which the change could no longer precede (nothing was sent); the token is now void: start " +
+	"again with a first call in a few minutes"
 
 func mismatch(message string) *rejection {
 	return &rejection{err: Errorf(CodeTokenMismatch, "%s", message), reason: "mismatch", status: StatusInvalidated}

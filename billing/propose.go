@@ -17,12 +17,19 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 		return ChangeResult{}, err
 	}
 	now := activity.Now
-	if scheduledDue(acct.Subscription, now) {
-		return ChangeResult{}, errScheduledDue()
+	if s.renewalDue(acct.Subscription, req.atPeriodEnd(), now) {
+		return ChangeResult{}, errRenewalDue()
 	}
 	from, to, err := s.planChange(acct.Subscription, req)
 	if err != nil {
 		return ChangeResult{}, err
+	}
+	if req.atPeriodEnd() && acct.Subscription.Status != "active" && from.ID != to.ID {
+		// A trial or an unpaid period ends otherwise than by a renewal at
+		// the price billingd quotes.
+		return ChangeResult{}, Errorf(CodeInvalidPlanChange,
+			"a downgrade at the end of the period needs an active subscription; this one is %s: downgrade now instead",
+			acct.Subscription.Status)
 	}
 	if alreadyThere(acct.Subscription, to, req) {
 		no := false
@@ -195,7 +202,7 @@ func termsFor(sub Subscription, from, to Plan, req ChangeRequest, prorationDate 
 		FromPriceID: from.StripePriceID, ToPriceID: to.StripePriceID,
 		FromAmountCents: from.AmountCents, ToAmountCents: to.AmountCents,
 		Currency: to.Currency, ProrationDate: prorationDate,
-		SubscriptionVer: sub.Version, NextChargeAt: sub.CurrentPeriodEnd,
+		SubscriptionVer: sub.Version, NextChargeAt: sub.CurrentPeriodEnd, FromStatus: sub.Status,
 		AtPeriodEnd: req.atPeriodEnd() && from.ID != to.ID, Cancels: sub.Scheduled,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -166,37 +167,53 @@ func renewedFirst(c Confirmation, price string) bool {
 	return keepsPlan(c.Terms) && price != "" && price == c.Terms.Cancels.PriceID
 }
 
+// renewalMargin is how long before a renewal billingd stops sending what
+// the renewal could overtake: a request leaves up to STRIPE_TIMEOUT after
+// the last check and may take as long again at the provider (attemptOver),
+// and the provider's clock may differ from the database's by the allowed
+// skew. Within it, a change at the period's end could land after the
+// renewal made another one, and a keep after the change it was to cancel.
+func (s *Service) renewalMargin() time.Duration { return 3*s.execTimeout + s.skew }
+
 // datePassed reports whether a date t's summary states (the scheduled
-// change it cancels, or the period's end it schedules for) has come: the
-// provider is making, or has made, a change the summary does not show.
-func datePassed(t Terms, now time.Time) bool {
-	return t.Cancels != nil && !now.Before(t.Cancels.At) || t.AtPeriodEnd && !now.Before(t.NextChargeAt)
+// change it cancels, or the period's end it schedules for) has come, or is
+// within renewalMargin: the provider is making, or may make before the
+// request lands, a change the summary does not show.
+func (s *Service) datePassed(t Terms, now time.Time) bool {
+	soon := now.Add(s.renewalMargin())
+	return t.Cancels != nil && !soon.Before(t.Cancels.At) || t.AtPeriodEnd && !soon.Before(t.NextChargeAt)
 }
 
-// scheduledDue reports whether sub's scheduled change is due: the provider
-// is making it at its renewal, and billingd has not recorded it yet.
-func scheduledDue(sub Subscription, now time.Time) bool {
-	return sub.Scheduled != nil && !now.Before(sub.Scheduled.At)
+// renewalDue reports whether sub is at its renewal (within renewalMargin):
+// its scheduled change is taking effect and billingd has not recorded it
+// yet, or, for a change at the period's end, the period is ending.
+func (s *Service) renewalDue(sub Subscription, atPeriodEnd bool, now time.Time) bool {
+	soon := now.Add(s.renewalMargin())
+	return sub.Scheduled != nil && !soon.Before(sub.Scheduled.At) || atPeriodEnd && !soon.Before(sub.CurrentPeriodEnd)
 }
 
-// errScheduledDue: no change can be quoted or made from a subscription
-// whose scheduled change is taking effect.
-func errScheduledDue() *Error {
+// errRenewalDue: no change can be quoted or made from a subscription at
+// its renewal: a scheduled change is taking effect, or the period ends.
+func errRenewalDue() *Error {
 	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 30 * time.Second,
-		Message: "a scheduled plan change is taking effect at the payment provider; nothing was changed: retry shortly"}
+		Message: "the subscription is renewing at the payment provider (a scheduled change or the period's end is " +
+			"due); nothing was changed: retry in a few minutes"}
 }
 
-// termsHoldForResend is termsHold for sending an executing confirmation's
-// change again: the subscription may also have lost, since, the scheduled
-// change the confirmation cancels (the release is the change's own first
-// step: an earlier attempt made it, and a webhook recorded it).
-func (s *Service) termsHoldForResend(t Terms, sub Subscription) bool {
+// termsHoldForResend is termsHold for sending again a change that was
+// sent before (sent): the subscription may also have lost, since, the
+// scheduled change the confirmation cancels, and nothing else. The release
+// is the change's own first step: an earlier attempt made it and a webhook
+// recorded it, one version later, with the status and period as quoted.
+// A change never sent is judged by termsHold alone.
+func (s *Service) termsHoldForResend(t Terms, sub Subscription, sent bool) bool {
 	if s.termsHold(t, sub) {
 		return true
 	}
-	released := t.Cancels != nil && sub.Scheduled == nil
+	ownRelease := sent && t.Cancels != nil && sub.Scheduled == nil && sub.Version == t.SubscriptionVer+1 &&
+		sub.Status == t.FromStatus && sub.CurrentPeriodEnd.Equal(t.NextChargeAt)
 	sub.Version = t.SubscriptionVer
-	return released && s.termsHold(t, sub)
+	return ownRelease && s.termsHold(t, sub)
 }
 
 // SyncScheduledChanges reads back, from the provider, subscriptions whose
@@ -261,9 +278,16 @@ func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct 
 	if s.scheduledFrom(state) != nil || !errors.As(refusal, &answer) {
 		return refusal, nil
 	}
+	released := fmt.Sprintf("the change to %s scheduled for %s was cancelled at the payment provider (the first "+
+		"step of this change), so this token is void: start again with a first call, and ask for the scheduled change "+
+		"again if it is still wanted", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
+	if errors.Is(refusal, ErrRateLimited) {
+		// The token went back to pending, and recording the release just
+		// revoked it as drift: not a call to retry.
+		return &Error{Code: CodeTokenMismatch, Err: refusal, Message: "the payment provider refused the change " +
+			"for now (too many requests) and it was not made; but " + released}, nil
+	}
 	told := *answer
-	told.Message += fmt.Sprintf(" The change to %s scheduled for %s was cancelled at the payment provider before the "+
-		"refusal, so this token is void: start again with a first call, and ask for the scheduled change again if it "+
-		"is still wanted.", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
+	told.Message = strings.TrimSuffix(told.Message, ".") + ". But " + released + "."
 	return &told, nil
 }

@@ -358,9 +358,10 @@ func TestKeepRacingTheRenewal(t *testing.T) {
 func TestNoChangeQuotedOnceTheScheduledDateHasCome(t *testing.T) {
 	f := newScaleFixture(t)
 	f.schedule(t)
-	f.store.Advance(periodEnd.Sub(dbNow) - 10*time.Second)
+	// The renewal margin is 3×STRIPE_TIMEOUT (default 30s) plus the skew.
+	f.store.Advance(periodEnd.Sub(dbNow) - 100*time.Second)
 	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
-	f.store.Advance(10 * time.Second)
+	f.store.Advance(20 * time.Second)
 	_, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "free"})
 	wantCode(t, err, billing.CodeUpstreamUnavailable)
 	_, err = f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
@@ -385,7 +386,7 @@ func TestRefusalAfterTheReleaseSaysTheScheduledChangeIsGone(t *testing.T) {
 	f.provider.ApplyErrs = []error{fmt.Errorf("card: %w", billing.ErrPaymentDeclined)}
 	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
 	wantCode(t, err, billing.CodePaymentFailed)
-	if msg := billing.PublicMessage(err); !strings.Contains(msg, "The change to Pro scheduled for May 30, 2026 was cancelled") {
+	if msg := billing.PublicMessage(err); !strings.Contains(msg, "But the change to Pro scheduled for May 30, 2026 was cancelled") {
 		t.Errorf("message %q does not say the scheduled change was cancelled", msg)
 	}
 	if sub := f.subscription(); sub.Plan != "scale" || sub.Scheduled != nil {
@@ -478,12 +479,12 @@ func TestOpaqueScheduleIsDrift(t *testing.T) {
 }
 
 // TestNoResendOnceTheDateHasCome: a period-end change whose answer was
-// lost seconds before the period ended is not sent again after the
-// boundary, even within the token's lifetime: the person agreed to a
-// change at a date that has passed. It is recorded as not made.
+// lost shortly before the period ended is not sent again once the renewal
+// is within the margin a request could take, even within the token's
+// lifetime: it could land after the renewal. It is recorded as not made.
 func TestNoResendOnceTheDateHasCome(t *testing.T) {
 	f := newScaleFixture(t)
-	f.store.Advance(periodEnd.Sub(dbNow) - 10*time.Second)
+	f.store.Advance(periodEnd.Sub(dbNow) - 100*time.Second) // outside the renewal margin (90s)
 	first, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
 	if err != nil {
 		t.Fatal(err)
@@ -492,7 +493,7 @@ func TestNoResendOnceTheDateHasCome(t *testing.T) {
 	_, err = f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd,
 		ConfirmToken: first.ConfirmToken})
 	wantCode(t, err, billing.CodeUpstreamUnavailable)
-	f.store.Advance(20 * time.Second) // past the period's end, within CONFIRM_TTL
+	f.store.Advance(20 * time.Second) // within the renewal margin, and CONFIRM_TTL
 	if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
 		t.Fatal(err)
 	}
@@ -505,5 +506,172 @@ func TestNoResendOnceTheDateHasCome(t *testing.T) {
 	}
 	if c := f.confirmation(t, first.ConfirmationID); c.Status != billing.StatusFailed || c.Failure != "not_applied" {
 		t.Errorf("status %s/%s, want failed/not_applied", c.Status, c.Failure)
+	}
+}
+
+// Found by the second review; each failed before its fix.
+
+// unknownAfterRelease is a provider at which a keep's release is made and
+// the read that follows it fails (stripepay answers ErrUnavailable then).
+type unknownAfterRelease struct{ *billingtest.Provider }
+
+func (p unknownAfterRelease) ApplyPlanChange(ctx context.Context, change billing.PlanChange, key string) (billing.AppliedChange, error) {
+	applied, err := p.Provider.ApplyPlanChange(ctx, change, key)
+	if err == nil && change.KeepPlan {
+		return billing.AppliedChange{}, fmt.Errorf("read subscription after release: %w", billing.ErrUnavailable)
+	}
+	return applied, err
+}
+
+// TestKeepWhoseReadBackFailedIsSettledAsMade: the keep's release was made,
+// the read after it failed; the release's webhook comes first, then the
+// settler: the keep is recorded as executed, with its receipt, never as
+// "nothing was changed".
+func TestKeepWhoseReadBackFailedIsSettledAsMade(t *testing.T) {
+	f := newScaleFixture(t)
+	svc, err := billing.NewService(billing.Config{Store: f.store, Payments: unknownAfterRelease{f.provider},
+		Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute, Livemode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.svc = svc
+	f.schedule(t)
+	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
+	_, err = f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	if _, err := f.svc.ReconcileSubscription(context.Background(), billing.SubscriptionEvent{EventID: "evt_rel",
+		Created: dbNow, SubscriptionID: "sub_1"}); err != nil {
+		t.Fatal(err)
+	}
+	f.store.Advance(time.Second)
+	if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.confirmation(t, keep.ConfirmationID); c.Status != billing.StatusExecuted {
+		t.Errorf("keep = %s/%s, want executed", c.Status, c.Failure)
+	}
+}
+
+// TestRateLimitAfterTheReleaseIsNotARetry: a change made now whose update
+// is rate-limited after the release of the scheduled change: the answer is
+// not "retry the same call" (recording the release voided the token), and
+// it says both that the change was not made and that the scheduled one was
+// cancelled.
+func TestRateLimitAfterTheReleaseIsNotARetry(t *testing.T) {
+	f := newScaleFixture(t)
+	f.schedule(t)
+	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
+	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	f.provider.ReadState.Schedule = nil // the release was made
+	f.provider.ApplyErrs = []error{fmt.Errorf("429: %w", billing.ErrRateLimited)}
+	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+	wantCode(t, err, billing.CodeTokenMismatch)
+	msg := billing.PublicMessage(err)
+	if strings.Contains(msg, "Retry the same call") || !strings.Contains(msg, "it was not made") ||
+		!strings.Contains(msg, "scheduled for May 30, 2026 was cancelled") {
+		t.Errorf("answer %q", msg)
+	}
+	if c := f.confirmation(t, first.ConfirmationID); c.Status != billing.StatusRevoked {
+		t.Errorf("status %s, want revoked", c.Status)
+	}
+}
+
+// TestResendOnlyAfterItsOwnRelease: a change made now that cancels the
+// scheduled one, its answer lost; webhooks then record the subscription
+// past_due on another period with the schedule gone. That is not the
+// change's own release: nothing is sent again.
+func TestResendOnlyAfterItsOwnRelease(t *testing.T) {
+	f := newScaleFixture(t)
+	f.schedule(t)
+	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
+	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	f.provider.ApplyErrs = []error{billing.ErrUnavailable} // never reached Stripe
+	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	changes := f.provider.Changes()
+	f.provider.ReadState.Schedule = nil
+	f.provider.ReadState.Status = "past_due"
+	f.provider.ReadState.CurrentPeriodEnd = periodEnd.Add(-7 * 24 * time.Hour)
+	if _, err := f.svc.ReconcileSubscription(context.Background(), billing.SubscriptionEvent{EventID: "evt_dash",
+		Created: dbNow, SubscriptionID: "sub_1"}); err != nil {
+		t.Fatal(err)
+	}
+	f.store.Advance(time.Second)
+	if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+		t.Fatal(err)
+	}
+	if f.provider.Changes() != changes {
+		t.Error("the change was sent again on a subscription whose status and period changed since the quote")
+	}
+}
+
+// TestKeepOnAThirdPriceIsNotMade: the keep's read-back shows a price that
+// is neither the plan kept nor the scheduled one (changed in the
+// dashboard): the keep is not recorded as made.
+func TestKeepOnAThirdPriceIsNotMade(t *testing.T) {
+	f := newScaleFixture(t)
+	svc, err := billing.NewService(billing.Config{Store: f.store, Payments: thirdPriceAtRelease{f.provider},
+		Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute, Livemode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.svc = svc
+	f.schedule(t)
+	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
+	_, err = f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	if err == nil {
+		t.Fatal("a keep on another price answered ok")
+	}
+	if c := f.confirmation(t, keep.ConfirmationID); c.Status == billing.StatusExecuted {
+		t.Errorf("keep recorded executed on a third price")
+	}
+	if sub := f.subscription(); sub.Plan != "free" {
+		t.Errorf("billingd shows %s; Stripe is on Free", sub.Plan)
+	}
+}
+
+// thirdPriceAtRelease: someone moved the subscription to Free in the
+// dashboard just before the keep's release.
+type thirdPriceAtRelease struct{ *billingtest.Provider }
+
+func (p thirdPriceAtRelease) ApplyPlanChange(ctx context.Context, change billing.PlanChange, key string) (billing.AppliedChange, error) {
+	if change.KeepPlan {
+		p.ReadState.PriceID = "price_billingd_free"
+	}
+	return p.Provider.ApplyPlanChange(ctx, change, key)
+}
+
+// TestRateLimitedProbeLeavesTheOutcomeUnknown: the settler's same-key
+// probe of a change whose answer was lost is rate-limited: that says
+// nothing of the first request under the key, so the confirmation stays
+// executing (settled later), never back to pending.
+func TestRateLimitedProbeLeavesTheOutcomeUnknown(t *testing.T) {
+	f := newHandshakeFixture(t)
+	p := f.propose(t, alice, billing.OpUpgrade, "scale")
+	f.provider.ApplyErrs = []error{billing.ErrUnavailable, fmt.Errorf("429: %w", billing.ErrRateLimited)}
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	f.store.Advance(time.Second)
+	if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuting {
+		t.Errorf("status %s after a rate-limited probe, want executing", c.Status)
+	}
+}
+
+// TestPeriodEndNeedsAnActiveSubscription: a trial or an unpaid period ends
+// otherwise than by the renewal billingd quotes: no period-end change.
+func TestPeriodEndNeedsAnActiveSubscription(t *testing.T) {
+	f := newScaleFixture(t)
+	f.store.Update(func(st *billingtest.State) {
+		a := st.Accounts["org_vb"]
+		a.Subscription.Status = "trialing"
+		st.Accounts["org_vb"] = a
+	})
+	_, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
+	wantCode(t, err, billing.CodeInvalidPlanChange)
+	if len(f.provider.Previews()) != 0 {
+		t.Error("a preview was asked for")
 	}
 }

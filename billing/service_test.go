@@ -229,7 +229,7 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 	}
 	wantTerms := billing.Terms{FromPlan: "pro", ToPlan: "scale", FromPriceID: "price_billingd_pro", ToPriceID: "price_billingd_scale",
 		FromAmountCents: 1900, ToAmountCents: 4900, Currency: "usd", ProrationDate: dbNow.Truncate(time.Second),
-		SubscriptionVer: 1, AmountDueCents: 1742, SubtotalCents: 1742, NextChargeAt: periodEnd, Livemode: true}
+		SubscriptionVer: 1, AmountDueCents: 1742, SubtotalCents: 1742, NextChargeAt: periodEnd, Livemode: true, FromStatus: "active"}
 	if c.Terms != wantTerms {
 		t.Errorf("terms = %+v, want %+v", c.Terms, wantTerms)
 	}

@@ -122,8 +122,8 @@ func (s *Service) consentHolds(ctx context.Context, tx Tx, c Confirmation, acct 
 	if sentAt.IsZero() {
 		sentAt = c.AttemptedAt
 	}
-	if sentAt.IsZero() || now.Sub(sentAt) > s.ttl || !s.termsHoldForResend(c.Terms, acct.Subscription) ||
-		datePassed(c.Terms, now) {
+	if sentAt.IsZero() || now.Sub(sentAt) > s.ttl || !s.termsHoldForResend(c.Terms, acct.Subscription, true) ||
+		s.datePassed(c.Terms, now) {
 		return false, nil
 	}
 	action, _, err := s.policyNow(ctx, tx, c, acct.Policy, false)

@@ -148,6 +148,8 @@ type Terms struct {
 	// Cancels is the scheduled change this change cancels (the summary
 	// says so); a change with FromPlan = ToPlan does only that (keep).
 	Cancels *ScheduledChange
+	// FromStatus is the subscription's status when quoted.
+	FromStatus string
 }
 
 // Confirmation is a stored first call.

@@ -396,7 +396,7 @@ func TestDeclinedChangeAfterTheRelease(t *testing.T) {
 	h.fake.FailNextAt(stripepaytest.UpdateSubscription, stripepaytest.DeclineCard)
 	r := h.confirm(tok, "upgrade", "scale", up.ConfirmToken)
 	wantStatus(t, r, http.StatusPaymentRequired, "payment_failed")
-	if !strings.Contains(string(r.Body), "The change to Free scheduled for") {
+	if !strings.Contains(string(r.Body), "But the change to Free scheduled for") {
 		t.Fatalf("answer %s does not say the scheduled change was cancelled", r.Body)
 	}
 	if got := h.subscriptionView(tok); got.Plan != "pro" || got.ScheduledChange != nil {

@@ -14,8 +14,11 @@ CREATE INDEX subscriptions_scheduled_at_idx ON subscriptions (scheduled_at) WHER
 -- A confirmation is bound to when its change is made (at_period_end), to
 -- what the renewal will charge then (at_renewal: {"amount_due_cents",
 -- "subtotal_cents","discount_cents","tax_cents","credit_applied_cents"}),
--- and to the scheduled change it cancels (cancels, as subscriptions.scheduled).
+-- to the scheduled change it cancels (cancels, as subscriptions.scheduled)
+-- and to the subscription's status when quoted (from_status): a resend after
+-- its own release was recorded is judged against the quote, not the copy.
 ALTER TABLE confirmations
     ADD COLUMN at_period_end boolean NOT NULL DEFAULT false,
     ADD COLUMN at_renewal    jsonb,
-    ADD COLUMN cancels       jsonb;
+    ADD COLUMN cancels       jsonb,
+    ADD COLUMN from_status   text NOT NULL DEFAULT '';

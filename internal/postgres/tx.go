@@ -127,7 +127,7 @@ const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
 	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent,
-	c.at_period_end, c.at_renewal, c.cancels, ` + verificationColumns
+	c.at_period_end, c.at_renewal, c.cancels, c.from_status, ` + verificationColumns
 
 // verificationColumns are the verify level's columns of a confirmation c.
 const verificationColumns = `c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
@@ -142,7 +142,7 @@ func scanConfirmation(c *billing.Confirmation) []any {
 		&c.Agent, &c.Attempt, &c.Result, optionalTime{&c.SentAt}, optionalTime{&c.AttemptedAt}, &c.Failure,
 		optionalTime{&c.ApproverAuth.AuthTime}, &c.ApproverAuth.ACR, &t.Livemode,
 		&t.SubtotalCents, &t.DiscountCents, &t.TaxCents, &t.CreditAppliedCents, &c.Consent,
-		&t.AtPeriodEnd, &t.AtRenewal, &t.Cancels}, scanVerification(c)...)
+		&t.AtPeriodEnd, &t.AtRenewal, &t.Cancels, &t.FromStatus}, scanVerification(c)...)
 }
 
 // scanVerification scans verificationColumns; Verification stays nil until

@@ -133,8 +133,11 @@ func (p *Provider) afterRelease(ctx context.Context, subscriptionID string) (bil
 	params.Context = rctx
 	sub, err := p.api.Subscriptions.Get(subscriptionID, params)
 	if err != nil {
-		// The release is made; its answer is what is unknown.
-		return billing.AppliedChange{}, classify("read subscription after release", err)
+		// The release is made: whatever Stripe answered the read (a 429,
+		// a 4xx), what billing does not know is only where the
+		// subscription stands. Unknown, never "nothing was done".
+		return billing.AppliedChange{}, fmt.Errorf("%w: read subscription after release: %v", billing.ErrUnavailable,
+			classify("read subscription after release", err))
 	}
 	applied := billing.AppliedChange{Status: string(sub.Status), CurrentPeriodEnd: unixTime(sub.CurrentPeriodEnd)}
 	if sub.Items != nil && len(sub.Items.Data) > 0 && sub.Items.Data[0].Price != nil {
@@ -247,6 +250,14 @@ func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange
 			return billing.AppliedChange{}, err
 		}
 		current = phaseAt(sch, phaseStart)
+		if !live(sch) || current == nil || sch.CurrentPhase == nil || unixTime(sch.CurrentPhase.StartDate) != phaseStart ||
+			!phaseOnPrice(current, change.FromPriceID) {
+			// Released, renewed into another phase or changed since billing
+			// read it: phases made from the earlier read could rewrite the
+			// current one. Nothing is sent.
+			return billing.AppliedChange{}, fmt.Errorf("%w: stripe subscription schedule %s changed since it was read",
+				billing.ErrProviderRejected, scheduleID)
+		}
 	} else {
 		sch, err := p.createSchedule(ctx, change.SubscriptionID, idempotencyKey+":schedule")
 		if err != nil {
@@ -314,6 +325,11 @@ func phaseAt(sch *stripe.SubscriptionSchedule, start time.Time) *stripe.Subscrip
 		}
 	}
 	return nil
+}
+
+// phaseOnPrice reports whether the phase's first item is on price.
+func phaseOnPrice(ph *stripe.SubscriptionSchedulePhase, price string) bool {
+	return len(ph.Items) > 0 && ph.Items[0] != nil && ph.Items[0].Price != nil && ph.Items[0].Price.ID == price
 }
 
 // keepSettings gives a phase the settings of the current one, which a
@@ -384,14 +400,21 @@ func scheduleOf(sch *stripe.SubscriptionSchedule) *billing.ProviderSchedule {
 		return out
 	}
 	out.PhaseStart = unixTime(sch.CurrentPhase.StartDate)
+	future := 0
 	for _, ph := range sch.Phases {
-		if ph == nil || ph.StartDate < sch.CurrentPhase.EndDate || len(ph.Items) == 0 || ph.Items[0].Price == nil {
+		if ph == nil || ph.StartDate < sch.CurrentPhase.EndDate {
+			continue
+		}
+		future++
+		if future > 1 || len(ph.Items) == 0 || ph.Items[0].Price == nil {
+			// billingd's own schedules have one future phase, one price.
+			out.Opaque = true
 			continue
 		}
 		out.NextPriceID, out.NextAt = ph.Items[0].Price.ID, unixTime(ph.StartDate)
-		// billingd states a plan change only: one item, quantity one.
-		out.Opaque = out.Opaque || len(ph.Items) != 1 || ph.Items[0].Quantity != 1
-		break
+		// billingd states a plan change only: one item, quantity one, no
+		// trial.
+		out.Opaque = out.Opaque || len(ph.Items) != 1 || ph.Items[0].Quantity != 1 || ph.TrialEnd != 0
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package stripepay
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -390,20 +391,21 @@ func TestStripeMockSchedule(t *testing.T) {
 		t.Errorf("preview %+v, want the renewal's amounts only", preview)
 	}
 
-	// A new schedule, then one replacing an attached one, then a bare one
-	// reused.
-	for _, attached := range []*billing.ProviderSchedule{nil,
-		{ID: "sub_sched_123", ConfirmationID: "cfm_0", NextPriceID: "price_789", NextAt: change.PeriodEnd},
-		{ID: "sub_sched_123", PhaseStart: time.Now().Add(-24 * time.Hour).Truncate(time.Second)}} {
-		change.Attached = attached
-		got, err := p.ApplyPlanChange(ctx, change, "cfm_1:apply")
-		if err != nil {
-			t.Fatalf("attached %+v: %v", attached, err)
-		}
-		if got.Schedule == nil || got.Schedule.ID == "" || !got.CurrentPeriodEnd.Equal(change.PeriodEnd) || got.ItemID != change.ItemID {
-			t.Errorf("attached %+v: got %+v", attached, got)
-		}
+	// A new schedule: the create, then the phases.
+	got, err := p.ApplyPlanChange(ctx, change, "cfm_1:apply")
+	if err != nil {
+		t.Fatal(err)
 	}
+	if got.Schedule == nil || got.Schedule.ID == "" || !got.CurrentPeriodEnd.Equal(change.PeriodEnd) || got.ItemID != change.ItemID {
+		t.Errorf("got %+v", got)
+	}
+	// An attached schedule is read first; stripe-mock's fixture is not
+	// started, with another price: not the one billing read, so nothing
+	// is sent over it.
+	change.Attached = &billing.ProviderSchedule{ID: "sub_sched_123", ConfirmationID: "cfm_0", NextPriceID: "price_789",
+		NextAt: change.PeriodEnd, PhaseStart: time.Now().Add(-24 * time.Hour).Truncate(time.Second)}
+	_, err = p.ApplyPlanChange(ctx, change, "cfm_1:apply")
+	assertKind(t, err, billing.ErrProviderRejected)
 
 	keep := mockChange(false)
 	keep.KeepPlan, keep.Attached = true, &billing.ProviderSchedule{ID: "sub_sched_123", NextPriceID: "price_789"}
@@ -478,5 +480,78 @@ func TestStripeMockPhaseSettings(t *testing.T) {
 	if _, err := api.SubscriptionSchedules.Update("sub_sched_123", &stripe.SubscriptionScheduleParams{
 		Phases: []*stripe.SubscriptionSchedulePhaseParams{ph}}); err != nil {
 		t.Fatalf("stripe-mock refused the phase's settings: %v", err)
+	}
+}
+
+// TestKeepReadBackRateLimitedIsUnknown: a keep's release is made, then the
+// read of the subscription after it gets Stripe's 429: the answer is an
+// unknown outcome (billing settles it from Stripe), never a rate limit,
+// which billing takes for "nothing was made".
+func TestKeepReadBackRateLimitedIsUnknown(t *testing.T) {
+	t.Parallel()
+	env := newScheduleEnv(t)
+	if _, err := env.p.ApplyPlanChange(context.Background(), env.atPeriodEnd(priceStarter, "cfm_1"), "k1"); err != nil {
+		t.Fatal(err)
+	}
+	attached := env.read(t).Schedule
+	keep := billing.PlanChange{CustomerID: env.cust.CustomerID, SubscriptionID: env.cust.SubscriptionID,
+		ItemID: env.cust.ItemID, NewPriceID: pricePro, FromPriceID: pricePro, KeepPlan: true,
+		ConfirmationID: "cfm_2", Attached: attached}
+	env.fake.Pacer().LimitNext(stripepaytest.GetSubscription, stripepaytest.RateLimit)
+	_, err := env.p.ApplyPlanChange(context.Background(), keep, "k2")
+	assertKind(t, err, billing.ErrUnavailable)
+	if errors.Is(err, billing.ErrRateLimited) {
+		t.Errorf("%v is a rate limit: billing would take it for nothing made", err)
+	}
+	if s, _ := env.fake.Schedule(attached.ID); s.Status != "released" {
+		t.Fatalf("schedule %s, want released", s.Status)
+	}
+}
+
+// TestStaleAttachedScheduleIsRefused: the attached schedule was read before
+// the renewal moved it into its next phase; phases made from that read
+// would rewrite the current one. Nothing is sent: a definite refusal.
+func TestStaleAttachedScheduleIsRefused(t *testing.T) {
+	t.Parallel()
+	env := newScheduleEnv(t)
+	if _, err := env.p.ApplyPlanChange(context.Background(), env.atPeriodEnd(priceStarter, "cfm_1"), "k1"); err != nil {
+		t.Fatal(err)
+	}
+	stale := env.read(t).Schedule
+	env.fake.AdvanceClock(30*24*time.Hour + time.Hour) // the renewal: Starter from now on
+	change := env.atPeriodEnd(priceFree, "cfm_2")
+	change.Attached = stale
+	before := env.fake.RequestCount(stripepaytest.UpdateSchedule)
+	_, err := env.p.ApplyPlanChange(context.Background(), change, "k2")
+	assertKind(t, err, billing.ErrProviderRejected)
+	if env.fake.RequestCount(stripepaytest.UpdateSchedule) != before {
+		t.Error("phases were sent over a schedule that changed since it was read")
+	}
+}
+
+// TestScheduleWithMoreFutureChangesIsOpaque: a schedule made elsewhere
+// with two future phases changes more than billingd states.
+func TestScheduleWithMoreFutureChangesIsOpaque(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	phase := func(from time.Time, price string) *stripe.SubscriptionSchedulePhase {
+		return &stripe.SubscriptionSchedulePhase{StartDate: from.Unix(), EndDate: from.AddDate(0, 1, 0).Unix(),
+			Items: []*stripe.SubscriptionSchedulePhaseItem{{Price: &stripe.Price{ID: price}, Quantity: 1}}}
+	}
+	sch := &stripe.SubscriptionSchedule{ID: "sub_sched_x", Status: stripe.SubscriptionScheduleStatusActive,
+		EndBehavior:  stripe.SubscriptionScheduleEndBehaviorRelease,
+		CurrentPhase: &stripe.SubscriptionScheduleCurrentPhase{StartDate: start.Unix(), EndDate: start.AddDate(0, 1, 0).Unix()},
+		Phases:       []*stripe.SubscriptionSchedulePhase{phase(start, pricePro), phase(start.AddDate(0, 1, 0), priceStarter)}}
+	if got := scheduleOf(sch); got.Opaque || got.NextPriceID != priceStarter {
+		t.Fatalf("one future phase: %+v, want a plain change to Starter", got)
+	}
+	sch.Phases = append(sch.Phases, phase(start.AddDate(0, 2, 0), priceFree))
+	if got := scheduleOf(sch); !got.Opaque {
+		t.Errorf("two future phases: %+v, want opaque", got)
+	}
+	sch.Phases = sch.Phases[:2]
+	sch.Phases[1].TrialEnd = start.AddDate(0, 1, 7).Unix()
+	if got := scheduleOf(sch); !got.Opaque {
+		t.Errorf("a trial in the next phase: %+v, want opaque", got)
 	}
 }
