@@ -32,6 +32,18 @@ func newScaleFixture(t *testing.T) handshakeFixture {
 	return f
 }
 
+// serviceWith is the fixture's service on another provider (one wrapping
+// f.provider to make Stripe act at a chosen moment).
+func (f handshakeFixture) serviceWith(t *testing.T, p billing.PaymentProvider) *billing.Service {
+	t.Helper()
+	svc, err := billing.NewService(billing.Config{Store: f.store, Payments: p,
+		Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute, Livemode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
 func (f handshakeFixture) change(caller billing.Caller, req billing.ChangeRequest) (billing.ChangeResult, error) {
 	return f.svc.ChangePlan(context.Background(), caller, req)
 }
@@ -334,15 +346,10 @@ func (p renewsFirst) ApplyPlanChange(ctx context.Context, change billing.PlanCha
 // answer says the plan was not kept, and billingd shows Pro.
 func TestKeepRacingTheRenewal(t *testing.T) {
 	f := newScaleFixture(t)
-	svc, err := billing.NewService(billing.Config{Store: f.store, Payments: renewsFirst{f.provider},
-		Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute, Livemode: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.svc = svc
+	f.svc = f.serviceWith(t, renewsFirst{f.provider})
 	f.schedule(t)
 	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
-	_, err = f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
 	wantCode(t, err, billing.CodeTokenInvalid)
 	if c := f.confirmation(t, keep.ConfirmationID); c.Status != billing.StatusFailed || c.Failure != "renewed_first" {
 		t.Errorf("keep = %s/%s, want failed/renewed_first", c.Status, c.Failure)
@@ -529,15 +536,10 @@ func (p unknownAfterRelease) ApplyPlanChange(ctx context.Context, change billing
 // "nothing was changed".
 func TestKeepWhoseReadBackFailedIsSettledAsMade(t *testing.T) {
 	f := newScaleFixture(t)
-	svc, err := billing.NewService(billing.Config{Store: f.store, Payments: unknownAfterRelease{f.provider},
-		Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute, Livemode: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.svc = svc
+	f.svc = f.serviceWith(t, unknownAfterRelease{f.provider})
 	f.schedule(t)
 	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
-	_, err = f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
 	wantCode(t, err, billing.CodeUpstreamUnavailable)
 	if _, err := f.svc.ReconcileSubscription(context.Background(), billing.SubscriptionEvent{EventID: "evt_rel",
 		Created: dbNow, SubscriptionID: "sub_1"}); err != nil {
@@ -610,15 +612,10 @@ func TestResendOnlyAfterItsOwnRelease(t *testing.T) {
 // dashboard): the keep is not recorded as made.
 func TestKeepOnAThirdPriceIsNotMade(t *testing.T) {
 	f := newScaleFixture(t)
-	svc, err := billing.NewService(billing.Config{Store: f.store, Payments: thirdPriceAtRelease{f.provider},
-		Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute, Livemode: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.svc = svc
+	f.svc = f.serviceWith(t, thirdPriceAtRelease{f.provider})
 	f.schedule(t)
 	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
-	_, err = f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
 	if err == nil {
 		t.Fatal("a keep on another price answered ok")
 	}

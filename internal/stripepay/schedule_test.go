@@ -58,6 +58,13 @@ func (e fakeEnv) read(t *testing.T) billing.ProviderSubscription {
 
 func (e fakeEnv) schedules() []stripepaytest.Schedule { return e.fake.State().Schedules }
 
+// keep is keeping Pro, as billing sends it for confirmation cfm, with the
+// schedule attached as read.
+func (e fakeEnv) keep(cfm string, attached *billing.ProviderSchedule) billing.PlanChange {
+	return billing.PlanChange{CustomerID: e.cust.CustomerID, SubscriptionID: e.cust.SubscriptionID, ItemID: e.cust.ItemID,
+		NewPriceID: pricePro, FromPriceID: pricePro, KeepPlan: true, ConfirmationID: cfm, Attached: attached}
+}
+
 // TestFakePreviewAtRenewal: the renewal invoice at Starter under a 20%
 // coupon, 10% exclusive tax and $5.00 of credit, by Stripe's rules:
 // discount 180, tax 10% of 720 = 72, total 792, 500 of credit applied,
@@ -197,9 +204,7 @@ func TestFakeKeepPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	attached := env.read(t).Schedule
-	keep := billing.PlanChange{CustomerID: env.cust.CustomerID, SubscriptionID: env.cust.SubscriptionID,
-		ItemID: env.cust.ItemID, NewPriceID: pricePro, FromPriceID: pricePro, KeepPlan: true,
-		ConfirmationID: "cfm_2", Attached: attached}
+	keep := env.keep("cfm_2", attached)
 	got, err := env.p.ApplyPlanChange(context.Background(), keep, "k2")
 	if err != nil {
 		t.Fatal(err)
@@ -323,9 +328,7 @@ func TestScheduleEvents(t *testing.T) {
 	if _, err := env.p.ApplyPlanChange(context.Background(), change, "k2"); err != nil {
 		t.Fatal(err)
 	}
-	keep := billing.PlanChange{CustomerID: env.cust.CustomerID, SubscriptionID: env.cust.SubscriptionID,
-		ItemID: env.cust.ItemID, NewPriceID: pricePro, FromPriceID: pricePro, KeepPlan: true,
-		ConfirmationID: "cfm_3", Attached: env.read(t).Schedule} // released
+	keep := env.keep("cfm_3", env.read(t).Schedule) // released
 	if _, err := env.p.ApplyPlanChange(context.Background(), keep, "k3"); err != nil {
 		t.Fatal(err)
 	}
@@ -494,9 +497,7 @@ func TestKeepReadBackRateLimitedIsUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	attached := env.read(t).Schedule
-	keep := billing.PlanChange{CustomerID: env.cust.CustomerID, SubscriptionID: env.cust.SubscriptionID,
-		ItemID: env.cust.ItemID, NewPriceID: pricePro, FromPriceID: pricePro, KeepPlan: true,
-		ConfirmationID: "cfm_2", Attached: attached}
+	keep := env.keep("cfm_2", attached)
 	env.fake.Pacer().LimitNext(stripepaytest.GetSubscription, stripepaytest.RateLimit)
 	_, err := env.p.ApplyPlanChange(context.Background(), keep, "k2")
 	assertKind(t, err, billing.ErrUnavailable)
