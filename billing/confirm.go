@@ -345,7 +345,7 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 		if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusPending, Events: []AuditEvent{limited}}); err != nil {
 			return redemption{}, err
 		}
-		outcome, err := s.afterRefusal(ctx, tx, c, acct, errProviderRateLimited(err))
+		outcome, err := s.afterRefusal(ctx, tx, c, acct, now, errProviderRateLimited(err))
 		return redemption{outcome: outcome}, err
 	case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrRateLimited):
 		failure := providerError("apply plan change", err)
@@ -355,7 +355,7 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 			Failure: reason, Attempt: &c.Attempt, Events: []AuditEvent{failed}}); err != nil {
 			return redemption{}, err
 		}
-		outcome, err := s.afterRefusal(ctx, tx, c, acct, failure)
+		outcome, err := s.afterRefusal(ctx, tx, c, acct, now, failure)
 		return redemption{outcome: outcome}, err
 	default:
 		s.log.Warn("plan change outcome unknown; settling", "confirmation_id", c.ID, "attempt", c.Attempt, "err", err)

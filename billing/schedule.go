@@ -259,9 +259,12 @@ func (s *Service) SyncScheduledChanges(ctx context.Context, grace time.Duration,
 // afterRefusal is the answer to a change made now that the provider
 // refused (or rate-limited) after its first step, the release of the
 // scheduled change it cancels, may have been made: a refusal does not undo
-// the release. billingd records the subscription as the provider has it
-// now and, if the scheduled change is gone, says so with the refusal.
-func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct Account, refusal error) (outcome error, err error) {
+// the release. The person agreed to the cancellation only as part of the
+// change, so billingd schedules the released change again
+// (restoreScheduled), records the subscription as the provider then has
+// it, and says what stands.
+func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct Account, now time.Time,
+	refusal error) (outcome error, err error) {
 	if c.Terms.Cancels == nil || c.Terms.AtPeriodEnd || keepsPlan(c.Terms) {
 		return refusal, nil
 	}
@@ -271,23 +274,58 @@ func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct 
 		s.log.Warn("reading back after a refused change failed", "confirmation_id", c.ID, "err", err)
 		return refusal, nil
 	}
-	if _, err := s.recordProviderState(ctx, tx, acct, state, time.Time{}); err != nil {
+	released := s.scheduledFrom(state) == nil
+	restored := released && s.restoreScheduled(ctx, c, acct, now, &state)
+	changed, err := s.recordProviderState(ctx, tx, acct, state, time.Time{})
+	if err != nil {
 		return nil, err
 	}
 	var answer *Error
-	if s.scheduledFrom(state) != nil || !errors.As(refusal, &answer) {
+	if !released || !changed || !errors.As(refusal, &answer) {
+		// Nothing moved (or billingd's copy shows it all the same): the
+		// refusal is the whole answer.
 		return refusal, nil
 	}
-	released := fmt.Sprintf("the change to %s scheduled for %s was cancelled at the payment provider (the first "+
-		"step of this change), so this token is void: start again with a first call, and ask for the scheduled change "+
-		"again if it is still wanted", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
+	what := fmt.Sprintf("the change to %s scheduled for %s", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
+	stands := what + " stays scheduled (billingd scheduled it again after this change's first step had cancelled it)"
+	if !restored {
+		stands = what + " was cancelled at the payment provider (the first step of this change) and could not be " +
+			"scheduled again: ask for it again if it is still wanted"
+	}
 	if errors.Is(refusal, ErrRateLimited) {
-		// The token went back to pending, and recording the release just
-		// revoked it as drift: not a call to retry.
+		// The token went back to pending, and recording the subscription
+		// as it now is revoked it as drift: not a call to retry.
 		return &Error{Code: CodeTokenMismatch, Err: refusal, Message: "the payment provider refused the change " +
-			"for now (too many requests) and it was not made; but " + released}, nil
+			"for now (too many requests) and it was not made; " + stands + ". This token is void: start again with a " +
+			"first call"}, nil
 	}
 	told := *answer
-	told.Message = strings.TrimSuffix(told.Message, ".") + ". But " + released + "."
+	told.Message = strings.TrimSuffix(told.Message, ".") + "; " + stands + "."
 	return &told, nil
+}
+
+// restoreScheduled schedules again, under a key of c's own, the change c's
+// first step released (c.Terms.Cancels, made through billingd: its
+// schedule's metadata names the confirmation that scheduled it), unless its
+// date is too near; it reports whether it did, with state's schedule the
+// one made. A failure leaves it released, and said so.
+func (s *Service) restoreScheduled(ctx context.Context, c Confirmation, acct Account, now time.Time,
+	state *ProviderSubscription) bool {
+	sc := c.Terms.Cancels
+	if sc.ConfirmationID == "" || sc.PriceID == "" || s.datePassed(Terms{Cancels: sc}, now) {
+		return false
+	}
+	change := PlanChange{CustomerID: acct.Org.StripeCustomerID, SubscriptionID: acct.Subscription.StripeSubscriptionID,
+		ItemID: acct.Subscription.StripeItemID, FromPriceID: state.PriceID, NewPriceID: sc.PriceID,
+		AtPeriodEnd: true, PeriodEnd: sc.At, ConfirmationID: sc.ConfirmationID, Attached: state.Schedule}
+	callCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
+	defer cancel()
+	applied, err := s.payments.ApplyPlanChange(callCtx, change, idempotencyKey(c)+":restore")
+	if err != nil {
+		s.log.Error("the scheduled change a refused change released could not be scheduled again",
+			"confirmation_id", c.ID, "scheduled_by", sc.ConfirmationID, "err", err)
+		return false
+	}
+	state.Schedule = applied.Schedule
+	return true
 }

@@ -378,13 +378,14 @@ func TestNoChangeQuotedOnceTheScheduledDateHasCome(t *testing.T) {
 	}
 }
 
-// TestRefusalAfterTheReleaseSaysTheScheduledChangeIsGone: a change made
-// now releases the scheduled change first; a declined card then refuses
-// the change, but not the release. The answer says so, and billingd shows
-// nothing scheduled, as Stripe has it.
-func TestRefusalAfterTheReleaseSaysTheScheduledChangeIsGone(t *testing.T) {
+// TestRefusalAfterTheReleaseSchedulesItAgain: a change made now releases
+// the scheduled change first; a declined card then refuses the change, but
+// not the release. billingd schedules the released change again (the
+// person agreed to cancel it only as part of the change), says so, and
+// shows it scheduled, as Stripe has it.
+func TestRefusalAfterTheReleaseSchedulesItAgain(t *testing.T) {
 	f := newScaleFixture(t)
-	f.schedule(t)
+	scheduled := f.schedule(t).Subscription.ScheduledChange
 	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
 	first := f.propose(t, alice, billing.OpDowngrade, "free")
 	// The release is made; the change is refused (billingtest's provider
@@ -393,11 +394,35 @@ func TestRefusalAfterTheReleaseSaysTheScheduledChangeIsGone(t *testing.T) {
 	f.provider.ApplyErrs = []error{fmt.Errorf("card: %w", billing.ErrPaymentDeclined)}
 	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
 	wantCode(t, err, billing.CodePaymentFailed)
-	if msg := billing.PublicMessage(err); !strings.Contains(msg, "But the change to Pro scheduled for May 30, 2026 was cancelled") {
+	if msg := billing.PublicMessage(err); !strings.Contains(msg, "the change to Pro scheduled for May 30, 2026 stays scheduled") {
+		t.Errorf("message %q does not say the scheduled change stands", msg)
+	}
+	sub := f.subscription()
+	if sub.Plan != "scale" || sub.Scheduled == nil || sub.Scheduled.ToPlan != "pro" ||
+		sub.Scheduled.ConfirmationID != scheduled.ConfirmationID || !sub.Scheduled.At.Equal(periodEnd) {
+		t.Errorf("billingd shows %+v (scheduled %+v); want Scale with the Pro change scheduled again", sub, sub.Scheduled)
+	}
+	if s := f.provider.ReadState.Schedule; !s.Scheduled() || s.ConfirmationID != scheduled.ConfirmationID {
+		t.Errorf("at the provider: %+v, want the change scheduled again, named by its confirmation", s)
+	}
+}
+
+// TestRefusalAfterTheReleaseSaysWhenItCannotScheduleItAgain: scheduling
+// the released change again fails too: the answer says it was cancelled.
+func TestRefusalAfterTheReleaseSaysWhenItCannotScheduleItAgain(t *testing.T) {
+	f := newScaleFixture(t)
+	f.schedule(t)
+	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
+	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	f.provider.ReadState.Schedule = nil
+	f.provider.ApplyErrs = []error{fmt.Errorf("card: %w", billing.ErrPaymentDeclined), billing.ErrUnavailable}
+	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+	wantCode(t, err, billing.CodePaymentFailed)
+	if msg := billing.PublicMessage(err); !strings.Contains(msg, "was cancelled at the payment provider") {
 		t.Errorf("message %q does not say the scheduled change was cancelled", msg)
 	}
-	if sub := f.subscription(); sub.Plan != "scale" || sub.Scheduled != nil {
-		t.Errorf("billingd shows %+v; Stripe has Scale with nothing scheduled", sub)
+	if sub := f.subscription(); sub.Scheduled != nil {
+		t.Errorf("billingd shows %+v scheduled; Stripe has nothing scheduled", sub.Scheduled)
 	}
 }
 
@@ -556,9 +581,9 @@ func TestKeepWhoseReadBackFailedIsSettledAsMade(t *testing.T) {
 
 // TestRateLimitAfterTheReleaseIsNotARetry: a change made now whose update
 // is rate-limited after the release of the scheduled change: the answer is
-// not "retry the same call" (recording the release voided the token), and
-// it says both that the change was not made and that the scheduled one was
-// cancelled.
+// not "retry the same call" (the schedule, made again, is another one: the
+// token's terms no longer hold), and it says both that the change was not
+// made and that the scheduled one stands.
 func TestRateLimitAfterTheReleaseIsNotARetry(t *testing.T) {
 	f := newScaleFixture(t)
 	f.schedule(t)
@@ -570,7 +595,7 @@ func TestRateLimitAfterTheReleaseIsNotARetry(t *testing.T) {
 	wantCode(t, err, billing.CodeTokenMismatch)
 	msg := billing.PublicMessage(err)
 	if strings.Contains(msg, "Retry the same call") || !strings.Contains(msg, "it was not made") ||
-		!strings.Contains(msg, "scheduled for May 30, 2026 was cancelled") {
+		!strings.Contains(msg, "scheduled for May 30, 2026 stays scheduled") {
 		t.Errorf("answer %q", msg)
 	}
 	if c := f.confirmation(t, first.ConfirmationID); c.Status != billing.StatusRevoked {

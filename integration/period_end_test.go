@@ -379,9 +379,11 @@ func TestPeriodEndAnswerLostOrHalfMade(t *testing.T) {
 
 // TestDeclinedChangeAfterTheRelease: an upgrade made while a downgrade is
 // scheduled releases the schedule first (so the period's end cannot undo
-// the upgrade); the card is then declined. Nothing is charged and the plan
-// stays, but the release is not undone: the answer says the scheduled
-// change was cancelled, and billingd shows what Stripe has.
+// the upgrade); the card is then declined. Nothing is charged, the plan
+// stays, and the released downgrade is scheduled again (the person agreed
+// to cancel it only as part of the upgrade): the answer says it stands,
+// and billingd shows it as Stripe has it, on a new schedule named by the
+// confirmation that first scheduled it.
 func TestDeclinedChangeAfterTheRelease(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -396,13 +398,19 @@ func TestDeclinedChangeAfterTheRelease(t *testing.T) {
 	h.fake.FailNextAt(stripepaytest.UpdateSubscription, stripepaytest.DeclineCard)
 	r := h.confirm(tok, "upgrade", "scale", up.ConfirmToken)
 	wantStatus(t, r, http.StatusPaymentRequired, "payment_failed")
-	if !strings.Contains(string(r.Body), "But the change to Free scheduled for") {
-		t.Fatalf("answer %s does not say the scheduled change was cancelled", r.Body)
+	if !strings.Contains(string(r.Body), "the change to Free scheduled for") || !strings.Contains(string(r.Body), "stays scheduled") {
+		t.Fatalf("answer %s does not say the scheduled change stands", r.Body)
 	}
-	if got := h.subscriptionView(tok); got.Plan != "pro" || got.ScheduledChange != nil {
-		t.Fatalf("billingd shows %+v; Stripe has Pro with nothing scheduled", got)
+	got := h.subscriptionView(tok)
+	if got.Plan != "pro" || got.ScheduledChange == nil || got.ScheduledChange.To != "free" ||
+		got.ScheduledChange.ConfirmationID != p.ConfirmationID {
+		t.Fatalf("billingd shows %+v (scheduled %+v); want Pro with Free scheduled again", got, got.ScheduledChange)
 	}
-	if sub, _ := h.fake.Subscription(acct.Subscription.StripeSubscriptionID); sub.Schedule != "" || sub.Items[0].PriceID != "price_billingd_pro" {
-		t.Fatalf("at Stripe: %+v", sub)
+	sub, _ := h.fake.Subscription(acct.Subscription.StripeSubscriptionID)
+	sch, ok := h.fake.Schedule(sub.Schedule)
+	if sub.Items[0].PriceID != "price_billingd_pro" || !ok || sch.Status != "active" || len(sch.Phases) != 2 ||
+		sch.Phases[1].Items[0].PriceID != "price_billingd_free" {
+		t.Fatalf("at Stripe: %+v, schedule %+v", sub, sch)
 	}
+	h.wantStripeChanges(acct, 0)
 }

@@ -98,7 +98,7 @@ func (p *Provider) ApplyPlanChange(_ context.Context, change billing.PlanChange,
 		p.done[key] = r
 		return r, nil
 	case change.AtPeriodEnd:
-		p.ReadState.Schedule = &billing.ProviderSchedule{ID: "sub_sched_" + change.ConfirmationID,
+		p.ReadState.Schedule = &billing.ProviderSchedule{ID: "sub_sched_" + key, // a new schedule per request
 			ConfirmationID: change.ConfirmationID, NextPriceID: change.NewPriceID, NextAt: change.PeriodEnd}
 		r.CurrentPeriodEnd, r.Schedule = change.PeriodEnd, p.ReadState.Schedule
 		p.done[key] = r
