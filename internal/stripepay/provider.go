@@ -333,8 +333,9 @@ func phaseOnPrice(ph *stripe.SubscriptionSchedulePhase, price string) bool {
 }
 
 // keepSettings gives a phase the settings of the current one, which a
-// schedule made from the subscription copied from it: its tax rates,
-// discounts, payment method and collection method. Stripe replaces every
+// schedule made from the subscription copied from it: its tax rates and
+// automatic tax, discounts, payment method, collection method and invoice
+// terms. Stripe replaces every
 // phase on an update and applies a phase's settings to the subscription
 // when it starts (the current one's at once), so a phase sent without them
 // would drop the customer's tax or discount: only the price may change.
@@ -363,6 +364,26 @@ func keepSettings(ph *stripe.SubscriptionSchedulePhaseParams, current *stripe.Su
 	}
 	if cm := current.CollectionMethod; cm != nil && *cm != "" {
 		ph.CollectionMethod = stripe.String(string(*cm))
+	}
+	if at := current.AutomaticTax; at != nil && at.Enabled {
+		ph.AutomaticTax = &stripe.SubscriptionSchedulePhaseAutomaticTaxParams{Enabled: stripe.Bool(true)}
+		if l := at.Liability; l != nil && l.Type != "" {
+			ph.AutomaticTax.Liability = &stripe.SubscriptionSchedulePhaseAutomaticTaxLiabilityParams{Type: stripe.String(string(l.Type))}
+			if l.Account != nil && l.Account.ID != "" {
+				ph.AutomaticTax.Liability.Account = stripe.String(l.Account.ID)
+			}
+		}
+	}
+	if is := current.InvoiceSettings; is != nil && (is.DaysUntilDue > 0 || len(is.AccountTaxIDs) > 0) {
+		ph.InvoiceSettings = &stripe.SubscriptionSchedulePhaseInvoiceSettingsParams{}
+		if is.DaysUntilDue > 0 {
+			ph.InvoiceSettings.DaysUntilDue = stripe.Int64(is.DaysUntilDue)
+		}
+		for _, id := range is.AccountTaxIDs {
+			if id != nil && id.ID != "" {
+				ph.InvoiceSettings.AccountTaxIDs = append(ph.InvoiceSettings.AccountTaxIDs, stripe.String(id.ID))
+			}
+		}
 	}
 	if len(current.Items) > 0 && current.Items[0] != nil && len(ph.Items) > 0 {
 		for _, tr := range current.Items[0].TaxRates {

@@ -443,9 +443,16 @@ func TestPhasesKeepTheCurrentSettings(t *testing.T) {
 		DefaultPaymentMethod: &stripe.PaymentMethod{ID: "pm_card"},
 		CollectionMethod:     &cm,
 		Items:                []*stripe.SubscriptionSchedulePhaseItem{{TaxRates: []*stripe.TaxRate{{ID: "txr_item"}}}},
+		AutomaticTax:         &stripe.SubscriptionAutomaticTax{Enabled: true},
+		InvoiceSettings:      &stripe.SubscriptionSchedulePhaseInvoiceSettings{DaysUntilDue: 14, AccountTaxIDs: []*stripe.TaxID{{ID: "txi_1"}}},
 	}
 	ph := &stripe.SubscriptionSchedulePhaseParams{Items: []*stripe.SubscriptionSchedulePhaseItemParams{{Price: stripe.String(pricePro)}}}
 	keepSettings(ph, current)
+	switch {
+	case ph.AutomaticTax == nil || !*ph.AutomaticTax.Enabled,
+		ph.InvoiceSettings == nil || *ph.InvoiceSettings.DaysUntilDue != 14 || *ph.InvoiceSettings.AccountTaxIDs[0] != "txi_1":
+		t.Errorf("phase params %+v do not keep automatic tax and invoice terms", ph)
+	}
 	switch {
 	case len(ph.DefaultTaxRates) != 1 || *ph.DefaultTaxRates[0] != "txr_vat",
 		len(ph.Discounts) != 2 || *ph.Discounts[0].Discount != "di_1" || *ph.Discounts[1].Coupon != "co_10",
@@ -474,6 +481,7 @@ func TestStripeMockPhaseSettings(t *testing.T) {
 		DefaultPaymentMethod: &stripe.PaymentMethod{ID: "pm_card"},
 		CollectionMethod:     &cm,
 		Items:                []*stripe.SubscriptionSchedulePhaseItem{{TaxRates: []*stripe.TaxRate{{ID: "txr_item"}}}},
+		InvoiceSettings:      &stripe.SubscriptionSchedulePhaseInvoiceSettings{AccountTaxIDs: []*stripe.TaxID{{ID: "txi_1"}}},
 	}
 	ph := &stripe.SubscriptionSchedulePhaseParams{Items: []*stripe.SubscriptionSchedulePhaseItemParams{{Price: stripe.String(pricePro),
 		Quantity: stripe.Int64(1)}}, Iterations: stripe.Int64(1)}
@@ -483,6 +491,17 @@ func TestStripeMockPhaseSettings(t *testing.T) {
 	if _, err := api.SubscriptionSchedules.Update("sub_sched_123", &stripe.SubscriptionScheduleParams{
 		Phases: []*stripe.SubscriptionSchedulePhaseParams{ph}}); err != nil {
 		t.Fatalf("stripe-mock refused the phase's settings: %v", err)
+	}
+	// Automatic tax (Stripe Tax) with invoice terms, in place of tax rates.
+	sendInvoice := stripe.SubscriptionCollectionMethodSendInvoice
+	taxed := &stripe.SubscriptionSchedulePhaseParams{Items: []*stripe.SubscriptionSchedulePhaseItemParams{{
+		Price: stripe.String(pricePro), Quantity: stripe.Int64(1)}}, Iterations: stripe.Int64(1)}
+	keepSettings(taxed, &stripe.SubscriptionSchedulePhase{CollectionMethod: &sendInvoice,
+		AutomaticTax:    &stripe.SubscriptionAutomaticTax{Enabled: true, Liability: &stripe.SubscriptionAutomaticTaxLiability{Type: "self"}},
+		InvoiceSettings: &stripe.SubscriptionSchedulePhaseInvoiceSettings{DaysUntilDue: 30}})
+	if _, err := api.SubscriptionSchedules.Update("sub_sched_123", &stripe.SubscriptionScheduleParams{
+		Phases: []*stripe.SubscriptionSchedulePhaseParams{taxed}}); err != nil {
+		t.Fatalf("stripe-mock refused automatic tax and invoice terms: %v", err)
 	}
 }
 
