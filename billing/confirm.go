@@ -94,11 +94,24 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 }
 
 // sameRequest reports whether a second call repeats the one c was issued
-// for: only then may it see c's outcome. Keeping the plan is the same
-// request whatever "at" it names: it cancels the scheduled change now.
+// for: only then may it see c's outcome.
 func sameRequest(c Confirmation, req ChangeRequest) bool {
-	return c.Operation == req.Operation && c.Terms.ToPlan == req.To &&
-		(c.Terms.AtPeriodEnd == req.atPeriodEnd() || keepsPlan(c.Terms))
+	return asksFor(req, c.Operation, c.Terms.ToPlan, c.Terms.AtPeriodEnd, keepsPlan(c.Terms))
+}
+
+// Asks reports whether req asks for the change the proposal p states, by
+// the rule a second call must meet (sameRequest): a transport holding only
+// the proposal (MCP's sealed request state) checks a later call with it.
+func (p ChangeResult) Asks(req ChangeRequest) bool {
+	d := p.Details
+	return d != nil && asksFor(req, p.Operation, d.To, d.At == AtPeriodEnd, d.From == d.To && d.CancelsScheduledChange != nil)
+}
+
+// asksFor is the one rule: the same operation, plan and time. Keeping the
+// plan is the same request whatever "at" it names: it cancels the
+// scheduled change now.
+func asksFor(req ChangeRequest, op Operation, to string, atPeriodEnd, keep bool) bool {
+	return req.Operation == op && req.To == to && (req.atPeriodEnd() == atPeriodEnd || keep)
 }
 
 // replayOf is the answer to the owner repeating an executed second call.

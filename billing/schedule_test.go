@@ -697,3 +697,29 @@ func TestPeriodEndNeedsAnActiveSubscription(t *testing.T) {
 		t.Error("a preview was asked for")
 	}
 }
+
+// TestProposalAsksByTheSecondCallsRule: a transport holding only a
+// proposal (MCP's request state) judges a later call by the rule of the
+// second call: the time is part of a period-end change, and not of a keep.
+func TestProposalAsksByTheSecondCallsRule(t *testing.T) {
+	f := newScaleFixture(t)
+	later, err := f.change(alice, billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !later.Asks(billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro", At: billing.AtPeriodEnd}) ||
+		later.Asks(billing.ChangeRequest{Operation: billing.OpDowngrade, To: "pro"}) ||
+		later.Asks(billing.ChangeRequest{Operation: billing.OpDowngrade, To: "free", At: billing.AtPeriodEnd}) {
+		t.Error("a period-end proposal is asked for by its plan and its time only")
+	}
+	f.schedule(t)
+	keep := f.propose(t, alice, billing.OpDowngrade, "scale")
+	for _, at := range []string{"", billing.AtNow, billing.AtPeriodEnd} {
+		if !keep.Asks(billing.ChangeRequest{Operation: billing.OpDowngrade, To: "scale", At: at}) {
+			t.Errorf("keeping the plan is not asked for with at %q", at)
+		}
+	}
+	if keep.Asks(billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale"}) {
+		t.Error("another operation asks for the keep")
+	}
+}

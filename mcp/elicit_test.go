@@ -119,7 +119,7 @@ func TestMCPRequestState(t *testing.T) {
 	}
 	alice := billing.Caller{Org: "acme", Principal: "alice", Client: "agent-a"}
 	got, err := sealer.open(state)
-	if err != nil || got.Proposal.ConfirmToken != "pbc_secret" || !got.matches(alice, billing.OpUpgrade, "scale", "") ||
+	if err != nil || got.Proposal.ConfirmToken != "pbc_secret" || !got.matches(alice, billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale"}) ||
 		!got.NotAfter.Equal(p.NotAfter) {
 		t.Fatalf("open: %+v, %v", got, err)
 	}
@@ -149,7 +149,7 @@ func TestMCPRequestState(t *testing.T) {
 		"other operation": {alice, billing.OpDowngrade, "scale"},
 		"other plan":      {alice, billing.OpUpgrade, "pro"},
 	} {
-		if got.matches(c.caller, c.op, c.to, "") {
+		if got.matches(c.caller, billing.ChangeRequest{Operation: c.op, To: c.to}) {
 			t.Errorf("%s: matches", name)
 		}
 	}

@@ -44,14 +44,12 @@ type pending struct {
 }
 
 // matches reports whether p was made for this caller and this call. A state
-// sealed for another principal, org, client, operation or plan is refused
-// even though its seal is genuine. Keeping the plan (from = to) is the same
-// call whatever "at" it names, as billing judges it.
-func (p pending) matches(caller billing.Caller, op billing.Operation, to, at string) bool {
-	d := p.Proposal.Details
+// sealed for another principal, org, client, operation, plan or time is
+// refused even though its seal is genuine; whether the call asks for the
+// proposed change is billing's rule (ChangeResult.Asks).
+func (p pending) matches(caller billing.Caller, call billing.ChangeRequest) bool {
 	return p.Org == caller.Org && p.Principal == caller.Principal && p.Client == caller.Client &&
-		p.Proposal.Operation == op && d != nil && d.To == to && (d.At == atOf(at) || d.From == d.To) &&
-		p.Proposal.ConfirmToken != "" && p.Proposal.ConfirmationID != ""
+		p.Proposal.Asks(call) && p.Proposal.ConfirmToken != "" && p.Proposal.ConfirmationID != ""
 }
 
 // secondCall redeems p's token for the agent, who never saw it: no answer
@@ -59,14 +57,6 @@ func (p pending) matches(caller billing.Caller, op billing.Operation, to, at str
 func (p pending) secondCall() billing.ChangeRequest {
 	return billing.ChangeRequest{Operation: p.Proposal.Operation, To: p.Proposal.Details.To, At: p.Proposal.Details.At,
 		ConfirmToken: p.Proposal.ConfirmToken, TokenWithheld: true}
-}
-
-// atOf is a request's "at" as a proposal's details state it: "" for now.
-func atOf(at string) string {
-	if at == billing.AtNow {
-		return ""
-	}
-	return at
 }
 
 // askedOf reports whether a next round declared as client answers the
