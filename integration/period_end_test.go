@@ -169,7 +169,8 @@ func TestScheduledChangeAppliesWithoutWebhooks(t *testing.T) {
 
 	// The settler's grace is SETTLE_INTERVAL; the database's clock has not
 	// moved, so the row is made due by moving its date back.
-	h.exec(t, `UPDATE subscriptions SET scheduled_at = now() - interval '1 hour' WHERE org = 'quiet'`)
+	h.exec(t, `UPDATE subscriptions SET scheduled = jsonb_set(scheduled, '{at}', to_jsonb(now() - interval '1 hour'))
+		WHERE org = 'quiet'`)
 	if n := h.app.SyncScheduledOnce(context.Background()); n != 1 {
 		t.Fatalf("SyncScheduledOnce looked at %d subscriptions, want 1", n)
 	}

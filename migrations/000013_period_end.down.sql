@@ -1,3 +1,3 @@
 ALTER TABLE confirmations DROP COLUMN from_status, DROP COLUMN cancels, DROP COLUMN at_renewal, DROP COLUMN at_period_end;
-DROP INDEX subscriptions_scheduled_at_idx;
-ALTER TABLE subscriptions DROP COLUMN scheduled_at, DROP COLUMN scheduled;
+DROP INDEX subscriptions_scheduled_idx;
+ALTER TABLE subscriptions DROP COLUMN scheduled;

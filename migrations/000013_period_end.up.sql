@@ -4,12 +4,10 @@
 -- Stripe subscription schedule whose next phase is another price): its
 -- plan, date, schedule and the confirmation that scheduled it, as JSON
 -- ({"to","at","confirmation_id","schedule_id","price_id"}); NULL when none.
--- scheduled_at repeats its date for the settler, which looks for changes
--- that are due (a text-to-timestamptz cast cannot be indexed).
-ALTER TABLE subscriptions
-    ADD COLUMN scheduled    jsonb,
-    ADD COLUMN scheduled_at timestamptz;
-CREATE INDEX subscriptions_scheduled_at_idx ON subscriptions (scheduled_at) WHERE scheduled_at IS NOT NULL;
+-- The settler looks for changes that are due among the few subscriptions
+-- with one scheduled (the partial index).
+ALTER TABLE subscriptions ADD COLUMN scheduled jsonb;
+CREATE INDEX subscriptions_scheduled_idx ON subscriptions (org) WHERE scheduled IS NOT NULL;
 
 -- A confirmation is bound to when its change is made (at_period_end), to
 -- what the renewal will charge then (at_renewal: {"amount_due_cents",

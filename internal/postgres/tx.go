@@ -373,7 +373,7 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	}
 	if sub := r.Subscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET plan = $2, status = $3, current_period_end = $4, stripe_item_id = $5,
-			synced_at = coalesce($6, synced_at), scheduled = $7, scheduled_at = ($7::jsonb->>'at')::timestamptz,
+			synced_at = coalesce($6, synced_at), scheduled = $7,
 			version = version + 1, updated_at = now() WHERE org = $1`,
 			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID, nullTime(sub.SyncedAt), sub.Scheduled)
 	}
@@ -436,8 +436,9 @@ func (t *storeTx) LockDueScheduled(ctx context.Context, grace time.Duration, ski
 	var a billing.Account
 	err := t.queryRow(ctx, scanAccount(&a), `SELECT `+accountColumns+`
 		FROM `+accountFrom+`
-		WHERE s.scheduled_at < now() - $1 * interval '1 microsecond' AND s.stripe_subscription_id <> ALL($2)
-		ORDER BY s.scheduled_at LIMIT 1
+		WHERE s.scheduled IS NOT NULL AND (s.scheduled->>'at')::timestamptz < now() - $1 * interval '1 microsecond'
+			AND s.stripe_subscription_id <> ALL($2)
+		ORDER BY (s.scheduled->>'at')::timestamptz LIMIT 1
 		FOR UPDATE OF s SKIP LOCKED`, grace.Microseconds(), skip)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Account{}, billing.ErrNotFound

@@ -116,7 +116,7 @@ UPDATE confirmations SET status = :executed, finished_at = now(), attempt = coal
 			failure = coalesce(NULLIF(:reason, ''), failure)
 			WHERE id = :cid;
 UPDATE subscriptions SET plan = :to_plan, status = :sub_status, current_period_end = :period_end, stripe_item_id = :item_id,
-			synced_at = coalesce(:synced_at, synced_at), scheduled = :no_scheduled, scheduled_at = (:no_scheduled::jsonb->>'at')::timestamptz,
+			synced_at = coalesce(:synced_at, synced_at), scheduled = :no_scheduled,
 			version = version + 1, updated_at = now() WHERE org = :org;
 INSERT INTO receipts (confirmation_id, org, principal, summary, receipt) VALUES (:cid, :org, :principal, :summary, :receipt);
 INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id, consent)
