@@ -44,6 +44,15 @@ func (f handshakeFixture) serviceWith(t *testing.T, p billing.PaymentProvider) *
 	return svc
 }
 
+// cancellingChange schedules Scale → Pro at the period's end, then makes
+// the first call of a downgrade to Free now, which cancels it.
+func (f handshakeFixture) cancellingChange(t *testing.T) billing.ChangeResult {
+	t.Helper()
+	f.schedule(t)
+	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
+	return f.propose(t, alice, billing.OpDowngrade, "free")
+}
+
 func (f handshakeFixture) change(caller billing.Caller, req billing.ChangeRequest) (billing.ChangeResult, error) {
 	return f.svc.ChangePlan(context.Background(), caller, req)
 }
@@ -168,9 +177,7 @@ func TestKeepingThePlanCancelsTheScheduledChange(t *testing.T) {
 
 func TestAnotherChangeSaysItCancelsTheScheduledOne(t *testing.T) {
 	f := newScaleFixture(t)
-	f.schedule(t)
-	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
-	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	first := f.cancellingChange(t)
 	if !strings.Contains(first.Summary, "This cancels the change to Pro scheduled for May 30, 2026.") ||
 		first.Details.CancelsScheduledChange == nil {
 		t.Errorf("summary %q / details %+v do not say the scheduled change is cancelled", first.Summary, first.Details)
@@ -385,9 +392,8 @@ func TestNoChangeQuotedOnceTheScheduledDateHasCome(t *testing.T) {
 // shows it scheduled, as Stripe has it.
 func TestRefusalAfterTheReleaseSchedulesItAgain(t *testing.T) {
 	f := newScaleFixture(t)
-	scheduled := f.schedule(t).Subscription.ScheduledChange
-	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
-	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	first := f.cancellingChange(t)
+	scheduled := first.Details.CancelsScheduledChange
 	// The release is made; the change is refused (billingtest's provider
 	// fails before it changes anything, so the release is done by hand).
 	f.provider.ReadState.Schedule = nil
@@ -411,9 +417,7 @@ func TestRefusalAfterTheReleaseSchedulesItAgain(t *testing.T) {
 // the released change again fails too: the answer says it was cancelled.
 func TestRefusalAfterTheReleaseSaysWhenItCannotScheduleItAgain(t *testing.T) {
 	f := newScaleFixture(t)
-	f.schedule(t)
-	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
-	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	first := f.cancellingChange(t)
 	f.provider.ReadState.Schedule = nil
 	f.provider.ApplyErrs = []error{fmt.Errorf("card: %w", billing.ErrPaymentDeclined), billing.ErrUnavailable}
 	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
@@ -433,9 +437,7 @@ func TestRefusalAfterTheReleaseSaysWhenItCannotScheduleItAgain(t *testing.T) {
 // asked), so the change is sent again rather than recorded as not made.
 func TestResendAfterItsOwnReleaseWasRecorded(t *testing.T) {
 	f := newScaleFixture(t)
-	f.schedule(t)
-	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
-	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	first := f.cancellingChange(t)
 	f.provider.ApplyErrs = []error{billing.ErrUnavailable}
 	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
 	wantCode(t, err, billing.CodeUpstreamUnavailable)
@@ -586,9 +588,7 @@ func TestKeepWhoseReadBackFailedIsSettledAsMade(t *testing.T) {
 // made and that the scheduled one stands.
 func TestRateLimitAfterTheReleaseIsNotARetry(t *testing.T) {
 	f := newScaleFixture(t)
-	f.schedule(t)
-	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
-	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	first := f.cancellingChange(t)
 	f.provider.ReadState.Schedule = nil // the release was made
 	f.provider.ApplyErrs = []error{fmt.Errorf("429: %w", billing.ErrRateLimited)}
 	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
@@ -609,9 +609,7 @@ func TestRateLimitAfterTheReleaseIsNotARetry(t *testing.T) {
 // change's own release: nothing is sent again.
 func TestResendOnlyAfterItsOwnRelease(t *testing.T) {
 	f := newScaleFixture(t)
-	f.schedule(t)
-	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
-	first := f.propose(t, alice, billing.OpDowngrade, "free")
+	first := f.cancellingChange(t)
 	f.provider.ApplyErrs = []error{billing.ErrUnavailable} // never reached Stripe
 	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
 	wantCode(t, err, billing.CodeUpstreamUnavailable)

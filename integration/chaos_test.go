@@ -48,11 +48,25 @@ func TestChaosInvariant(t *testing.T) {
 	// unknown outcomes within a few SETTLE_INTERVALs. Then every org must
 	// agree with Stripe.
 	h.fake.SetChaos(nil)
+	h.wantAgreement(t, "chaos", orgs, false)
+}
+
+// wantAgreement waits up to 30 seconds for every org prefix00, prefix01, …
+// to agree with Stripe (disagreement; and, with receipts, to have every
+// receipt), then fails the test with what still disagrees, and logs what
+// the orgs scheduled and kept.
+func (h *harness) wantAgreement(t *testing.T, prefix string, orgs int, receipts bool) {
+	t.Helper()
 	var disagreements []string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		disagreements = disagreements[:0]
 		for i := range orgs {
-			if d := h.disagreement(fmt.Sprintf("chaos%02d", i)); d != "" {
+			org := fmt.Sprintf("%s%02d", prefix, i)
+			d := h.disagreement(org)
+			if d == "" && receipts {
+				d = h.missingReceipts(org)
+			}
+			if d != "" {
 				disagreements = append(disagreements, d)
 			}
 		}
@@ -63,7 +77,7 @@ func TestChaosInvariant(t *testing.T) {
 	for _, d := range disagreements {
 		t.Error(d)
 	}
-	h.logScheduled("chaos")
+	h.logScheduled(prefix)
 }
 
 // runChaosClients creates the orgs prefix00, prefix01, … on h and runs one
@@ -366,25 +380,7 @@ func chaosWithKills(t *testing.T, seed uint64) {
 
 	h.fake.SetChaos(nil)
 	h.deliverShuffled(rand.New(rand.NewPCG(seed, 4)), 0) // every event once more, in another order
-	var disagreements []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		disagreements = disagreements[:0]
-		for i := range orgs {
-			org := fmt.Sprintf("killed%02d", i)
-			if d := h.disagreement(org); d != "" {
-				disagreements = append(disagreements, d)
-			} else if d := h.missingReceipts(org); d != "" {
-				disagreements = append(disagreements, d)
-			}
-		}
-		if len(disagreements) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	for _, d := range disagreements {
-		t.Error(d)
-	}
-	h.logScheduled("killed")
+	h.wantAgreement(t, "killed", orgs, true)
 }
 
 // deliverShuffled delivers the fake's events from the from-th on, in a

@@ -58,6 +58,17 @@ func (e fakeEnv) read(t *testing.T) billing.ProviderSubscription {
 
 func (e fakeEnv) schedules() []stripepaytest.Schedule { return e.fake.State().Schedules }
 
+// scheduleStarter schedules Pro → Starter at the period's end (confirmation
+// cfm_1, key k1), as a second call would.
+func (e fakeEnv) scheduleStarter(t *testing.T) billing.AppliedChange {
+	t.Helper()
+	applied, err := e.p.ApplyPlanChange(context.Background(), e.atPeriodEnd(priceStarter, "cfm_1"), "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return applied
+}
+
 // keep is keeping Pro, as billing sends it for confirmation cfm, with the
 // schedule attached as read.
 func (e fakeEnv) keep(cfm string, attached *billing.ProviderSchedule) billing.PlanChange {
@@ -200,9 +211,7 @@ func TestFakeApplyOwnScheduleNotReleased(t *testing.T) {
 func TestFakeKeepPlan(t *testing.T) {
 	t.Parallel()
 	env := newScheduleEnv(t)
-	if _, err := env.p.ApplyPlanChange(context.Background(), env.atPeriodEnd(priceStarter, "cfm_1"), "k1"); err != nil {
-		t.Fatal(err)
-	}
+	env.scheduleStarter(t)
 	attached := env.read(t).Schedule
 	keep := env.keep("cfm_2", attached)
 	got, err := env.p.ApplyPlanChange(context.Background(), keep, "k2")
@@ -231,9 +240,7 @@ func TestFakeKeepPlan(t *testing.T) {
 func TestFakeChangeNowReleasesSchedule(t *testing.T) {
 	t.Parallel()
 	env := newScheduleEnv(t)
-	if _, err := env.p.ApplyPlanChange(context.Background(), env.atPeriodEnd(priceStarter, "cfm_1"), "k1"); err != nil {
-		t.Fatal(err)
-	}
+	env.scheduleStarter(t)
 	up := env.change(priceScale, true)
 	up.ConfirmationID, up.FromPriceID, up.Attached = "cfm_2", pricePro, env.read(t).Schedule
 	got, err := env.p.ApplyPlanChange(context.Background(), up, "k2")
@@ -258,10 +265,7 @@ func TestFakeChangeNowReleasesSchedule(t *testing.T) {
 func TestFakeReplaceScheduledChange(t *testing.T) {
 	t.Parallel()
 	env := newScheduleEnv(t)
-	first, err := env.p.ApplyPlanChange(context.Background(), env.atPeriodEnd(priceStarter, "cfm_1"), "k1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := env.scheduleStarter(t)
 	change := env.atPeriodEnd(priceFree, "cfm_2")
 	change.Attached = env.read(t).Schedule
 	second, err := env.p.ApplyPlanChange(context.Background(), change, "k2")
@@ -319,10 +323,7 @@ func TestFakeScheduleErrors(t *testing.T) {
 func TestScheduleEvents(t *testing.T) {
 	t.Parallel()
 	env := newScheduleEnv(t)
-	first, err := env.p.ApplyPlanChange(context.Background(), env.atPeriodEnd(priceStarter, "cfm_1"), "k1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := env.scheduleStarter(t)
 	change := env.atPeriodEnd(priceFree, "cfm_2") // replaces the phases: updated
 	change.Attached = first.Schedule
 	if _, err := env.p.ApplyPlanChange(context.Background(), change, "k2"); err != nil {
@@ -512,9 +513,7 @@ func TestStripeMockPhaseSettings(t *testing.T) {
 func TestKeepReadBackRateLimitedIsUnknown(t *testing.T) {
 	t.Parallel()
 	env := newScheduleEnv(t)
-	if _, err := env.p.ApplyPlanChange(context.Background(), env.atPeriodEnd(priceStarter, "cfm_1"), "k1"); err != nil {
-		t.Fatal(err)
-	}
+	env.scheduleStarter(t)
 	attached := env.read(t).Schedule
 	keep := env.keep("cfm_2", attached)
 	env.fake.Pacer().LimitNext(stripepaytest.GetSubscription, stripepaytest.RateLimit)
@@ -534,9 +533,7 @@ func TestKeepReadBackRateLimitedIsUnknown(t *testing.T) {
 func TestStaleAttachedScheduleIsRefused(t *testing.T) {
 	t.Parallel()
 	env := newScheduleEnv(t)
-	if _, err := env.p.ApplyPlanChange(context.Background(), env.atPeriodEnd(priceStarter, "cfm_1"), "k1"); err != nil {
-		t.Fatal(err)
-	}
+	env.scheduleStarter(t)
 	stale := env.read(t).Schedule
 	env.fake.AdvanceClock(30*24*time.Hour + time.Hour) // the renewal: Starter from now on
 	change := env.atPeriodEnd(priceFree, "cfm_2")
