@@ -202,14 +202,20 @@ func (s *Service) checkAtProvider(ctx context.Context, tx Tx, caller Caller, c C
 	}
 	s.log.Warn("subscription changed at the provider since the quote; token revoked", "confirmation_id", c.ID,
 		"org", c.Org, "price", state.PriceID, "status", state.Status)
-	revoked := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "drift")
-	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusRevoked, Events: []AuditEvent{revoked}}); err != nil {
+	if err := s.revokeAsDrift(ctx, tx, caller, c); err != nil {
 		return state, nil, err
 	}
 	if _, err := s.recordProviderState(ctx, tx, acct, state, time.Time{}); err != nil {
 		return state, nil, err
 	}
 	return state, Errorf(CodeTokenMismatch, "%s", msgChangedAtProvider), nil
+}
+
+// revokeAsDrift records c revoked because the subscription is no longer
+// the one its summary described (TOKEN_REVOKED, reason drift).
+func (s *Service) revokeAsDrift(ctx context.Context, tx Tx, caller Caller, c Confirmation) error {
+	revoked := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "drift")
+	return tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusRevoked, Events: []AuditEvent{revoked}})
 }
 
 // quoteHolds reports whether the provider's subscription is still the one
@@ -269,9 +275,7 @@ func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, 
 		message = msgRenewalDue
 	}
 	if message != "" {
-		revoked := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "drift")
-		return redemption{outcome: Errorf(CodeTokenMismatch, "%s", message)},
-			tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusRevoked, Events: []AuditEvent{revoked}})
+		return redemption{outcome: Errorf(CodeTokenMismatch, "%s", message)}, s.revokeAsDrift(ctx, tx, caller, c)
 	}
 	return s.send(ctx, tx, caller, c, acct, now, attached, attempt == 0, withheld)
 }

@@ -226,9 +226,7 @@ func (s *Service) revokeDrifted(ctx context.Context, tx Tx, org string, sub Subs
 		if s.termsHold(c.Terms, sub) {
 			continue
 		}
-		caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client}
-		ev := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "drift")
-		if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusRevoked, Events: []AuditEvent{ev}}); err != nil {
+		if err := s.revokeAsDrift(ctx, tx, Caller{Org: c.Org, Principal: c.Principal, Client: c.Client}, c); err != nil {
 			return err
 		}
 	}
