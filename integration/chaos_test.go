@@ -77,7 +77,9 @@ func (h *harness) wantAgreement(t *testing.T, prefix string, orgs int, receipts 
 	for _, d := range disagreements {
 		t.Error(d)
 	}
-	h.logScheduled(prefix)
+	if scheduled := h.logScheduled(prefix); scheduled == 0 {
+		t.Error("no change was scheduled for the period's end: the chaos did not reach that path")
+	}
 }
 
 // runChaosClients creates the orgs prefix00, prefix01, … on h and runs one
@@ -267,8 +269,8 @@ func (h *harness) scheduledAtStripe(sub stripepaytest.Subscription) string {
 
 // logScheduled logs how many changes the orgs named prefix… scheduled for
 // the period's end and how many kept the plan, so a run shows that chaos
-// reached those paths too.
-func (h *harness) logScheduled(prefix string) {
+// reached those paths too; it returns the first.
+func (h *harness) logScheduled(prefix string) int {
 	h.t.Helper()
 	var scheduled, kept int
 	if err := h.db.Pool.QueryRow(context.Background(), `SELECT
@@ -277,6 +279,7 @@ func (h *harness) logScheduled(prefix string) {
 		h.t.Fatal(err)
 	}
 	h.t.Logf("executed: %d changes scheduled for the period's end, %d plans kept", scheduled, kept)
+	return scheduled
 }
 
 func planOfPrice(price string) string {
