@@ -335,26 +335,14 @@ func TestMCPSessionOwnedByOrgAndPrincipal(t *testing.T) {
 		})
 	}
 	t.Run("a refreshed token of the owner", func(t *testing.T) {
-		creds := &swappableBearer{}
-		creds.token.Store(owner)
-		cs, err := mcpDialVia(h.url, creds, protocol20251125, nil, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cs.Close() })
+		cs, creds := dialSwappable(t, h.url, owner, protocol20251125)
 		creds.token.Store(h.mcpToken("own-a", "alice", "agent-a", auth.ScopeRead, auth.ScopeWrite))
 		if plan := mcpPlan(t, cs); plan != "pro" {
 			t.Fatalf("plan %s", plan)
 		}
 	})
 	t.Run("2026-07-28: each request is its own token's", func(t *testing.T) {
-		creds := &swappableBearer{}
-		creds.token.Store(owner)
-		cs, err := mcpDialVia(h.url, creds, protocol20260728, nil, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cs.Close() })
+		cs, creds := dialSwappable(t, h.url, owner, protocol20260728)
 		if cs.ID() != "" {
 			t.Fatalf("a 2026-07-28 client got session %q", cs.ID())
 		}
@@ -366,4 +354,18 @@ func TestMCPSessionOwnedByOrgAndPrincipal(t *testing.T) {
 			t.Fatalf("org own-b's token read plan %s, want own-b's scale", plan)
 		}
 	})
+}
+
+// dialSwappable connects an MCP client whose bearer token the test can
+// swap between requests, starting with token.
+func dialSwappable(t *testing.T, baseURL, token, protocol string) (*sdk.ClientSession, *swappableBearer) {
+	t.Helper()
+	creds := &swappableBearer{}
+	creds.token.Store(token)
+	cs, err := mcpDialVia(baseURL, creds, protocol, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, creds
 }
