@@ -33,12 +33,11 @@ func (p *Provider) PreviewPlanChange(ctx context.Context, change billing.PlanCha
 			ProrationDate:     unixParam(change.ProrationDate),
 		},
 	}
-	ctx, cancel := p.bound(ctx)
-	defer cancel()
-	params.Context = ctx
-	inv, err := p.api.Invoices.CreatePreview(params)
+	inv, err := request(ctx, p, "preview invoice", &params.Params, "", func() (*stripe.Invoice, error) {
+		return p.api.Invoices.CreatePreview(params)
+	})
 	if err != nil {
-		return billing.Preview{}, classify("preview invoice", err)
+		return billing.Preview{}, err
 	}
 	return previewFromInvoice(inv, change.ChargeNow)
 }
@@ -57,12 +56,11 @@ func (p *Provider) previewRenewal(ctx context.Context, change billing.PlanChange
 			ProrationBehavior: stripe.String("none"),
 		},
 	}
-	ctx, cancel := p.bound(ctx)
-	defer cancel()
-	params.Context = ctx
-	inv, err := p.api.Invoices.CreatePreview(params)
+	inv, err := request(ctx, p, "preview renewal invoice", &params.Params, "", func() (*stripe.Invoice, error) {
+		return p.api.Invoices.CreatePreview(params)
+	})
 	if err != nil {
-		return billing.Preview{}, classify("preview renewal invoice", err)
+		return billing.Preview{}, err
 	}
 	renewal := &billing.Amounts{AmountDueCents: inv.AmountDue}
 	renewal.SubtotalCents, renewal.DiscountCents, renewal.TaxCents, renewal.CreditAppliedCents = amountParts(inv)
@@ -120,6 +118,24 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 	return p.updateSubscription(ctx, change, idempotencyKey)
 }
 
+// request sends one Stripe request, do, with params bound to the request
+// timeout (stripe-go's retries included: see bound) and, when key is set,
+// that idempotency key; its error is classified as op's.
+func request[T any](ctx context.Context, p *Provider, op string, params *stripe.Params, key string, do func() (T, error)) (T, error) {
+	if key != "" {
+		params.SetIdempotencyKey(key)
+	}
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
+	params.Context = ctx
+	v, err := do()
+	if err != nil {
+		var zero T
+		return zero, classify(op, err)
+	}
+	return v, nil
+}
+
 func releaseKey(key, scheduleID string) string { return key + ":release:" + scheduleID }
 
 // afterRelease reads the subscription once its schedule is released
@@ -162,13 +178,11 @@ func (p *Provider) updateSubscription(ctx context.Context, change billing.PlanCh
 	}
 	// The invoice the update made, with its amounts: what was charged.
 	params.Expand = []*string{stripe.String("latest_invoice")}
-	params.SetIdempotencyKey(idempotencyKey)
-	ctx, cancel := p.bound(ctx)
-	defer cancel()
-	params.Context = ctx
-	sub, err := p.api.Subscriptions.Update(change.SubscriptionID, params)
+	sub, err := request(ctx, p, "update subscription", &params.Params, idempotencyKey, func() (*stripe.Subscription, error) {
+		return p.api.Subscriptions.Update(change.SubscriptionID, params)
+	})
 	if err != nil {
-		return billing.AppliedChange{}, classify("update subscription", err)
+		return billing.AppliedChange{}, err
 	}
 	itemID, ok := firstItemID(sub)
 	if !ok {
@@ -217,14 +231,9 @@ func (p *Provider) releaseSchedule(ctx context.Context, scheduleID, key string) 
 
 func (p *Provider) readSchedule(ctx context.Context, scheduleID string) (*stripe.SubscriptionSchedule, error) {
 	params := &stripe.SubscriptionScheduleParams{}
-	ctx, cancel := p.bound(ctx)
-	defer cancel()
-	params.Context = ctx
-	sch, err := p.api.SubscriptionSchedules.Get(scheduleID, params)
-	if err != nil {
-		return nil, classify("read subscription schedule", err)
-	}
-	return sch, nil
+	return request(ctx, p, "read subscription schedule", &params.Params, "", func() (*stripe.SubscriptionSchedule, error) {
+		return p.api.SubscriptionSchedules.Get(scheduleID, params)
+	})
 }
 
 // live reports whether the schedule still manages its subscription.
@@ -297,13 +306,11 @@ func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange
 	}
 	// The subscription's status, in the same answer.
 	params.AddExpand("subscription")
-	params.SetIdempotencyKey(idempotencyKey + ":phases")
-	uctx, cancel := p.bound(ctx)
-	defer cancel()
-	params.Context = uctx
-	sch, err := p.api.SubscriptionSchedules.Update(scheduleID, params)
+	sch, err := request(ctx, p, "update subscription schedule", &params.Params, idempotencyKey+":phases", func() (*stripe.SubscriptionSchedule, error) {
+		return p.api.SubscriptionSchedules.Update(scheduleID, params)
+	})
 	if err != nil {
-		return billing.AppliedChange{}, classify("update subscription schedule", err)
+		return billing.AppliedChange{}, err
 	}
 	applied := billing.AppliedChange{
 		CurrentPeriodEnd: change.PeriodEnd,
@@ -396,13 +403,11 @@ func keepSettings(ph *stripe.SubscriptionSchedulePhaseParams, current *stripe.Su
 
 func (p *Provider) createSchedule(ctx context.Context, subscriptionID, key string) (*stripe.SubscriptionSchedule, error) {
 	params := &stripe.SubscriptionScheduleParams{FromSubscription: stripe.String(subscriptionID)}
-	params.SetIdempotencyKey(key)
-	ctx, cancel := p.bound(ctx)
-	defer cancel()
-	params.Context = ctx
-	sch, err := p.api.SubscriptionSchedules.New(params)
+	sch, err := request(ctx, p, "create subscription schedule", &params.Params, key, func() (*stripe.SubscriptionSchedule, error) {
+		return p.api.SubscriptionSchedules.New(params)
+	})
 	if err != nil {
-		return nil, classify("create subscription schedule", err)
+		return nil, err
 	}
 	return sch, nil
 }
@@ -459,12 +464,11 @@ func invoiceOf(inv *stripe.Invoice) *billing.Invoice {
 func (p *Provider) ReadSubscription(ctx context.Context, subscriptionID string) (billing.ProviderSubscription, error) {
 	params := &stripe.SubscriptionParams{}
 	params.Expand = []*string{stripe.String("latest_invoice"), stripe.String("schedule")}
-	ctx, cancel := p.bound(ctx)
-	defer cancel()
-	params.Context = ctx
-	sub, err := p.api.Subscriptions.Get(subscriptionID, params)
+	sub, err := request(ctx, p, "read subscription", &params.Params, "", func() (*stripe.Subscription, error) {
+		return p.api.Subscriptions.Get(subscriptionID, params)
+	})
 	if err != nil {
-		return billing.ProviderSubscription{}, classify("read subscription", err)
+		return billing.ProviderSubscription{}, err
 	}
 	state := billing.ProviderSubscription{
 		Status:           string(sub.Status),
@@ -531,13 +535,11 @@ func (p *Provider) createCustomer(ctx context.Context, c billing.NewCustomer, ke
 		Email: stripe.String(c.Email),
 	}
 	params.AddMetadata("org_id", c.OrgID)
-	params.SetIdempotencyKey(key)
-	ctx, cancel := p.bound(ctx)
-	defer cancel()
-	params.Context = ctx
-	cust, err := p.api.Customers.New(params)
+	cust, err := request(ctx, p, "create customer", &params.Params, key, func() (*stripe.Customer, error) {
+		return p.api.Customers.New(params)
+	})
 	if err != nil {
-		return nil, classify("create customer", err)
+		return nil, err
 	}
 	return cust, nil
 }
@@ -548,13 +550,11 @@ func (p *Provider) createSubscription(ctx context.Context, customerID string, c 
 		Items:    []*stripe.SubscriptionItemsParams{{Price: stripe.String(c.PriceID)}},
 	}
 	params.AddMetadata("org_id", c.OrgID)
-	params.SetIdempotencyKey(key)
-	ctx, cancel := p.bound(ctx)
-	defer cancel()
-	params.Context = ctx
-	sub, err := p.api.Subscriptions.New(params)
+	sub, err := request(ctx, p, "create subscription", &params.Params, key, func() (*stripe.Subscription, error) {
+		return p.api.Subscriptions.New(params)
+	})
 	if err != nil {
-		return nil, classify("create subscription", err)
+		return nil, err
 	}
 	return sub, nil
 }
