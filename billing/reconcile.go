@@ -62,12 +62,16 @@ func (s *Service) ReconcileSubscription(ctx context.Context, ev SubscriptionEven
 		if err != nil {
 			return err
 		}
+		s.atAccount(ctx, StepWebhookRead, acct)
 		state, err := s.stateAfter(ctx, ev)
 		if err != nil {
 			return err
 		}
-		outcome, err = s.applyProviderState(ctx, tx, acct, state, ev.Created)
-		return err
+		if outcome, err = s.applyProviderState(ctx, tx, acct, state, ev.Created); err != nil {
+			return err
+		}
+		s.atAccount(ctx, StepWebhookCommit, acct)
+		return nil
 	})
 	if busy { // 503: Stripe delivers the event again later
 		return "", errBusy(true)

@@ -27,6 +27,7 @@ type Service struct {
 	receipts      ReceiptSigner
 	livemode      bool
 	admission     admission // executions running at once (admission.go)
+	steps         StepHook  // the failpoints' hook (steps.go); nil in production
 }
 
 // Config wires a Service.
@@ -62,6 +63,9 @@ type Config struct {
 	// refused at once with upstream_unavailable and Retry-After (admission.go).
 	// 0: DefaultMaxExecutions.
 	MaxExecutions int
+	// Steps runs when a named step of the money path begins (steps.go):
+	// tests arm failpoints with it. nil in production.
+	Steps StepHook
 }
 
 // Limits of the handshake's settings; configuration outside them is refused.
@@ -104,7 +108,7 @@ func NewService(cfg Config) (*Service, error) {
 		ttl: cfg.TokenTTL, skew: cfg.ClockSkew, execTimeout: cfg.ExecutionTimeout, limits: cfg.Limits,
 		publicBaseURL: strings.TrimSuffix(cfg.PublicBaseURL, "/"), acrValues: cfg.VerifyACRValues, log: cfg.Logger,
 		evidence: cfg.Evidence, receipts: cfg.Receipts, livemode: cfg.Livemode,
-		admission: newAdmission(cfg.MaxExecutions),
+		admission: newAdmission(cfg.MaxExecutions), steps: cfg.Steps,
 	}, nil
 }
 

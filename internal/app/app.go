@@ -21,6 +21,7 @@ import (
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/config"
+	"github.com/billingd/billingd/internal/failpoint"
 	"github.com/billingd/billingd/internal/httpedge"
 	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/receipt"
@@ -268,7 +269,18 @@ func newService(cfg config.Config, store billing.Store, payments billing.Payment
 		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL,
 		VerifyACRValues: cfg.VerifyACRValues, Logger: log,
 		Receipts: receipts, Livemode: cfg.StripeLivemode(), MaxExecutions: cfg.ConfirmConcurrency,
+		Steps: stepHook(cfg, log),
 	})
+}
+
+// stepHook is the failpoints' hook of tests (BILLINGD_FAILPOINTS); nil,
+// and free, in production.
+func stepHook(cfg config.Config, log *slog.Logger) billing.StepHook {
+	if cfg.FailpointsURL == "" {
+		return nil
+	}
+	log.Warn("failpoints armed: every step of the money path asks a test controller", "url", cfg.FailpointsURL)
+	return failpoint.Remote(cfg.FailpointsURL, log)
 }
 
 // paymentsFor returns payments, or the Stripe provider the configuration
@@ -278,7 +290,7 @@ func paymentsFor(cfg config.Config, payments billing.PaymentProvider) billing.Pa
 		return payments
 	}
 	return stripepay.New(stripepay.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout,
-		MaxNetworkRetries: int64(cfg.StripeMaxNetworkRetries)})
+		MaxNetworkRetries: int64(cfg.StripeMaxNetworkRetries), Steps: stepHook(cfg, slog.New(slog.DiscardHandler))})
 }
 
 // webhookParser is the Stripe adapter's webhook parser bound to secret, in

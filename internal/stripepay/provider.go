@@ -104,13 +104,16 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 		// only after the schedule was made.
 		return billing.AppliedChange{}, errors.New("stripe plan change at period end: no current price or period end")
 	}
+	at := billing.StepEvent{Confirmation: change.ConfirmationID, Subscription: change.SubscriptionID}
 	if release {
+		p.steps.At(ctx, billing.StepRelease, at)
 		if err := p.releaseSchedule(ctx, change.Attached.ID, releaseKey(idempotencyKey, change.Attached.ID)); err != nil {
 			return billing.AppliedChange{}, err
 		}
 	}
 	switch {
 	case change.KeepPlan:
+		p.steps.At(ctx, billing.StepKeep, at)
 		return p.afterRelease(ctx, change.SubscriptionID)
 	case change.AtPeriodEnd:
 		return p.scheduleChange(ctx, change, idempotencyKey)
@@ -268,6 +271,7 @@ func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange
 				billing.ErrProviderRejected, scheduleID)
 		}
 	} else {
+		p.steps.At(ctx, billing.StepScheduleCreate, billing.StepEvent{Confirmation: change.ConfirmationID, Subscription: change.SubscriptionID})
 		sch, err := p.createSchedule(ctx, change.SubscriptionID, idempotencyKey+":schedule")
 		if err != nil {
 			return billing.AppliedChange{}, err
@@ -306,6 +310,7 @@ func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange
 	}
 	// The subscription's status, in the same answer.
 	params.AddExpand("subscription")
+	p.steps.At(ctx, billing.StepPhases, billing.StepEvent{Confirmation: change.ConfirmationID, Subscription: change.SubscriptionID})
 	sch, err := request(ctx, p, "update subscription schedule", &params.Params, idempotencyKey+":phases", func() (*stripe.SubscriptionSchedule, error) {
 		return p.api.SubscriptionSchedules.Update(scheduleID, params)
 	})

@@ -67,6 +67,10 @@ type Config struct {
 	// leaves every retry to billing; DefaultMaxNetworkRetries is billingd's
 	// default (STRIPE_MAX_NETWORK_RETRIES).
 	MaxNetworkRetries int64
+	// Steps runs when a named step of a period-end change begins
+	// (billing.StepRelease, StepScheduleCreate, StepPhases, StepKeep): the
+	// failpoints of tests. nil in production.
+	Steps billing.StepHook
 }
 
 // Provider is a billing.PaymentProvider backed by Stripe. It is safe for
@@ -75,6 +79,7 @@ type Provider struct {
 	api *client.API
 	// timeout bounds each call, its retries included (see bound).
 	timeout time.Duration
+	steps   billing.StepHook
 }
 
 var _ billing.PaymentProvider = (*Provider)(nil)
@@ -95,7 +100,7 @@ func New(cfg Config) *Provider {
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, backendCfg)
 	// Only the API backend is set: billingd calls no Connect (OAuth) or
 	// file-upload endpoints.
-	return &Provider{api: client.New(cfg.SecretKey, &stripe.Backends{API: backend}), timeout: requestTimeout(cfg)}
+	return &Provider{api: client.New(cfg.SecretKey, &stripe.Backends{API: backend}), timeout: requestTimeout(cfg), steps: cfg.Steps}
 }
 
 // bound limits one call, stripe-go's retries included, to the request

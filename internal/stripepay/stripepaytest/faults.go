@@ -36,6 +36,7 @@ const (
 	delayAnswer
 	stallExecution
 	applyThenServerError
+	rateLimited
 )
 
 // The faults. Like Stripe, the fake saves the outcome of a request that
@@ -69,6 +70,10 @@ var (
 	// change was made: a retry with the same key gets the 500 again, so
 	// only reading the subscription back shows the change.
 	ApplyThenServerError = Fault{kind: applyThenServerError}
+
+	// RateLimited answers 429 rate_limit before executing anything, and
+	// keeps nothing under the key, as Stripe's rate limiter does.
+	RateLimited = Fault{kind: rateLimited}
 )
 
 // Delay makes the change and saves its response at once, then holds the

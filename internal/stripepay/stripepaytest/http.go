@@ -65,13 +65,20 @@ func (s *Server) endpoint(e Endpoint, fn endpointFunc) http.Handler {
 				return
 			}
 		}
-		fault := s.takeFault(e)
+		sub := s.subscriptionOf(e, r)
+		fault, aimed := s.takeFaultFor(sub)
+		if !aimed {
+			fault = s.takeFault(e)
+		}
 		if fault.kind == stallExecution {
 			sleep(r.Context(), fault.delay)
 		}
-		res := s.execute(fn, r, fault)
+		res, made := s.execute(fn, r, fault)
 		if key != "" {
 			s.finishKey(key, res)
+		}
+		if made && r.Method == http.MethodPost {
+			s.noteMade(e, sub, key)
 		}
 		s.deliver(w, r, res, fault)
 	})
@@ -102,24 +109,27 @@ func fingerprint(r *http.Request) string {
 	return r.Method + " " + r.URL.Path + "\n" + r.PostForm.Encode()
 }
 
-// execute runs fn, unless fault replaces the endpoint's answer.
-func (s *Server) execute(fn endpointFunc, r *http.Request, fault Fault) result {
-	var res result
+// execute runs fn, unless fault replaces the endpoint's answer; made
+// reports whether fn ran and succeeded.
+func (s *Server) execute(fn endpointFunc, r *http.Request, fault Fault) (res result, made bool) {
 	switch fault.kind {
 	case declineCard:
 		res = errorResult(errCardDeclined())
 	case serverError:
 		res = errorResult(errServer())
+	case rateLimited:
+		res = errorResult(errRateLimited())
 	case applyThenServerError:
-		_ = answer(fn(r))
+		made = answer(fn(r)).status == http.StatusOK
 		res = errorResult(errServer())
 	default:
 		res = answer(fn(r))
+		made = res.status == http.StatusOK
 	}
 	s.mu.Lock()
 	res.requestID = s.newID("req")
 	s.mu.Unlock()
-	return res
+	return res, made
 }
 
 // deliver sends res, or loses it as fault says.
@@ -235,6 +245,13 @@ func errNoSuch(status int, param, kind, id string) *apiError {
 func errCardDeclined() *apiError {
 	return &apiError{status: http.StatusPaymentRequired, typ: "card_error", code: "card_declined",
 		declineCode: "generic_decline", message: "Your card was declined.", save: true}
+}
+
+// errRateLimited is Stripe's rate limiter refusing a request before it
+// executes: nothing is saved under its key.
+func errRateLimited() *apiError {
+	return &apiError{status: http.StatusTooManyRequests, typ: "invalid_request_error", code: "rate_limit",
+		message: "Request rate limit exceeded."}
 }
 
 func errServer() *apiError {

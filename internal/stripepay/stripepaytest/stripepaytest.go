@@ -95,6 +95,9 @@ type Server struct {
 	updates   map[string]int
 	requests  map[Endpoint]int
 	faults    map[Endpoint][]Fault
+	faultsFor map[string][]Fault // by subscription (made.go)
+	alwaysFor map[string]Fault   // by subscription, until cleared
+	made      []Made             // what executed and succeeded (made.go)
 	chaos     func(Endpoint) Fault
 	keys      keyStore
 	invoices  map[string]invoiceJSON
@@ -128,6 +131,8 @@ func New() *Server {
 		updates:   map[string]int{},
 		requests:  map[Endpoint]int{},
 		faults:    map[Endpoint][]Fault{},
+		faultsFor: map[string][]Fault{},
+		alwaysFor: map[string]Fault{},
 		keys:      newKeyStore(maxStoredKeys),
 		invoices:  map[string]invoiceJSON{},
 	}

@@ -1,0 +1,119 @@
+package stripepaytest
+
+import (
+	"net/http"
+	"time"
+)
+
+// What the fake made, and faults aimed at one subscription: the failpoint
+// sweep (integration/sweep_test.go) judges every case by what Stripe
+// really did, and arms a fault for the one subscription its case is about
+// while other subscriptions' requests (settlers, other cases) go on.
+
+// Made is a request that executed at the fake and succeeded (its change is
+// made, whatever answer the client then got): not a replay, a refusal or a
+// request a fault stopped before it executed.
+type Made struct {
+	Endpoint     Endpoint
+	Subscription string
+	// Key is the request's idempotency key ("" for none).
+	Key string
+	At  time.Time // the fake's clock
+	// LatestInvoice is the subscription's latest invoice right after the
+	// request (an update that invoiced made it).
+	LatestInvoice string
+	// PriceID is the subscription's price right after the request.
+	PriceID string
+}
+
+// MadeFor lists what executed for the subscription, oldest first.
+func (s *Server) MadeFor(subscriptionID string) []Made {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Made
+	for _, m := range s.made {
+		if m.Subscription == subscriptionID {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// FailNextFor injects f into the next request about the subscription that
+// executes, at whatever endpoint; these come before FailNextAt's faults.
+func (s *Server) FailNextFor(subscriptionID string, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faultsFor[subscriptionID] = append(s.faultsFor[subscriptionID], f)
+}
+
+// ClearFaultsFor drops the faults still queued for the subscription.
+func (s *Server) ClearFaultsFor(subscriptionID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.faultsFor, subscriptionID)
+}
+
+// FailAlwaysFor makes every request about the subscription fail with f
+// until ClearFaultsFor.
+func (s *Server) FailAlwaysFor(subscriptionID string, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.alwaysFor[subscriptionID] = f
+}
+
+// subscriptionOf is the subscription a request is about, if the fake
+// knows it: the path's, the preview's or new schedule's parameter, or the
+// schedule's.
+func (s *Server) subscriptionOf(e Endpoint, r *http.Request) string {
+	switch e {
+	case UpdateSubscription, GetSubscription:
+		return r.PathValue("id")
+	case CreatePreview:
+		return r.Form.Get("subscription")
+	case CreateSchedule:
+		return r.Form.Get("from_subscription")
+	case UpdateSchedule, GetSchedule, ReleaseSchedule, CancelSchedule:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if sch, ok := s.schedules[r.PathValue("id")]; ok {
+			if sch.Subscription != "" {
+				return sch.Subscription
+			}
+			return sch.ReleasedSubscription
+		}
+	}
+	return ""
+}
+
+// takeFaultFor is the fault aimed at the subscription, if any.
+func (s *Server) takeFaultFor(subscriptionID string) (Fault, bool) {
+	if subscriptionID == "" {
+		return Fault{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f, ok := s.alwaysFor[subscriptionID]; ok {
+		return f, true
+	}
+	queue := s.faultsFor[subscriptionID]
+	if len(queue) == 0 {
+		return Fault{}, false
+	}
+	s.faultsFor[subscriptionID] = queue[1:]
+	return queue[0], true
+}
+
+// noteMade records a request that executed and succeeded.
+func (s *Server) noteMade(e Endpoint, subscriptionID, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := Made{Endpoint: e, Subscription: subscriptionID, Key: key, At: s.now()}
+	if sub, ok := s.subs[subscriptionID]; ok {
+		m.LatestInvoice = sub.LatestInvoice
+		if len(sub.Items) > 0 {
+			m.PriceID = sub.Items[0].PriceID
+		}
+	}
+	s.made = append(s.made, m)
+}
