@@ -36,7 +36,7 @@ func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest)
 	err := s.inExecutionTx(ctx, func(tx Tx) (err error) {
 		r, err = s.consume(ctx, tx, caller, req)
 		if err == nil {
-			s.at(ctx, StepCommit, Confirmation{Org: caller.Org})
+			s.at(ctx, StepCommit, &Confirmation{Org: caller.Org})
 		}
 		return err
 	})
@@ -66,7 +66,7 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 	if err != nil {
 		return redemption{}, fmt.Errorf("lock confirmation: %w", err)
 	}
-	s.at(ctx, StepConsume, c)
+	s.at(ctx, StepConsume, &c)
 	if sameRequest(c, req) {
 		switch c.Status {
 		case StatusExecuted:
@@ -195,7 +195,7 @@ func (s *Service) policyNow(ctx context.Context, tx Tx, c Confirmation, p Policy
 // while the provider answers.
 func (s *Service) checkAtProvider(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account) (
 	state ProviderSubscription, refused error, err error) {
-	s.at(ctx, StepCheckAtProvider, c)
+	s.at(ctx, StepCheckAtProvider, &c)
 	readCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
 	defer cancel()
 	state, err = s.payments.ReadSubscription(readCtx, acct.Subscription.StripeSubscriptionID)
@@ -248,7 +248,7 @@ func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmat
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
 	attempt := c.Attempt
-	s.at(ctx, StepRecoveryPoint, c)
+	s.at(ctx, StepRecoveryPoint, &c)
 	c, acct, now, err := tx.SaveRecoveryPoint(ctx, c.ID, attempt, c.Consent)
 	if err != nil {
 		return redemption{}, fmt.Errorf("save recovery point: %w", err)
@@ -283,7 +283,7 @@ func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, 
 	if message != "" {
 		return redemption{outcome: Errorf(CodeTokenMismatch, "%s", message)}, s.revokeAsDrift(ctx, tx, caller, c)
 	}
-	s.at(ctx, StepSend, c)
+	s.at(ctx, StepSend, &c)
 	return s.send(ctx, tx, caller, c, acct, now, attached, attempt == 0, withheld)
 }
 
@@ -316,7 +316,7 @@ func (s *Service) answerSettled(c Confirmation, acct Account, withheld bool) red
 func (s *Service) send(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
 	attached *ProviderSchedule, auditUnknown, withheld bool) (redemption, error) {
 	applied, err := s.apply(ctx, c, acct, attached)
-	s.at(ctx, StepRecord, c)
+	s.at(ctx, StepRecord, &c)
 	return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, auditUnknown, withheld)
 }
 

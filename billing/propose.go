@@ -41,7 +41,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	if err := s.refuseEarly(ctx, caller, acct.Policy, req.Operation, to.ID); err != nil {
 		return ChangeResult{}, err
 	}
-	s.atAccount(ctx, StepQuote, acct)
+	s.atAccount(ctx, StepQuote, &acct)
 	terms, err := s.quote(ctx, acct, from, to, req, now)
 	if err != nil {
 		return ChangeResult{}, err
@@ -50,7 +50,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	if err != nil {
 		return ChangeResult{}, err
 	}
-	s.atAccount(ctx, StepIssue, acct)
+	s.atAccount(ctx, StepIssue, &acct)
 	c, token, err := s.issue(ctx, caller, acct, req.Operation, terms, action)
 	if err != nil {
 		return ChangeResult{}, err

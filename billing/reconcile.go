@@ -62,7 +62,7 @@ func (s *Service) ReconcileSubscription(ctx context.Context, ev SubscriptionEven
 		if err != nil {
 			return err
 		}
-		s.atAccount(ctx, StepWebhookRead, acct)
+		s.atAccount(ctx, StepWebhookRead, &acct)
 		state, err := s.stateAfter(ctx, ev)
 		if err != nil {
 			return err
@@ -70,7 +70,7 @@ func (s *Service) ReconcileSubscription(ctx context.Context, ev SubscriptionEven
 		if outcome, err = s.applyProviderState(ctx, tx, acct, state, ev.Created); err != nil {
 			return err
 		}
-		s.atAccount(ctx, StepWebhookCommit, acct)
+		s.atAccount(ctx, StepWebhookCommit, &acct)
 		return nil
 	})
 	if busy { // 503: Stripe delivers the event again later

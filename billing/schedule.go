@@ -237,7 +237,7 @@ func (s *Service) SyncScheduledChanges(ctx context.Context, grace time.Duration,
 				return fmt.Errorf("lock due scheduled change: %w", err)
 			}
 			seen = append(seen, acct.Subscription.StripeSubscriptionID)
-			s.atAccount(ctx, StepRenewal, acct)
+			s.atAccount(ctx, StepRenewal, &acct)
 			state, err := s.readBack(ctx, acct)
 			if err != nil {
 				// Not this round: the others are not held up by it.
@@ -319,7 +319,7 @@ func (s *Service) restoreScheduled(ctx context.Context, c Confirmation, acct Acc
 	change := PlanChange{CustomerID: acct.Org.StripeCustomerID, SubscriptionID: acct.Subscription.StripeSubscriptionID,
 		ItemID: acct.Subscription.StripeItemID, FromPriceID: state.PriceID, NewPriceID: sc.PriceID,
 		AtPeriodEnd: true, PeriodEnd: sc.At, ConfirmationID: sc.ConfirmationID, Attached: state.Schedule}
-	s.at(ctx, StepRestore, c)
+	s.at(ctx, StepRestore, &c)
 	callCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
 	defer cancel()
 	applied, err := s.payments.ApplyPlanChange(callCtx, change, idempotencyKey(c)+":restore")

@@ -57,7 +57,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	}
 	ctx, cancel := s.afterSideEffect(ctx)
 	defer cancel()
-	s.at(ctx, StepSettleReadBack, c)
+	s.at(ctx, StepSettleReadBack, &c)
 	state, err := s.readBack(ctx, acct)
 	if err != nil {
 		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false, withheld)
@@ -76,7 +76,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	// The same request under the same key: Stripe replays its first answer,
 	// or makes the change if the first request never reached it, which the
 	// consent still covers.
-	s.at(ctx, StepSettleResend, c)
+	s.at(ctx, StepSettleResend, &c)
 	applied, err := s.apply(ctx, c, acct, state.Schedule)
 	if !needsReadBack(err) {
 		return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, false, withheld)
@@ -220,12 +220,12 @@ func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration,
 				return fmt.Errorf("lock unsettled confirmation: %w", err)
 			}
 			seen = append(seen, c.ID)
-			s.at(ctx, StepSettleLock, c)
+			s.at(ctx, StepSettleLock, &c)
 			caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "settle"}
 			if _, err = s.settle(ctx, tx, caller, c, acct, now, true); err != nil {
 				return err
 			}
-			s.at(ctx, StepSettleCommit, c)
+			s.at(ctx, StepSettleCommit, &c)
 			return nil
 		})
 		if err != nil {

@@ -134,11 +134,17 @@ func (h StepHook) At(ctx context.Context, step Step, at StepEvent) {
 }
 
 // at marks the beginning of step for c.
-func (s *Service) at(ctx context.Context, step Step, c Confirmation) {
+func (s *Service) at(ctx context.Context, step Step, c *Confirmation) {
+	if s.steps == nil {
+		return
+	}
 	s.steps.At(ctx, step, StepEvent{Org: c.Org, Confirmation: c.ID})
 }
 
 // atAccount marks the beginning of step for acct's subscription.
-func (s *Service) atAccount(ctx context.Context, step Step, acct Account) {
+func (s *Service) atAccount(ctx context.Context, step Step, acct *Account) {
+	if s.steps == nil {
+		return
+	}
 	s.steps.At(ctx, step, StepEvent{Org: acct.Org.ID, Subscription: acct.Subscription.StripeSubscriptionID})
 }

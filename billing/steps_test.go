@@ -27,6 +27,6 @@ func BenchmarkStepDisarmed(b *testing.B) {
 	ctx := context.Background()
 	c := Confirmation{ID: "cfm_x", Org: "org"}
 	for b.Loop() {
-		s.at(ctx, StepSend, c)
+		s.at(ctx, StepSend, &c)
 	}
 }
