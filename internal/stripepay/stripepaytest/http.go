@@ -66,7 +66,7 @@ func (s *Server) endpoint(e Endpoint, fn endpointFunc) http.Handler {
 			}
 		}
 		sub := s.subscriptionOf(e, r)
-		fault, aimed := s.takeFaultFor(sub)
+		fault, aimed := s.takeFaultFor(sub, e)
 		if !aimed {
 			fault = s.takeFault(e)
 		}

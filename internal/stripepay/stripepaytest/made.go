@@ -2,6 +2,7 @@ package stripepaytest
 
 import (
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -18,7 +19,7 @@ type Made struct {
 	Subscription string
 	// Key is the request's idempotency key ("" for none).
 	Key string
-	At  time.Time // the fake's clock
+	At  time.Time // the wall clock's (not the fake's, which AdvanceClock moves)
 	// LatestInvoice is the subscription's latest invoice right after the
 	// request (an update that invoiced made it).
 	LatestInvoice string
@@ -47,11 +48,26 @@ func (s *Server) FailNextFor(subscriptionID string, f Fault) {
 	s.faultsFor[subscriptionID] = append(s.faultsFor[subscriptionID], f)
 }
 
-// ClearFaultsFor drops the faults still queued for the subscription.
+// FailNextForAt injects f into the next request about the subscription
+// that executes at e; these come before FailNextFor's.
+func (s *Server) FailNextForAt(subscriptionID string, e Endpoint, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := subscriptionID + " " + string(e)
+	s.faultsFor[key] = append(s.faultsFor[key], f)
+}
+
+// ClearFaultsFor drops the faults still queued or set for the
+// subscription, at any endpoint.
 func (s *Server) ClearFaultsFor(subscriptionID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.faultsFor, subscriptionID)
+	for key := range s.faultsFor {
+		if key == subscriptionID || strings.HasPrefix(key, subscriptionID+" ") {
+			delete(s.faultsFor, key)
+		}
+	}
+	delete(s.alwaysFor, subscriptionID)
 }
 
 // FailAlwaysFor makes every request about the subscription fail with f
@@ -86,8 +102,9 @@ func (s *Server) subscriptionOf(e Endpoint, r *http.Request) string {
 	return ""
 }
 
-// takeFaultFor is the fault aimed at the subscription, if any.
-func (s *Server) takeFaultFor(subscriptionID string) (Fault, bool) {
+// takeFaultFor is the fault aimed at the subscription's requests at e, if
+// any.
+func (s *Server) takeFaultFor(subscriptionID string, e Endpoint) (Fault, bool) {
 	if subscriptionID == "" {
 		return Fault{}, false
 	}
@@ -96,19 +113,20 @@ func (s *Server) takeFaultFor(subscriptionID string) (Fault, bool) {
 	if f, ok := s.alwaysFor[subscriptionID]; ok {
 		return f, true
 	}
-	queue := s.faultsFor[subscriptionID]
-	if len(queue) == 0 {
-		return Fault{}, false
+	for _, key := range []string{subscriptionID + " " + string(e), subscriptionID} {
+		if queue := s.faultsFor[key]; len(queue) > 0 {
+			s.faultsFor[key] = queue[1:]
+			return queue[0], true
+		}
 	}
-	s.faultsFor[subscriptionID] = queue[1:]
-	return queue[0], true
+	return Fault{}, false
 }
 
 // noteMade records a request that executed and succeeded.
 func (s *Server) noteMade(e Endpoint, subscriptionID, key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := Made{Endpoint: e, Subscription: subscriptionID, Key: key, At: s.now()}
+	m := Made{Endpoint: e, Subscription: subscriptionID, Key: key, At: time.Now()}
 	if sub, ok := s.subs[subscriptionID]; ok {
 		m.LatestInvoice = sub.LatestInvoice
 		if len(sub.Items) > 0 {

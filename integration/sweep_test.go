@@ -1,0 +1,652 @@
+package integration
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/failpoint"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
+)
+
+// The failpoint sweep: every operation × every named step of the money path
+// it passes (billing.Paths) × every fault, against real PostgreSQL, the
+// Stripe fake and two real `billingd serve` processes whose every step asks
+// this test what to do (BILLINGD_FAILPOINTS). Each case runs one operation
+// for an org of its own; when the armed step begins, the fault happens
+// right there (the process SIGKILLed and restarted at once, the database's
+// connections terminated, Stripe failing the next request, a webhook,
+// a change in Stripe's dashboard, the renewal, the policy turning, another
+// member's call), then the case is settled by any replica and judged by one
+// oracle (sweep_oracle_test.go). SWEEP=full runs every case (.ci/run);
+// otherwise a fixed slice runs (every step and every fault at least once).
+
+// TestFailpointSweep runs the sweep.
+func TestFailpointSweep(t *testing.T) {
+	// Not parallel: it kills and restarts processes and cuts the database.
+	sw := newSweep(t)
+	cases := sw.plan(os.Getenv("SWEEP") == "full")
+	only, err := regexp.Compile(os.Getenv("SWEEP_ONLY")) // to run again the cases a failure names
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran []*sweepCase
+	for _, sc := range cases {
+		if only.MatchString(sc.String()) {
+			sw.run(sc)
+			ran = append(ran, sc)
+		}
+	}
+	sw.report(ran, only.String() == "")
+}
+
+// sweepOp is one operation the sweep runs: setup brings the org to where
+// the operation starts (through the in-process replica, no failpoints),
+// run makes the calls a client would and records every answer.
+type sweepOp struct {
+	name string
+	plan string // the org's plan at the start
+	// otherOp and otherTo are another member's pending change (default:
+	// downgrade to free), which a fault may redeem.
+	otherOp, otherTo string
+	setup            func(sw *sweep, sc *sweepCase)
+	run              func(sw *sweep, sc *sweepCase)
+}
+
+// sweepFault happens when the armed step begins; it returns the action the
+// process takes (continue, or kill).
+type sweepFault struct {
+	name string
+	fire func(sw *sweep, sc *sweepCase) string
+}
+
+// sweepCase is one operation, one armed step and one fault.
+type sweepCase struct {
+	op    sweepOp
+	step  billing.Step
+	fault sweepFault
+	n     int
+
+	org, sub string
+	payer    string // the member making the change (REST token)
+	other    string // another member of the org (REST token)
+	// otherToken is the other member's pending first call, made at setup,
+	// which the fault "another member's second call" redeems.
+	otherPending proposal
+
+	mu        sync.Mutex
+	fired     bool
+	reached   []string // the steps the case passed, in order
+	answers   []sweepAnswer
+	deniedAt  time.Time // when the policy turned to deny (fault policy)
+	dashboard bool      // Stripe's dashboard changed the subscription
+	renewed   bool      // the test clock renewed the subscription
+	// scheduledBefore is the change scheduled at Stripe when the operation
+	// began ("" for none).
+	scheduledBefore string
+	violations      []string
+}
+
+func (sc *sweepCase) String() string {
+	return fmt.Sprintf("#%d %s at %s with %s", sc.n, sc.op.name, sc.step, sc.fault.name)
+}
+
+// sweepAnswer is an answer billingd gave during a case.
+type sweepAnswer struct {
+	who          string // which call: "first", "second", "mcp", "other first", …
+	status       int    // HTTP status; 0: no answer (the process died)
+	body         []byte
+	confirmation string // the confirmation it is about, if known
+	tokenHeld    bool   // the caller holds the confirmation's token
+	// stripePlan is Stripe's plan the moment the answer arrived.
+	stripePlan string
+	at         time.Time
+}
+
+// sweep is the sweep's world: the harness (database, issuer, Stripe fake,
+// an in-process replica), two billingd processes and the controller.
+type sweep struct {
+	t        *testing.T
+	h        *harness
+	replicas [2]*sweepReplica
+	mu       sync.Mutex
+	current  *sweepCase
+	steps    map[string]int // how often each step was reached, by any case
+	unlisted map[string]bool
+	listed   map[string]bool
+	mcpReach map[string]bool
+}
+
+const (
+	sweepStripeTimeout  = 1 * time.Second
+	sweepSettleInterval = 250 * time.Millisecond
+	// sweepSettleBound is oracle 6's bound beyond SETTLE_INTERVAL: a
+	// request's outcome is certainly known 3×STRIPE_TIMEOUT after its
+	// recovery point (billing.attemptOver), then a round takes a settle.
+	sweepSettleBound = 3*sweepStripeTimeout + 5*time.Second
+	sweepPersonApp   = "sweep-dashboard"
+)
+
+func newSweep(t *testing.T) *sweep {
+	h := newHarness(t, withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("CONFIRM_TTL", "30s"),
+		withEnv("STRIPE_TIMEOUT", sweepStripeTimeout.String()), withEnv("PERSON_CLIENTS", sweepPersonApp))
+	sw := &sweep{t: t, h: h, steps: map[string]int{}, unlisted: map[string]bool{}, listed: map[string]bool{}}
+	for _, path := range billing.Paths() {
+		for _, step := range path {
+			sw.listed[step.String()] = true
+		}
+	}
+	ctl := httptest.NewServer(http.HandlerFunc(sw.control))
+	t.Cleanup(ctl.Close)
+	// The processes settle every SETTLE_INTERVAL; the in-process replica
+	// (no failpoints) keeps the default 15 s, so that the processes, whose
+	// steps the sweep sees, are the ones that settle.
+	h.env["SETTLE_INTERVAL"] = sweepSettleInterval.String()
+	h.env["BILLINGD_FAILPOINTS"] = ctl.URL
+	bin := billingdBinary(t)
+	for i := range sw.replicas {
+		sw.replicas[i] = startSweepReplica(t, h, bin, freeAddr(t))
+	}
+	sw.poison()
+	return sw
+}
+
+// control answers a process at a step: the armed fault, or continue.
+func (sw *sweep) control(w http.ResponseWriter, r *http.Request) {
+	var req failpoint.Request
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	sw.mu.Lock()
+	sw.steps[req.Step]++
+	if !sw.listed[req.Step] {
+		sw.unlisted[req.Step] = true
+	}
+	sc := sw.current
+	sw.mu.Unlock()
+	action := failpoint.ActionContinue
+	if sc != nil && (req.Org == sc.org || req.Subscription == sc.sub) {
+		sc.mu.Lock()
+		sc.reached = append(sc.reached, req.Step)
+		fire := !sc.fired && req.Step == sc.step.String()
+		sc.fired = sc.fired || fire
+		sc.mu.Unlock()
+		if fire {
+			action = sc.fault.fire(sw, sc)
+		}
+	}
+	_ = json.NewEncoder(w).Encode(failpoint.Answer{Action: action})
+}
+
+// run runs one case and judges it.
+func (sw *sweep) run(sc *sweepCase) {
+	sw.t.Helper()
+	h := sw.h
+	sc.org = fmt.Sprintf("sw%04d", sc.n)
+	acct := h.createOrg(sc.org, "Sweep "+sc.org, sc.op.plan)
+	sc.sub = acct.Subscription.StripeSubscriptionID
+	sc.payer = h.user(sc.org, "payer")
+	sc.other = h.user(sc.org, "other")
+	if sc.op.setup != nil {
+		sc.op.setup(sw, sc)
+	}
+	otherOp, otherTo := cmp.Or(sc.op.otherOp, "downgrade"), cmp.Or(sc.op.otherTo, "free")
+	sc.otherPending = h.propose(sc.other, otherOp, otherTo)
+	sc.scheduledBefore = sw.scheduledAtStripe(sc.sub)
+
+	sw.mu.Lock()
+	sw.current = sc
+	sw.mu.Unlock()
+	sc.op.run(sw, sc)
+	sw.settle(sc)
+	sw.mu.Lock()
+	sw.current = nil
+	sw.mu.Unlock()
+	h.fake.ClearFaultsFor(sc.sub)
+
+	sw.judge(sc)
+	for _, v := range sc.violations {
+		sw.t.Errorf("%s: %s", sc, v)
+	}
+}
+
+// settle waits for every unknown outcome of the case to be settled (oracle
+// 6), then delivers Stripe's latest event late, as Stripe would, and waits
+// for billingd to show Stripe's subscription (oracle 1 then judges it).
+func (sw *sweep) settle(sc *sweepCase) {
+	for _, r := range sw.replicas {
+		r.waitReady(sw.t)
+	}
+	deadline := time.Now().Add(sweepSettleInterval + sweepSettleBound)
+	for sw.executing(sc.org) > 0 {
+		if time.Now().After(deadline) {
+			sc.violate(6, "an unknown outcome was not settled within SETTLE_INTERVAL + %s", sweepSettleBound)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sw.deliverLatest(sc, sw.replicas[1].url)
+	for deadline := time.Now().Add(5 * time.Second); sw.disagreement(sc) != "" && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// executing counts the org's confirmations whose outcome is unknown.
+func (sw *sweep) executing(org string) int {
+	var n int
+	if err := sw.h.db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM confirmations WHERE org = $1 AND status = 'executing'`, org).Scan(&n); err != nil {
+		sw.t.Fatal(err)
+	}
+	return n
+}
+
+// poison leaves, for the whole sweep, one executing confirmation that no
+// settle can record (a trigger refuses every write of its row) and that is
+// the oldest: oracle 6 asks that every other outcome is settled all the
+// same.
+func (sw *sweep) poison() {
+	h := sw.h
+	h.createOrg("swpoison", "Poisoned", "pro")
+	p := h.propose(h.user("swpoison", "payer"), "upgrade", "scale")
+	h.exec(sw.t, `UPDATE confirmations SET status = 'executing', attempted_at = now() - interval '1 day',
+		sent_at = now() - interval '1 day' WHERE id = '`+p.ConfirmationID+`'`)
+	h.exec(sw.t, `CREATE FUNCTION sweep_poisoned() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN RAISE EXCEPTION 'sweep: this row cannot be written'; END $$`)
+	h.exec(sw.t, `CREATE TRIGGER sweep_poisoned BEFORE UPDATE ON confirmations FOR EACH ROW
+		WHEN (OLD.id = '`+p.ConfirmationID+`') EXECUTE FUNCTION sweep_poisoned()`)
+}
+
+func (sc *sweepCase) violate(oracle int, format string, args ...any) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.violations = append(sc.violations, fmt.Sprintf("oracle %d: ", oracle)+fmt.Sprintf(format, args...))
+}
+
+// record keeps an answer, with Stripe's plan as it is the moment it arrived.
+func (sw *sweep) record(sc *sweepCase, a sweepAnswer) sweepAnswer {
+	a.at = time.Now()
+	if sub, ok := sw.h.fake.Subscription(sc.sub); ok {
+		a.stripePlan = planOfPrice(sub.Items[0].PriceID)
+	}
+	sc.mu.Lock()
+	sc.answers = append(sc.answers, a)
+	sc.mu.Unlock()
+	return a
+}
+
+// call makes one REST call to base and records its answer; status 0: no
+// answer (the process died).
+func (sw *sweep) call(sc *sweepCase, who, base, method, path, token string, body any, confirmation string, held bool) sweepAnswer {
+	var reader io.Reader
+	if body != nil {
+		data, _ := json.Marshal(body)
+		reader = bytes.NewReader(data)
+	}
+	a := sweepAnswer{who: who, confirmation: confirmation, tokenHeld: held}
+	req, err := http.NewRequest(method, base+path, reader)
+	if err != nil {
+		sw.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 30 * time.Second}
+	if resp, err := client.Do(req); err == nil {
+		a.status = resp.StatusCode
+		a.body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	return sw.record(sc, a)
+}
+
+// firstCall is a first call by the payer to replica A.
+func (sw *sweep) firstCall(sc *sweepCase, op, to, at string) (proposal, bool) {
+	body := map[string]string{"to": to}
+	if at != "" {
+		body["at"] = at
+	}
+	a := sw.call(sc, "first", sw.replicas[0].url, "POST", "/api/billing/"+op, sc.payer, body, "", false)
+	var p proposal
+	if a.status != http.StatusAccepted || json.Unmarshal(a.body, &p) != nil {
+		return proposal{}, false
+	}
+	sc.mu.Lock()
+	sc.answers[len(sc.answers)-1].confirmation = p.ConfirmationID
+	sc.mu.Unlock()
+	return p, true
+}
+
+// secondCall is the payer's second call to replica A, repeated as a client
+// does: after no answer (the process died: once it is back) and as long as
+// billingd answers 503 with Retry-After, a few times.
+func (sw *sweep) secondCall(sc *sweepCase, op, to, at string, p proposal) {
+	body := map[string]string{"to": to, "confirm_token": p.ConfirmToken}
+	if at != "" {
+		body["at"] = at
+	}
+	for try := 0; try < 4; try++ {
+		a := sw.call(sc, "second", sw.replicas[0].url, "POST", "/api/billing/"+op, sc.payer, body, p.ConfirmationID, true)
+		switch {
+		case a.status == 0:
+			sw.replicas[0].waitReady(sw.t)
+		case a.status == http.StatusServiceUnavailable || a.status == http.StatusConflict && strings.Contains(string(a.body), "approval_pending"):
+			time.Sleep(time.Second)
+		default:
+			return
+		}
+	}
+}
+
+// handshake is a first call and, if it gave a token, its second call.
+func (sw *sweep) handshake(sc *sweepCase, op, to, at string) {
+	if p, ok := sw.firstCall(sc, op, to, at); ok {
+		sw.secondCall(sc, op, to, at, p)
+	}
+}
+
+// scheduleThrough schedules a change at the period's end through the
+// in-process replica (setup).
+func (sw *sweep) scheduleThrough(sc *sweepCase, to string) {
+	p := sw.h.proposeAt(sc.payer, "downgrade", to, "period_end")
+	sw.h.confirmAt(sc.payer, "downgrade", to, "period_end", p.ConfirmToken)
+}
+
+// sweepOps are the operations: every way a change is asked for and made.
+func sweepOps() []sweepOp {
+	return []sweepOp{
+		{name: "upgrade", plan: "pro", run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "upgrade", "scale", "") }},
+		{name: "downgrade now", plan: "scale", run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "downgrade", "pro", "") }},
+		{name: "downgrade at period end", plan: "scale",
+			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "downgrade", "pro", "period_end") }},
+		{name: "keep", plan: "scale", setup: func(sw *sweep, sc *sweepCase) { sw.scheduleThrough(sc, "pro") },
+			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "upgrade", "scale", "") }},
+		{name: "upgrade cancelling a scheduled downgrade", plan: "pro",
+			setup: func(sw *sweep, sc *sweepCase) { sw.scheduleThrough(sc, "free") },
+			run:   func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "upgrade", "scale", "") }},
+		{name: "declined upgrade cancelling a scheduled downgrade", plan: "pro",
+			setup: func(sw *sweep, sc *sweepCase) { sw.scheduleThrough(sc, "free") },
+			run: func(sw *sweep, sc *sweepCase) {
+				sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.DeclineCard)
+				sw.handshake(sc, "upgrade", "scale", "")
+			}},
+		{name: "allow", plan: "pro", otherOp: "upgrade", otherTo: "scale",
+			setup: func(sw *sweep, sc *sweepCase) {
+				sw.h.setPolicy(sc.org, `{"rules":[{"name":"downgrades run at once","operation":"downgrade_plan","action":"allow"}]}`)
+			},
+			run: func(sw *sweep, sc *sweepCase) {
+				sw.call(sc, "allow", sw.replicas[0].url, "POST", "/api/billing/downgrade", sc.payer,
+					map[string]string{"to": "free"}, "", false)
+			}},
+		{name: "approval", plan: "pro",
+			setup: func(sw *sweep, sc *sweepCase) {
+				sw.h.setPolicy(sc.org, `{"approval_window_seconds":120,"rules":[{"name":"upgrades need approval","operation":"upgrade_plan","action":"approve"}]}`)
+			},
+			run: func(sw *sweep, sc *sweepCase) {
+				p, ok := sw.firstCall(sc, "upgrade", "scale", "")
+				if !ok {
+					return
+				}
+				approver := sw.h.tokenOf(sweepPersonApp, sc.org, "approver", auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
+				sw.call(sc, "approve", sw.replicas[1].url, "POST", "/api/billing/confirmations/"+p.ConfirmationID+"/approve",
+					approver, nil, p.ConfirmationID, false)
+				sw.secondCall(sc, "upgrade", "scale", "", p)
+			}},
+		{name: "elicitation over MCP", plan: "pro", run: func(sw *sweep, sc *sweepCase) { sw.elicit(sc) }},
+		{name: "upgrade, answer lost, settled by a replica", plan: "pro", run: func(sw *sweep, sc *sweepCase) {
+			sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.LoseResponse)
+			if p, ok := sw.firstCall(sc, "upgrade", "scale", ""); ok {
+				sw.call(sc, "second", sw.replicas[0].url, "POST", "/api/billing/upgrade", sc.payer,
+					map[string]string{"to": "scale", "confirm_token": p.ConfirmToken}, p.ConfirmationID, true)
+			}
+		}},
+		{name: "upgrade, Stripe 5xx, settled by a replica", plan: "pro", run: func(sw *sweep, sc *sweepCase) {
+			sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.ServerError)
+			if p, ok := sw.firstCall(sc, "upgrade", "scale", ""); ok {
+				sw.call(sc, "second", sw.replicas[0].url, "POST", "/api/billing/upgrade", sc.payer,
+					map[string]string{"to": "scale", "confirm_token": p.ConfirmToken}, p.ConfirmationID, true)
+			}
+		}},
+		{name: "upgrade, answer lost, settled by a webhook", plan: "pro", run: func(sw *sweep, sc *sweepCase) {
+			sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.LoseResponse)
+			if p, ok := sw.firstCall(sc, "upgrade", "scale", ""); ok {
+				sw.call(sc, "second", sw.replicas[0].url, "POST", "/api/billing/upgrade", sc.payer,
+					map[string]string{"to": "scale", "confirm_token": p.ConfirmToken}, p.ConfirmationID, true)
+				sw.deliverLatest(sc, sw.replicas[1].url)
+			}
+		}},
+		{name: "renewal applies a scheduled downgrade", plan: "scale",
+			setup: func(sw *sweep, sc *sweepCase) { sw.scheduleThrough(sc, "pro") },
+			run: func(sw *sweep, sc *sweepCase) {
+				sw.renew(sc)
+				// The database's clock has not moved with Stripe's test
+				// clock: the row is made due, as the renewal's date passed.
+				sw.h.exec(sw.t, `UPDATE subscriptions SET scheduled = jsonb_set(scheduled, '{at}',
+					to_jsonb(now() - interval '1 hour')) WHERE org = '`+sc.org+`'`)
+				deadline := time.Now().Add(5 * time.Second)
+				for sw.h.subscriptionView(sc.payer).ScheduledChange != nil && time.Now().Before(deadline) {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}},
+	}
+}
+
+// elicit asks for an upgrade over MCP from a client that shows the person
+// a form and accepts it: billingd makes the second call itself.
+func (sw *sweep) elicit(sc *sweepCase) {
+	o := &host{h: sw.h, token: sc.payer, answer: answerWith("accept", map[string]any{"confirm": true})}
+	opts := &sdk.ClientOptions{Capabilities: &sdk.ClientCapabilities{Elicitation: formOnly}, ElicitationHandler: o.elicit}
+	cs, err := mcpDialWith(sw.replicas[0].url, sw.h.mcpUser(sc.org, "payer"), "2025-11-25", opts, false)
+	a := sweepAnswer{who: "mcp"}
+	if err == nil {
+		defer cs.Close()
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "upgrade_plan", Arguments: map[string]any{"to": "scale"}})
+		if err == nil {
+			a.status = http.StatusOK
+			if res.IsError {
+				a.status = http.StatusConflict
+			}
+			a.body, _ = json.Marshal(res.StructuredContent)
+			if len(a.body) == 0 || string(a.body) == "null" {
+				a.body = []byte(strings.Join(texts(res), "\n"))
+			}
+		}
+	}
+	sw.record(sc, a)
+}
+
+// renew moves Stripe's test clock past the subscription's period end: it
+// renews, and a scheduled change applies.
+func (sw *sweep) renew(sc *sweepCase) {
+	sub, _ := sw.h.fake.Subscription(sc.sub)
+	// The fake's clock is its own: its period end minus its now.
+	sw.h.fake.AdvanceClock(sub.CurrentPeriodEnd.Sub(sub.CurrentPeriodStart) + time.Hour)
+	sc.mu.Lock()
+	sc.renewed = true
+	sc.mu.Unlock()
+}
+
+// deliverLatest delivers the latest Stripe event about the case's
+// subscription to base, as Stripe does (late, perhaps again).
+func (sw *sweep) deliverLatest(sc *sweepCase, base string) {
+	events := sw.h.fake.Events()
+	for i := len(events) - 1; i >= 0; i-- {
+		if bytes.Contains(events[i].Payload, []byte(`"`+sc.sub+`"`)) {
+			r := *sw.h
+			r.url = base
+			r.roundTripQuiet(signedWebhook(events[i]))
+			return
+		}
+	}
+}
+
+// sweepFaults are the faults, each brought about when the armed step
+// begins.
+func sweepFaults() []sweepFault {
+	stripe := func(name string, f stripepaytest.Fault) sweepFault {
+		return sweepFault{name: name, fire: func(sw *sweep, sc *sweepCase) string {
+			sw.h.fake.FailNextFor(sc.sub, f)
+			return failpoint.ActionContinue
+		}}
+	}
+	// async lets the fault's call go on without the step: the call may
+	// wait for a lock the paused step holds. It waits a while for it.
+	async := func(fn func()) {
+		done := make(chan struct{})
+		go func() { defer close(done); fn() }()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+	}
+	return []sweepFault{
+		{name: "SIGKILL", fire: func(*sweep, *sweepCase) string { return failpoint.ActionKill }},
+		{name: "database connections terminated", fire: func(sw *sweep, sc *sweepCase) string {
+			_, _ = sw.h.db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+			return failpoint.ActionContinue
+		}},
+		stripe("Stripe 5xx", stripepaytest.ServerError),
+		stripe("Stripe timeout", stripepaytest.Delay(sweepStripeTimeout+500*time.Millisecond)),
+		stripe("Stripe applies then errs", stripepaytest.ApplyThenServerError),
+		stripe("Stripe 429", stripepaytest.RateLimited),
+		stripe("Stripe declines", stripepaytest.DeclineCard),
+		{name: "webhook", fire: func(sw *sweep, sc *sweepCase) string {
+			async(func() { sw.deliverLatest(sc, sw.replicas[1].url) })
+			return failpoint.ActionContinue
+		}},
+		{name: "change in Stripe's dashboard", fire: func(sw *sweep, sc *sweepCase) string {
+			_ = sw.h.fake.ChangeInDashboard(sc.sub, func(s *stripepaytest.Subscription) { s.Items[0].PriceID = "price_billingd_free" })
+			sc.mu.Lock()
+			sc.dashboard = true
+			sc.mu.Unlock()
+			return failpoint.ActionContinue
+		}},
+		{name: "renewal", fire: func(sw *sweep, sc *sweepCase) string {
+			sw.renew(sc)
+			return failpoint.ActionContinue
+		}},
+		{name: "policy turns to deny", fire: func(sw *sweep, sc *sweepCase) string {
+			async(func() {
+				sw.call(sc, "policy", sw.replicas[1].url, "PUT", "/api/billing/policy", sw.h.admin(sc.org, "policy-admin"),
+					map[string]any{"rules": []map[string]string{{"name": "no changes", "action": "deny"}}}, "", false)
+				sc.mu.Lock()
+				sc.deniedAt = time.Now()
+				sc.mu.Unlock()
+			})
+			return failpoint.ActionContinue
+		}},
+		{name: "another member's first call", fire: func(sw *sweep, sc *sweepCase) string {
+			async(func() {
+				a := sw.call(sc, "other first", sw.replicas[1].url, "POST", "/api/billing/downgrade", sc.other,
+					map[string]string{"to": "free"}, "", false)
+				var p proposal
+				if a.status == http.StatusAccepted && json.Unmarshal(a.body, &p) == nil {
+					sc.mu.Lock()
+					for i := range sc.answers {
+						if sc.answers[i].who == "other first" {
+							sc.answers[i].confirmation = p.ConfirmationID
+						}
+					}
+					sc.mu.Unlock()
+				}
+			})
+			return failpoint.ActionContinue
+		}},
+		{name: "another member's second call", fire: func(sw *sweep, sc *sweepCase) string {
+			async(func() {
+				op := cmp.Or(sc.op.otherOp, "downgrade")
+				sw.call(sc, "other second", sw.replicas[1].url, "POST", "/api/billing/"+op, sc.other,
+					map[string]string{"to": sc.otherPending.Details.To, "confirm_token": sc.otherPending.ConfirmToken},
+					sc.otherPending.ConfirmationID, true)
+			})
+			return failpoint.ActionContinue
+		}},
+	}
+}
+
+// plan lists the cases. Each operation is first run once with no fault, to
+// learn the steps it passes (its trace); every step of it is then armed
+// with every fault (full), or in the fixed slice with the faults taken in
+// turn, so that every step meets a few and every fault meets many steps.
+func (sw *sweep) plan(full bool) []*sweepCase {
+	var cases []*sweepCase
+	faults := sweepFaults()
+	n := 0
+	for _, op := range sweepOps() {
+		n++
+		dry := &sweepCase{op: op, n: n, fault: sweepFault{name: "no fault"}}
+		sw.run(dry)
+		steps := uniqueSteps(dry.reached)
+		for i, step := range steps {
+			for j, f := range faults {
+				if !full && (i+j)%len(faults) >= 2 {
+					continue
+				}
+				n++
+				cases = append(cases, &sweepCase{op: op, step: stepNamed(step), fault: f, n: n})
+			}
+		}
+	}
+	return cases
+}
+
+func uniqueSteps(reached []string) []string {
+	var steps []string
+	for _, s := range reached {
+		if !slices.Contains(steps, s) {
+			steps = append(steps, s)
+		}
+	}
+	return steps
+}
+
+func stepNamed(name string) billing.Step {
+	for _, path := range billing.Paths() {
+		for _, s := range path {
+			if s.String() == name {
+				return s
+			}
+		}
+	}
+	path, step, _ := strings.Cut(name, "/")
+	return billing.Step{Path: path, Name: step}
+}
+
+// report prints how many cases ran and fails for steps the sweep was not
+// told of (billing.Paths) and listed steps no case reached.
+func (sw *sweep) report(cases []*sweepCase, all bool) {
+	fired := 0
+	for _, sc := range cases {
+		if sc.fired {
+			fired++
+		}
+	}
+	sw.t.Logf("failpoint sweep: %d cases run (%d operations; the armed step reached in %d), %d distinct steps reached",
+		len(cases), len(sweepOps()), fired, len(sw.steps))
+	fmt.Printf("failpoint sweep: %d cases run, the armed step reached in %d\n", len(cases), fired)
+	for step := range sw.unlisted {
+		sw.t.Errorf("step %s is not in billing.Paths: the sweep would not arm it", step)
+	}
+	for step := range sw.listed {
+		if all && sw.steps[step] == 0 {
+			sw.t.Errorf("step %s was reached by no case: no operation of the sweep passes it", step)
+		}
+	}
+}
