@@ -113,7 +113,9 @@ func (sw *sweep) confirmations(org string) []sweepConfirmation {
 // madeAtStripe maps each confirmation whose change Stripe made to the
 // request that made it: an update (a change now) or the phases of a
 // schedule (at the period's end) under one of its attempts' keys, or, for
-// a keep, the release of the schedule.
+// a keep, the release of the schedule while the subscription was on the
+// plan kept (a release after the renewal made the scheduled change, or
+// after a change in Stripe's dashboard, keeps nothing).
 func (sw *sweep) madeAtStripe(sc *sweepCase, cfms []sweepConfirmation) map[string]stripepaytest.Made {
 	made := map[string]stripepaytest.Made{}
 	for _, m := range sw.h.fake.MadeFor(sc.sub) {
@@ -125,7 +127,8 @@ func (sw *sweep) madeAtStripe(sc *sweepCase, cfms []sweepConfirmation) map[strin
 			switch {
 			case m.Endpoint == stripepaytest.UpdateSubscription && suffix == "",
 				m.Endpoint == stripepaytest.UpdateSchedule && suffix == ":phases",
-				m.Endpoint == stripepaytest.ReleaseSchedule && c.keep() && strings.HasPrefix(suffix, ":release:"):
+				m.Endpoint == stripepaytest.ReleaseSchedule && c.keep() && strings.HasPrefix(suffix, ":release:") &&
+					planOfPrice(m.PriceID) == c.to:
 				made[c.id] = m
 			}
 		}

@@ -103,7 +103,7 @@ func (s *Server) subscriptionOf(e Endpoint, r *http.Request) string {
 }
 
 // takeFaultFor is the fault aimed at the subscription's requests at e, if
-// any.
+// any. A card decline waits for a request that can charge (a POST).
 func (s *Server) takeFaultFor(subscriptionID string, e Endpoint) (Fault, bool) {
 	if subscriptionID == "" {
 		return Fault{}, false
@@ -114,7 +114,7 @@ func (s *Server) takeFaultFor(subscriptionID string, e Endpoint) (Fault, bool) {
 		return f, true
 	}
 	for _, key := range []string{subscriptionID + " " + string(e), subscriptionID} {
-		if queue := s.faultsFor[key]; len(queue) > 0 {
+		if queue := s.faultsFor[key]; len(queue) > 0 && !(queue[0].kind == declineCard && strings.HasPrefix(string(e), "GET ")) {
 			s.faultsFor[key] = queue[1:]
 			return queue[0], true
 		}
@@ -134,4 +134,30 @@ func (s *Server) noteMade(e Endpoint, subscriptionID, key string) {
 		}
 	}
 	s.made = append(s.made, m)
+}
+
+// RenewNow brings the subscription's renewal to now, as if its period had
+// been due to end this instant: the subscription's period and its
+// schedule's phases move back by what was left of the period, then it
+// renews (and a scheduled change applies) as AdvanceClock renews it. Other
+// subscriptions, and the fake's clock, stay as they are: a test renews one
+// subscription without moving Stripe's time away from the database's.
+func (s *Server) RenewNow(subscriptionID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub, ok := s.subs[subscriptionID]
+	if !ok || sub.Status != "active" {
+		return
+	}
+	left := sub.CurrentPeriodEnd.Sub(s.now())
+	sub.CurrentPeriodStart, sub.CurrentPeriodEnd = sub.CurrentPeriodStart.Add(-left), sub.CurrentPeriodEnd.Add(-left)
+	if sch, ok := s.schedules[sub.Schedule]; ok {
+		for i := range sch.Phases {
+			sch.Phases[i].Start = sch.Phases[i].Start.Add(-left)
+			if !sch.Phases[i].End.IsZero() {
+				sch.Phases[i].End = sch.Phases[i].End.Add(-left)
+			}
+		}
+	}
+	s.renew(sub)
 }
