@@ -16,6 +16,7 @@ import (
 	"github.com/billingd/billingd/internal/app"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/config"
+	"github.com/billingd/billingd/internal/devenv"
 	"github.com/billingd/billingd/internal/devissuer"
 	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 	"github.com/billingd/billingd/internal/testenv"
@@ -39,6 +40,9 @@ type harness struct {
 	// tokenPaste: the pages offer the pasted-token sign-in (billingd dev's);
 	// most browser tests sign in that way.
 	tokenPaste bool
+	// pg is the harness's own PostgreSQL cluster (withPrivatePostgres), nil
+	// on the shared server.
+	pg *devenv.Postgres
 }
 
 type harnessOptions struct {
@@ -46,7 +50,12 @@ type harnessOptions struct {
 	poolMaxConns int
 	env          map[string]string
 	noPaste      bool
+	privatePG    bool
 }
+
+// withPrivatePostgres runs the harness on a PostgreSQL cluster of its own,
+// which the test may restart (harness.pg).
+func withPrivatePostgres() option { return func(o *harnessOptions) { o.privatePG = true } }
 
 // withoutTokenPaste serves the pages as billingd serve does: sign-in at
 // the identity provider only, no pasted tokens.
@@ -73,7 +82,12 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	h := &harness{t: t, db: testenv.NewDatabase(t), tokenPaste: !o.noPaste}
+	h := &harness{t: t, tokenPaste: !o.noPaste}
+	if o.privatePG {
+		h.db, h.pg = testenv.PrivateDatabase(t)
+	} else {
+		h.db = testenv.NewDatabase(t)
+	}
 	h.issuer = startIssuer(t)
 	stripeURL := h.stripeBase(!o.stripeMock)
 	ln := listen(t)

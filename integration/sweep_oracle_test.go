@@ -64,7 +64,7 @@ func (sw *sweep) judge(sc *sweepCase) {
 func (sw *sweep) disagreement(sc *sweepCase) string {
 	sub, _ := sw.h.fake.Subscription(sc.sub)
 	stripePlan, stripeScheduled := planOfPrice(sub.Items[0].PriceID), sw.scheduledAtStripe(sc.sub)
-	view := sw.h.subscriptionView(sc.payer)
+	view := sw.view(sc)
 	scheduled := ""
 	if v := view.ScheduledChange; v != nil {
 		scheduled = v.To + " at " + v.At.UTC().Format(time.RFC3339)
@@ -74,6 +74,22 @@ func (sw *sweep) disagreement(sc *sweepCase) string {
 			stripePlan, stripeScheduled)
 	}
 	return ""
+}
+
+// view is the subscription as billingd shows it, asked again while a
+// connection that PostgreSQL's restart cut is replaced (503).
+func (sw *sweep) view(sc *sweepCase) billing.SubscriptionView {
+	var r response
+	for try := 0; try < 10; try++ {
+		if r = sw.h.do("GET", "/api/billing/subscription", sc.payer, nil); r.Status != http.StatusServiceUnavailable {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	wantStatus(sw.t, r, http.StatusOK, "")
+	var view billing.SubscriptionView
+	r.decode(sw.t, &view)
+	return view
 }
 
 // scheduledAtStripe is the change the subscription's schedule will make,
@@ -88,26 +104,40 @@ func (sw *sweep) scheduledAtStripe(subscriptionID string) string {
 
 // confirmations lists the org's confirmations.
 func (sw *sweep) confirmations(org string) []sweepConfirmation {
-	rows, err := sw.h.db.Pool.Query(context.Background(), `SELECT id, status, operation, from_plan, to_plan,
-			at_period_end, cancels IS NOT NULL, created_at, sent_at, finished_at
-		FROM confirmations WHERE org = $1 ORDER BY created_at`, org)
-	if err != nil {
-		sw.t.Fatal(err)
-	}
-	defer rows.Close()
 	var out []sweepConfirmation
-	for rows.Next() {
-		var c sweepConfirmation
-		if err := rows.Scan(&c.id, &c.status, &c.operation, &c.from, &c.to, &c.atPeriodEnd, &c.cancels, &c.created,
-			&c.sent, &c.finished); err != nil {
-			sw.t.Fatal(err)
+	sw.query(func(ctx context.Context) error {
+		out = nil
+		rows, err := sw.h.db.Pool.Query(ctx, `SELECT id, status, operation, from_plan, to_plan,
+				at_period_end, cancels IS NOT NULL, created_at, sent_at, finished_at
+			FROM confirmations WHERE org = $1 ORDER BY created_at`, org)
+		if err != nil {
+			return err
 		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		sw.t.Fatal(err)
-	}
+		defer rows.Close()
+		for rows.Next() {
+			var c sweepConfirmation
+			if err := rows.Scan(&c.id, &c.status, &c.operation, &c.from, &c.to, &c.atPeriodEnd, &c.cancels, &c.created,
+				&c.sent, &c.finished); err != nil {
+				return err
+			}
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
 	return out
+}
+
+// query runs fn on the test's pool, again while PostgreSQL's restart cuts
+// its connections one by one.
+func (sw *sweep) query(fn func(context.Context) error) {
+	var err error
+	for try := 0; try < 20; try++ {
+		if err = fn(context.Background()); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	sw.t.Fatal(err)
 }
 
 // madeAtStripe maps each confirmation whose change Stripe made to the
@@ -129,7 +159,9 @@ func (sw *sweep) madeAtStripe(sc *sweepCase, cfms []sweepConfirmation) map[strin
 				m.Endpoint == stripepaytest.UpdateSchedule && suffix == ":phases",
 				m.Endpoint == stripepaytest.ReleaseSchedule && c.keep() && strings.HasPrefix(suffix, ":release:") &&
 					planOfPrice(m.PriceID) == c.to:
-				made[c.id] = m
+				if _, seen := made[c.id]; !seen { // the first: since then the change exists
+					made[c.id] = m
+				}
 			}
 		}
 	}
@@ -217,10 +249,9 @@ func (sw *sweep) judgeReceiptAmount(sc *sweepCase, c sweepConfirmation, m stripe
 
 func (sw *sweep) receipt(id string) string {
 	var r string
-	err := sw.h.db.Pool.QueryRow(context.Background(), `SELECT coalesce(max(receipt), '') FROM receipts WHERE confirmation_id = $1`, id).Scan(&r)
-	if err != nil {
-		sw.t.Fatal(err)
-	}
+	sw.query(func(ctx context.Context) error {
+		return sw.h.db.Pool.QueryRow(ctx, `SELECT coalesce(max(receipt), '') FROM receipts WHERE confirmation_id = $1`, id).Scan(&r)
+	})
 	return r
 }
 
@@ -283,8 +314,8 @@ func (sw *sweep) judgeAnswers(sc *sweepCase, cfms []sweepConfirmation, made map[
 	for _, a := range answers {
 		body := string(a.body)
 		if a.status >= 400 && a.confirmation != "" && notMade.MatchString(body) {
-			if _, ok := made[a.confirmation]; ok {
-				sc.violate(5, "the %s call was answered %d %q; Stripe made the change", a.who, a.status, body)
+			if m, ok := made[a.confirmation]; ok && m.At.Before(a.at) {
+				sc.violate(5, "the %s call was answered %d %q; Stripe had made the change", a.who, a.status, body)
 			}
 		}
 		if !a.tokenHeld && strings.Contains(body, "same token") {

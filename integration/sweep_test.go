@@ -145,7 +145,7 @@ const (
 )
 
 func newSweep(t *testing.T) *sweep {
-	h := newHarness(t, withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("CONFIRM_TTL", "30s"),
+	h := newHarness(t, withPrivatePostgres(), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("CONFIRM_TTL", "30s"),
 		withEnv("STRIPE_TIMEOUT", sweepStripeTimeout.String()), withEnv("PERSON_CLIENTS", sweepPersonApp))
 	sw := &sweep{t: t, h: h, steps: map[string]int{}, unlisted: map[string]bool{}, listed: map[string]bool{}}
 	for _, path := range billing.Paths() {
@@ -203,7 +203,11 @@ func (sw *sweep) run(sc *sweepCase) {
 	sw.t.Helper()
 	h := sw.h
 	sc.org = fmt.Sprintf("sw%04d", sc.n)
-	acct := h.createOrg(sc.org, "Sweep "+sc.org, sc.op.plan)
+	var acct billing.Account
+	sw.retry("create org", func() (err error) {
+		acct, err = h.app.Service.CreateOrg(context.Background(), sc.org, "Sweep "+sc.org, "billing@"+sc.org+".example", sc.op.plan)
+		return err
+	})
 	sc.sub = acct.Subscription.StripeSubscriptionID
 	sc.payer = h.user(sc.org, "payer")
 	sc.other = h.user(sc.org, "other")
@@ -211,7 +215,7 @@ func (sw *sweep) run(sc *sweepCase) {
 		sc.op.setup(sw, sc)
 	}
 	otherOp, otherTo := cmp.Or(sc.op.otherOp, "downgrade"), cmp.Or(sc.op.otherTo, "free")
-	sc.otherPending = h.propose(sc.other, otherOp, otherTo)
+	sw.setupCall("POST", "/api/billing/"+otherOp, sc.other, map[string]string{"to": otherTo}, &sc.otherPending)
 	sc.scheduledBefore = sw.scheduledAtStripe(sc.sub)
 
 	sw.mu.Lock()
@@ -234,9 +238,7 @@ func (sw *sweep) run(sc *sweepCase) {
 // 6), then delivers Stripe's latest event late, as Stripe would, and waits
 // for billingd to show Stripe's subscription (oracle 1 then judges it).
 func (sw *sweep) settle(sc *sweepCase) {
-	for _, r := range sw.replicas {
-		r.waitReady(sw.t)
-	}
+	sw.healthy()
 	deadline := time.Now().Add(sweepSettleInterval + sweepSettleBound)
 	for sw.executing(sc.org) > 0 {
 		if time.Now().After(deadline) {
@@ -251,14 +253,62 @@ func (sw *sweep) settle(sc *sweepCase) {
 	}
 }
 
+// healthy waits until the test's pool, the in-process replica and the
+// processes answer again: after PostgreSQL restarted, each connection they
+// held fails once before it is replaced.
+func (sw *sweep) healthy() {
+	for _, r := range sw.replicas {
+		r.waitReady(sw.t)
+	}
+	if err := untilReady(sw.h.url + "/readyz"); err != nil {
+		sw.t.Fatal(err)
+	}
+}
+
 // executing counts the org's confirmations whose outcome is unknown.
 func (sw *sweep) executing(org string) int {
 	var n int
-	if err := sw.h.db.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM confirmations WHERE org = $1 AND status = 'executing'`, org).Scan(&n); err != nil {
-		sw.t.Fatal(err)
-	}
+	sw.query(func(ctx context.Context) error {
+		return sw.h.db.Pool.QueryRow(ctx, `SELECT count(*) FROM confirmations WHERE org = $1 AND status = 'executing'`, org).Scan(&n)
+	})
 	return n
+}
+
+// retry runs a step of a case's setup again while PostgreSQL's restart
+// (an earlier case's fault) leaves a dead connection in a pool.
+func (sw *sweep) retry(what string, fn func() error) {
+	var err error
+	for try := 0; try < 20; try++ {
+		if err = fn(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	sw.t.Fatalf("%s: %v", what, err)
+}
+
+// setupCall is a call of a case's setup to the in-process replica (no
+// failpoints), made again after a 503; into, if not nil, gets its answer.
+func (sw *sweep) setupCall(method, path, token string, body, into any) {
+	data, _ := json.Marshal(body)
+	sw.retry(method+" "+path, func() error {
+		req, _ := http.NewRequest(method, sw.h.url+path, bytes.NewReader(data))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		answer, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode >= 300 {
+			return fmt.Errorf("status %d: %s", resp.StatusCode, answer)
+		}
+		if into != nil {
+			return json.Unmarshal(answer, into)
+		}
+		return nil
+	})
 }
 
 // poison leaves, for the whole sweep, one executing confirmation that no
@@ -367,8 +417,10 @@ func (sw *sweep) handshake(sc *sweepCase, op, to, at string) {
 // scheduleThrough schedules a change at the period's end through the
 // in-process replica (setup).
 func (sw *sweep) scheduleThrough(sc *sweepCase, to string) {
-	p := sw.h.proposeAt(sc.payer, "downgrade", to, "period_end")
-	sw.h.confirmAt(sc.payer, "downgrade", to, "period_end", p.ConfirmToken)
+	var p proposal
+	sw.setupCall("POST", "/api/billing/downgrade", sc.payer, map[string]string{"to": to, "at": "period_end"}, &p)
+	sw.setupCall("POST", "/api/billing/downgrade", sc.payer,
+		map[string]string{"to": to, "at": "period_end", "confirm_token": p.ConfirmToken}, nil)
 }
 
 // sweepOps are the operations: every way a change is asked for and made.
@@ -391,7 +443,8 @@ func sweepOps() []sweepOp {
 			}},
 		{name: "allow", plan: "pro", otherOp: "upgrade", otherTo: "scale",
 			setup: func(sw *sweep, sc *sweepCase) {
-				sw.h.setPolicy(sc.org, `{"rules":[{"name":"downgrades run at once","operation":"downgrade_plan","action":"allow"}]}`)
+				sw.setupCall("PUT", "/api/billing/policy", sw.h.admin(sc.org, "policy-admin"),
+					json.RawMessage(`{"rules":[{"name":"downgrades run at once","operation":"downgrade_plan","action":"allow"}]}`), nil)
 			},
 			run: func(sw *sweep, sc *sweepCase) {
 				sw.call(sc, "allow", sw.replicas[0].url, "POST", "/api/billing/downgrade", sc.payer,
@@ -399,7 +452,8 @@ func sweepOps() []sweepOp {
 			}},
 		{name: "approval", plan: "pro",
 			setup: func(sw *sweep, sc *sweepCase) {
-				sw.h.setPolicy(sc.org, `{"approval_window_seconds":120,"rules":[{"name":"upgrades need approval","operation":"upgrade_plan","action":"approve"}]}`)
+				sw.setupCall("PUT", "/api/billing/policy", sw.h.admin(sc.org, "policy-admin"),
+					json.RawMessage(`{"approval_window_seconds":120,"rules":[{"name":"upgrades need approval","operation":"upgrade_plan","action":"approve"}]}`), nil)
 			},
 			run: func(sw *sweep, sc *sweepCase) {
 				p, ok := sw.firstCall(sc, "upgrade", "scale", "")
@@ -440,10 +494,13 @@ func sweepOps() []sweepOp {
 				sw.renew(sc)
 				// The database's clock has not moved with Stripe's test
 				// clock: the row is made due, as the renewal's date passed.
-				sw.h.exec(sw.t, `UPDATE subscriptions SET scheduled = jsonb_set(scheduled, '{at}',
-					to_jsonb(now() - interval '1 hour')) WHERE org = '`+sc.org+`'`)
+				sw.query(func(ctx context.Context) error {
+					_, err := sw.h.db.Pool.Exec(ctx, `UPDATE subscriptions SET scheduled = jsonb_set(scheduled, '{at}',
+						to_jsonb(now() - interval '1 hour')) WHERE org = $1`, sc.org)
+					return err
+				})
 				deadline := time.Now().Add(5 * time.Second)
-				for sw.h.subscriptionView(sc.payer).ScheduledChange != nil && time.Now().Before(deadline) {
+				for sw.view(sc).ScheduledChange != nil && time.Now().Before(deadline) {
 					time.Sleep(50 * time.Millisecond)
 				}
 			}},
@@ -518,6 +575,12 @@ func sweepFaults() []sweepFault {
 	}
 	return []sweepFault{
 		{name: "SIGKILL", fire: func(*sweep, *sweepCase) string { return failpoint.ActionKill }},
+		{name: "PostgreSQL restarted", fire: func(sw *sweep, sc *sweepCase) string {
+			if err := sw.h.pg.Restart(context.Background()); err != nil {
+				sw.t.Errorf("%s: %v", sc, err)
+			}
+			return failpoint.ActionContinue
+		}},
 		{name: "database connections terminated", fire: func(sw *sweep, sc *sweepCase) string {
 			_, _ = sw.h.db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 				WHERE datname = current_database() AND application_name = $1`, sweepApplication)
@@ -584,8 +647,8 @@ func sweepFaults() []sweepFault {
 
 // plan lists the cases. Each operation is first run once with no fault, to
 // learn the steps it passes (its trace); every step of it is then armed
-// with every fault (full), or in the fixed slice with the faults taken in
-// turn, so that every step meets a few and every fault meets many steps.
+// with every fault (full), or in the fixed slice with one fault, the faults
+// taken in turn, so that every step meets one and every fault many steps.
 func (sw *sweep) plan(full bool) []*sweepCase {
 	var cases []*sweepCase
 	faults := sweepFaults()

@@ -317,6 +317,11 @@ func (c *cluster) start(ctx context.Context, database string, fresh bool) (*proc
 	if err != nil {
 		return nil, "", err
 	}
+	return c.startOn(ctx, port, database, fresh)
+}
+
+// startOn is start on the given port.
+func (c *cluster) startOn(ctx context.Context, port int, database string, fresh bool) (*process, string, error) {
 	cmd := exec.Command(filepath.Join(c.binDir, "postgres"), "-D", c.dataDir, "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=")
 	cmd.Dir = c.dataDir
@@ -384,3 +389,57 @@ func ensureDatabase(ctx context.Context, adminURL, name string, fresh bool) erro
 	}
 	return nil
 }
+
+// Postgres is a private cluster run as a child process, for a test that
+// needs a PostgreSQL of its own to restart (the failpoint sweep): the same
+// cluster billingd dev runs, in a directory of the test's.
+type Postgres struct {
+	c        *cluster
+	proc     *process
+	port     int
+	database string
+	url      string
+}
+
+// StartPostgres initialises the private cluster of dir (once) and runs it
+// with database in it.
+func StartPostgres(ctx context.Context, dir, database string) (*Postgres, error) {
+	binDir, err := PostgresBinDir()
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCluster(binDir, dir)
+	if err != nil {
+		return nil, err
+	}
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	p := &Postgres{c: c, port: port, database: database}
+	if p.proc, p.url, err = c.startOn(ctx, port, database, true); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// URL is the database's URL.
+func (p *Postgres) URL() string { return p.url }
+
+// Restart stops the server as an operator's restart does (a fast shutdown:
+// every connection is cut, transactions in flight are rolled back) and
+// starts it again on the same port.
+func (p *Postgres) Restart(ctx context.Context) error {
+	if err := stopPostgres(p.proc); err != nil {
+		return fmt.Errorf("stop PostgreSQL: %w", err)
+	}
+	proc, _, err := p.c.startOn(ctx, p.port, p.database, false)
+	if err != nil {
+		return fmt.Errorf("start PostgreSQL again: %w", err)
+	}
+	p.proc = proc
+	return nil
+}
+
+// Stop stops the server.
+func (p *Postgres) Stop() error { return stopPostgres(p.proc) }

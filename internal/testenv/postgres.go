@@ -21,6 +21,7 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/billingd/billingd/internal/devenv"
 	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/migrations"
 )
@@ -184,4 +185,34 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// PrivateDatabase starts a PostgreSQL cluster of t's own (the private
+// cluster billingd dev runs, in a directory of t's), migrates its database
+// and stops it when t ends: for a test that restarts PostgreSQL, which it
+// may not do to a server other tests share. The cluster's binaries are
+// required (initdb, postgres: Debian's postgresql package).
+func PrivateDatabase(t testing.TB) (*Database, *devenv.Postgres) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := devenv.StartPostgres(ctx, t.TempDir(), "billingd")
+	if err != nil {
+		missing(t, "no private PostgreSQL cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	m, err := postgres.NewMigrator(pg.URL())
+	if err != nil {
+		t.Fatalf("migrate the private cluster: %v", err)
+	}
+	err = m.Up()
+	m.Close()
+	if err != nil {
+		t.Fatalf("migrate the private cluster: %v", err)
+	}
+	pool, err := pgxpool.New(ctx, pg.URL())
+	if err != nil {
+		t.Fatalf("open the private cluster: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return &Database{URL: pg.URL(), Pool: pool}, pg
 }
