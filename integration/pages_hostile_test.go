@@ -90,8 +90,9 @@ func (b *browser) waitUntil(expr string) {
 	}
 }
 
-// startLogin is GET /auth/login (or another sign-in start) from the client
-// address a same-host proxy reports, without following the redirect.
+// startLogin is GET /auth/login (or another sign-in start) with client as
+// X-Forwarded-For (counted only from a proxy in TRUSTED_PROXIES), without
+// following the redirect.
 func (h *harness) startLogin(path, client string) *http.Response {
 	h.t.Helper()
 	req, err := http.NewRequest("GET", h.url+path, nil)
@@ -128,7 +129,8 @@ func (h *harness) storedLogins() (rows, longest int) {
 // across replicas (the counts live in the database); over a limit the
 // answer is 429 rate_limited with Retry-After and nothing is stored.
 func TestSignInStartsBounded(t *testing.T) {
-	h := newHarness(t, withoutTokenPaste(), withEnv("RATE_LIMIT_SIGN_INS", "5"), withEnv("RATE_LIMIT_SIGN_INS_TOTAL", "12"))
+	h := newHarness(t, withoutTokenPaste(), withEnv("RATE_LIMIT_SIGN_INS", "5"), withEnv("RATE_LIMIT_SIGN_INS_TOTAL", "12"),
+		withEnv("TRUSTED_PROXIES", "127.0.0.1/32"))
 	other := h.replica()
 	long := "/" + strings.Repeat("a", 60_000)
 	for i := range 5 {
