@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"sync"
 	"testing"
 
 	"github.com/billingd/billingd/internal/auth"
@@ -265,5 +266,41 @@ func TestFloodLeavesVerifyAndApprovalSignIn(t *testing.T) {
 	if err := h.db.Pool.QueryRow(t.Context(), `SELECT coalesce(sum(starts), 0) FROM sign_in_starts WHERE bucket = '*'`).
 		Scan(&counted); err != nil || counted != 6 {
 		t.Fatalf("starts counted in the total: %d (%v), want the flood's 6 only", counted, err)
+	}
+}
+
+// TestSignInLimitHoldsUnderConcurrency: starts made at once, on two
+// replicas, get exactly the limit through: the count is taken under the
+// counter's row lock, not read and then written.
+func TestSignInLimitHoldsUnderConcurrency(t *testing.T) {
+	h := newHarness(t, withoutTokenPaste(), withEnv("RATE_LIMIT_SIGN_INS", "5"), withEnv("RATE_LIMIT_WINDOW", "1h"))
+	other := h.replica()
+	statuses := make(chan int, 40)
+	var wg sync.WaitGroup
+	for i := range cap(statuses) {
+		via := h
+		if i%2 == 1 {
+			via = other
+		}
+		wg.Go(func() {
+			resp, err := noRedirects().Get(via.url + "/auth/login")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			statuses <- resp.StatusCode
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	started := 0
+	for status := range statuses {
+		if status == http.StatusSeeOther {
+			started++
+		}
+	}
+	if rows, _ := h.storedLogins(); started != 5 || rows != 5 {
+		t.Fatalf("40 concurrent starts: %d let through, %d stored; want the limit of 5", started, rows)
 	}
 }

@@ -12,25 +12,14 @@ import (
 	"github.com/billingd/billingd/internal/websession"
 )
 
-// SaveLogin implements websession.Store. In one transaction: the start is
-// counted in its buckets for the current window (the counters' row locks
-// make concurrent starts, on any replica, wait for each other, so a limit
-// is never overshot), and the sign-in is stored; over a limit, neither.
+// SaveLogin implements websession.Store. A start that its buckets' counts
+// already refuse is refused by a read, which takes no lock: a flood beyond
+// the limits does not queue on the counters. Any other is counted and
+// stored in one transaction, where the counters' row locks make concurrent
+// starts, on any replica, wait for each other, so a limit is never
+// overshot; over a limit, nothing is counted or stored.
 func (s *Store) SaveLogin(ctx context.Context, l websession.Login, limits websession.LoginLimits) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		buckets, err := loginBuckets(ctx, tx, l, limits)
-		if err != nil {
-			return err
-		}
-		if err := countStart(ctx, tx, buckets, limits.Window); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO web_logins (state_hash, browser_hash, nonce, code_verifier, return_to, verify_id,
-				client_addr, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, now() + $8 * interval '1 microsecond')`,
-			l.StateHash, l.BrowserHash, l.Nonce, l.CodeVerifier, l.ReturnTo, l.VerifyID, l.Client, l.TTL.Microseconds())
-		return err
-	})
+	err := s.saveLogin(ctx, l, limits)
 	if _, limited := errors.AsType[*websession.LimitedError](err); limited {
 		return err
 	}
@@ -38,6 +27,27 @@ func (s *Store) SaveLogin(ctx context.Context, l websession.Login, limits webses
 		return fmt.Errorf("save login: %w", classify(err))
 	}
 	return nil
+}
+
+func (s *Store) saveLogin(ctx context.Context, l websession.Login, limits websession.LoginLimits) error {
+	buckets, err := s.loginBuckets(ctx, l, limits)
+	if err != nil {
+		return err
+	}
+	names, window := bucketNames(buckets), limits.Window.Microseconds()
+	if err := overLimit(buckets)(s.pool.Query(ctx, peekStartsSQL, names, window)); err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := overLimit(buckets)(tx.Query(ctx, countStartSQL, names, window)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO web_logins (state_hash, browser_hash, nonce, code_verifier, return_to, verify_id,
+				client_addr, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, now() + $8 * interval '1 microsecond')`,
+			l.StateHash, l.BrowserHash, l.Nonce, l.CodeVerifier, l.ReturnTo, l.VerifyID, l.Client, l.TTL.Microseconds())
+		return err
+	})
 }
 
 // startBucket is one count a sign-in start is made in, and its limit.
@@ -50,10 +60,10 @@ type startBucket struct {
 // confirmation it is for while that confirmation waits for a person's
 // sign-in (verification or approval), else its client address's and
 // everyone's. A bucket without a limit is not counted.
-func loginBuckets(ctx context.Context, tx pgx.Tx, l websession.Login, limits websession.LoginLimits) ([]startBucket, error) {
+func (s *Store) loginBuckets(ctx context.Context, l websession.Login, limits websession.LoginLimits) ([]startBucket, error) {
 	if l.ForConfirmation != "" {
 		var waiting bool
-		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM confirmations WHERE id = $1 AND status = 'pending'
+		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM confirmations WHERE id = $1 AND status = 'pending'
 				AND expires_at > now() AND (verify_required AND verified_at IS NULL OR approval = 'pending'))`,
 			l.ForConfirmation).Scan(&waiting)
 		if err != nil {
@@ -70,14 +80,35 @@ func withLimits(buckets ...startBucket) []startBucket {
 	return slices.DeleteFunc(buckets, func(b startBucket) bool { return b.limit <= 0 })
 }
 
-// countStartSQL adds one start to each bucket ($1, in that order, which is
-// the order their rows are locked in) for the window of length $2
-// microseconds that now() falls in, and answers for each bucket its
-// estimate of the starts in the last window's length (a sliding window:
-// this window's count, plus the previous window's in proportion to how much
-// of it the last window's length still covers), and how long until this
-// window ends. Fixed windows alone would let twice a limit through across a
-// window's end.
+func bucketNames(buckets []startBucket) []string {
+	names := make([]string, len(buckets))
+	for i, b := range buckets {
+		names[i] = b.name
+	}
+	return names
+}
+
+// Starts are counted per bucket and fixed window ($2 microseconds long,
+// from the epoch), and judged by a sliding window's estimate: this window's
+// count, plus the previous window's in proportion to how much of it the
+// last $2 microseconds still cover (fixed windows alone would let twice a
+// limit through across a window's end). Both statements answer, for each
+// bucket of $1, the estimate with this start and how long until this
+// window ends.
+
+// peekStartsSQL reads the estimates as they would be after one more start,
+// without counting it.
+const peekStartsSQL = `
+SELECT b.name,
+	coalesce(cur.starts, 0) + 1 + coalesce(prev.starts, 0) * extract(epoch FROM w.start + $2 * interval '1 microsecond' - now())::float8 / ($2::float8 / 1e6),
+	w.start + $2 * interval '1 microsecond' - now()
+FROM unnest($1::text[]) AS b(name)
+	CROSS JOIN (SELECT date_bin($2 * interval '1 microsecond', now(), timestamptz 'epoch') AS start) AS w
+	LEFT JOIN sign_in_starts cur ON cur.bucket = b.name AND cur.window_start = w.start
+	LEFT JOIN sign_in_starts prev ON prev.bucket = b.name AND prev.window_end = w.start`
+
+// countStartSQL counts the start in each bucket, in the order of $1, which
+// is the order their rows are locked in.
 const countStartSQL = `
 WITH counted AS (
 	INSERT INTO sign_in_starts (bucket, window_start, window_end, starts)
@@ -93,39 +124,36 @@ SELECT c.bucket,
 	c.window_end - now()
 FROM counted c LEFT JOIN sign_in_starts p ON p.bucket = c.bucket AND p.window_end = c.window_start`
 
-// countStart counts a start in buckets, or returns a *LimitedError when
-// that takes a bucket over its limit (the caller then rolls back, so a
-// refused start is not counted).
-func countStart(ctx context.Context, tx pgx.Tx, buckets []startBucket, window time.Duration) error {
-	if len(buckets) == 0 {
-		return nil
-	}
-	names := make([]string, len(buckets))
-	limits := make(map[string]int, len(buckets))
-	for i, b := range buckets {
-		names[i], limits[b.name] = b.name, b.limit
-	}
-	rows, err := tx.Query(ctx, countStartSQL, names, window.Microseconds())
-	if err != nil {
-		return err
-	}
-	var limited *websession.LimitedError
-	var bucket string
-	var estimate float64
-	var left time.Duration
-	_, err = pgx.ForEachRow(rows, []any{&bucket, &estimate, &left}, func() error {
-		if estimate > float64(limits[bucket]) && limited == nil {
-			limited = &websession.LimitedError{RetryAfter: max(left, time.Second)}
+// overLimit reads the answer of peekStartsSQL or countStartSQL (it takes
+// what Query returns) and returns a *websession.LimitedError when an
+// estimate is over its bucket's limit.
+func overLimit(buckets []startBucket) func(pgx.Rows, error) error {
+	return func(rows pgx.Rows, err error) error {
+		if err != nil {
+			return err
+		}
+		limits := make(map[string]int, len(buckets))
+		for _, b := range buckets {
+			limits[b.name] = b.limit
+		}
+		var limited *websession.LimitedError
+		var bucket string
+		var estimate float64
+		var left time.Duration
+		_, err = pgx.ForEachRow(rows, []any{&bucket, &estimate, &left}, func() error {
+			if estimate > float64(limits[bucket]) && limited == nil {
+				limited = &websession.LimitedError{RetryAfter: max(left, time.Second)}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if limited != nil {
+			return limited
 		}
 		return nil
-	})
-	if err != nil {
-		return err
 	}
-	if limited != nil {
-		return limited
-	}
-	return nil
 }
 
 // TakeLogin implements websession.Store: one statement deletes and returns
