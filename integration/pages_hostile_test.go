@@ -174,9 +174,10 @@ func TestSignInStartsBounded(t *testing.T) {
 	}
 }
 
-// TestPurgeSignIns: expired sign-ins in progress and expired page sessions
-// are purged until none is left, in their own loop, even when there is no
-// confirmation to purge and there are more of them than one batch.
+// TestPurgeSignIns: expired sign-ins in progress, expired page sessions
+// and counts of sign-in starts no longer read are purged until none is
+// left, in their own loop, even when there is no confirmation to purge and
+// there are more of them than one batch.
 func TestPurgeSignIns(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
@@ -191,6 +192,11 @@ func TestPurgeSignIns(t *testing.T) {
 			FROM generate_series(1, 1300) i`,
 		`INSERT INTO web_sessions (id_hash, csrf_token, org, subject, client, scopes, expires_at)
 			VALUES (sha256('live'::bytea), 'c', 'o', 's', 'c', '{}', now() + interval '1 hour')`,
+		// Counts of sign-in starts: one of a window two windows ago, and
+		// one of the previous window, still read for the sliding estimate.
+		`INSERT INTO sign_in_starts (bucket, window_start, window_end, starts) VALUES
+			('address 203.0.113.1', now() - interval '3 minutes', now() - interval '2 minutes', 5),
+			('address 203.0.113.2', now() - interval '90 seconds', now() - interval '30 seconds', 5)`,
 	} {
 		if _, err := h.db.Pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -206,6 +212,13 @@ func TestPurgeSignIns(t *testing.T) {
 	}
 	if logins != 1 || sessions != 1 {
 		t.Fatalf("after one purge: %d sign-ins and %d sessions left, want only the live one of each", logins, sessions)
+	}
+	var counts []string
+	if err := h.db.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(bucket), '{}') FROM sign_in_starts`).Scan(&counts); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(counts, []string{"address 203.0.113.2"}) {
+		t.Fatalf("counts of sign-in starts left after the purge: %v, want only the previous window's", counts)
 	}
 }
 
