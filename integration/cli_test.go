@@ -146,10 +146,13 @@ func TestCommandLine(t *testing.T) {
 		}
 	})
 	t.Run("invalid configuration names the variable", func(t *testing.T) {
-		bad := c
-		bad.env = append(append([]string(nil), c.env...), "CONFIRM_TTL=16m")
-		if _, errOut, code := bad.run("serve"); code == 0 || !strings.Contains(errOut, "CONFIRM_TTL") {
-			t.Fatalf("serve with CONFIRM_TTL=16m: exit %d: %s", code, errOut)
+		for _, setting := range []string{"CONFIRM_TTL=16m", "TRUSTED_PROXIES=10.0.0.0/8,nginx"} {
+			bad := c
+			bad.env = append(append([]string(nil), c.env...), setting)
+			name, _, _ := strings.Cut(setting, "=")
+			if _, errOut, code := bad.run("serve"); code == 0 || !strings.Contains(errOut, name) {
+				t.Fatalf("serve with %s: exit %d: %s", setting, code, errOut)
+			}
 		}
 	})
 	t.Run("serve and handshake", func(t *testing.T) {

@@ -90,8 +90,9 @@ func (b *browser) waitUntil(expr string) {
 	}
 }
 
-// startLogin is GET /auth/login (or another sign-in start) from the client
-// address a same-host proxy reports, without following the redirect.
+// startLogin is GET /auth/login (or another sign-in start) with client as
+// X-Forwarded-For (counted only from a proxy in TRUSTED_PROXIES), without
+// following the redirect.
 func (h *harness) startLogin(path, client string) *http.Response {
 	h.t.Helper()
 	req, err := http.NewRequest("GET", h.url+path, nil)
@@ -128,7 +129,8 @@ func (h *harness) storedLogins() (rows, longest int) {
 // across replicas (the counts live in the database); over a limit the
 // answer is 429 rate_limited with Retry-After and nothing is stored.
 func TestSignInStartsBounded(t *testing.T) {
-	h := newHarness(t, withoutTokenPaste(), withEnv("RATE_LIMIT_SIGN_INS", "5"), withEnv("RATE_LIMIT_SIGN_INS_TOTAL", "12"))
+	h := newHarness(t, withoutTokenPaste(), withEnv("RATE_LIMIT_SIGN_INS", "5"), withEnv("RATE_LIMIT_SIGN_INS_TOTAL", "12"),
+		withEnv("TRUSTED_PROXIES", "127.0.0.1/32"))
 	other := h.replica()
 	long := "/" + strings.Repeat("a", 60_000)
 	for i := range 5 {
@@ -172,9 +174,10 @@ func TestSignInStartsBounded(t *testing.T) {
 	}
 }
 
-// TestPurgeSignIns: expired sign-ins in progress and expired page sessions
-// are purged until none is left, in their own loop, even when there is no
-// confirmation to purge and there are more of them than one batch.
+// TestPurgeSignIns: expired sign-ins in progress, expired page sessions
+// and counts of sign-in starts no longer read are purged until none is
+// left, in their own loop, even when there is no confirmation to purge and
+// there are more of them than one batch.
 func TestPurgeSignIns(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
@@ -189,6 +192,11 @@ func TestPurgeSignIns(t *testing.T) {
 			FROM generate_series(1, 1300) i`,
 		`INSERT INTO web_sessions (id_hash, csrf_token, org, subject, client, scopes, expires_at)
 			VALUES (sha256('live'::bytea), 'c', 'o', 's', 'c', '{}', now() + interval '1 hour')`,
+		// Counts of sign-in starts: one of a window two windows ago, and
+		// one of the previous window, still read for the sliding estimate.
+		`INSERT INTO sign_in_starts (bucket, window_start, window_end, starts) VALUES
+			('address 203.0.113.1', now() - interval '3 minutes', now() - interval '2 minutes', 5),
+			('address 203.0.113.2', now() - interval '90 seconds', now() - interval '30 seconds', 5)`,
 	} {
 		if _, err := h.db.Pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -204,6 +212,13 @@ func TestPurgeSignIns(t *testing.T) {
 	}
 	if logins != 1 || sessions != 1 {
 		t.Fatalf("after one purge: %d sign-ins and %d sessions left, want only the live one of each", logins, sessions)
+	}
+	var counts []string
+	if err := h.db.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(bucket), '{}') FROM sign_in_starts`).Scan(&counts); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(counts, []string{"address 203.0.113.2"}) {
+		t.Fatalf("counts of sign-in starts left after the purge: %v, want only the previous window's", counts)
 	}
 }
 

@@ -30,7 +30,8 @@ import (
 // form elicitation through the proxy, every request of its session reaching
 // the replica that holds it; a replica's restart (and a replica that stays
 // down) makes the client start a new session and go on, with the pending
-// confirmation intact; 2026-07-28 requests go to any replica.
+// confirmation intact; 2026-07-28 requests go to any replica; sign-in
+// starts are counted per client as nginx names it (TRUSTED_PROXIES).
 func TestMCPBehindNginxReplicas(t *testing.T) {
 	nginx := nginxBinary(t)
 	h := newHarness(t)
@@ -46,6 +47,9 @@ func TestMCPBehindNginxReplicas(t *testing.T) {
 		}
 		r.env["LISTEN_ADDR"], r.env["PUBLIC_BASE_URL"], r.env["MCP_REPLICA_ID"] = r.addr, proxyURL, name
 		r.env["MCP_REQUEST_STATE_KEY"] = "the-same-secret-on-every-replica-of-billingd"
+		// nginx reaches the replicas from 127.0.0.1: its X-Forwarded-For
+		// names the client only because it is listed.
+		r.env["TRUSTED_PROXIES"], r.env["RATE_LIMIT_SIGN_INS"] = "127.0.0.1/32", "3"
 		r.start()
 		t.Cleanup(r.stop)
 		replicas[name] = r
@@ -115,6 +119,46 @@ func TestMCPBehindNginxReplicas(t *testing.T) {
 			t.Fatalf("replica %s saw no 2026-07-28 request: they should spread over every replica", name)
 		}
 	}
+
+	// 5. Sign-in starts are counted per client, as nginx names it in
+	// X-Forwarded-For (the client's own X-Forwarded-For is only what nginx
+	// appends to), on both replicas together.
+	for i := range 4 {
+		want := http.StatusSeeOther
+		if i == 3 {
+			want = http.StatusTooManyRequests
+		}
+		if got := startSignInFrom(t, proxyURL, "127.0.0.2", fmt.Sprintf("198.51.100.%d", i+1)); got != want {
+			t.Fatalf("sign-in start %d from 127.0.0.2 through nginx: %d, want %d", i+1, got, want)
+		}
+	}
+	if got := startSignInFrom(t, proxyURL, "127.0.0.3", ""); got != http.StatusSeeOther {
+		t.Fatalf("sign-in start from another client through nginx: %d", got)
+	}
+}
+
+// startSignInFrom starts a sign-in at baseURL from the local address
+// source (a loopback address other than nginx's own), with xff as the
+// client's own X-Forwarded-For when set, and returns the answer's status.
+func startSignInFrom(t *testing.T, baseURL, source, xff string) int {
+	t.Helper()
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}}
+	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequest("GET", baseURL+"/auth/login", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if xff != "" {
+		req.Header.Set("X-Forwarded-For", xff)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // reconnectingClient is a 2025-11-25 client that, like a real one, reopens

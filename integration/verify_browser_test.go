@@ -240,8 +240,9 @@ func TestSignInCallbackRefused(t *testing.T) {
 		name   string
 		cookie *http.Cookie
 	}{
-		{"another browser's cookie", &http.Cookie{Name: "billingd_login", Value: "not-the-browser"}},
-		{"replayed state", login}, // the attempt before consumed it
+		{"another browser's cookie", &http.Cookie{Name: "billingd_login", Value: "not-the-browser"}}, // leaves it alone
+		{"a code the issuer never gave", login},                                                      // uses the state up
+		{"replayed state", login},
 	} {
 		name := try.name
 		r := h.withCookie(try.cookie, "GET", callback, nil)

@@ -3,7 +3,9 @@ package rest
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -46,9 +48,11 @@ type Config struct {
 	// Sessions keeps sign-ins and page sessions.
 	Sessions websession.Store
 	// SignInLimits bound the sign-ins started per client address and in
-	// all (the client address is the peer's, or the one a proxy on a
-	// loopback or private address put in X-Forwarded-For).
+	// all, or per confirmation for a sign-in to verify or approve one.
 	SignInLimits websession.LoginLimits
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client (TRUSTED_PROXIES); none: the peer is the client.
+	TrustedProxies []netip.Prefix
 	// TokenPaste lets the pages sign in with a pasted bearer token: billingd
 	// dev only.
 	TokenPaste bool
@@ -84,9 +88,7 @@ func New(cfg Config) *echo.Echo {
 	s.bearer = httpedge.Bearer{Verifier: cfg.Verifier, Logger: s.log}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	// c.RealIP: the peer's address, or the client's as a reverse proxy on a
-	// loopback, link-local or private address reported it.
-	e.IPExtractor = echo.ExtractIPFromXFFHeader()
+	e.IPExtractor = clientIP(cfg.TrustedProxies)
 	e.HTTPErrorHandler = s.errorHandler
 	e.Use(s.nameRoute)
 
@@ -120,6 +122,23 @@ func New(cfg Config) *echo.Echo {
 		s.routes[r.Path] = true
 	}
 	return e
+}
+
+// clientIP is c.RealIP: the peer's address, or, from a trusted proxy, the
+// rightmost address in X-Forwarded-For that is not a trusted proxy's (the
+// ones left of it are whatever the client wrote). Echo trusts loopback,
+// link-local and private peers by default, so that anyone on the host or
+// the network could name any client: only the configured proxies are.
+func clientIP(trusted []netip.Prefix) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, p := range trusted {
+		opts = append(opts, echo.TrustIPRange(&net.IPNet{IP: p.Addr().AsSlice(),
+			Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }
 
 func requestID(c echo.Context) string {

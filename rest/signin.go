@@ -70,16 +70,31 @@ func mountSignIn(e *echo.Echo, s *server) {
 	e.POST("/verify/:id", s.verifyDecision, verifyHeaders)
 }
 
-// login starts a sign-in: GET /auth/login?return_to=/path.
+// login starts a sign-in: GET /auth/login?return_to=/path. The approval
+// page starts its sign-in here, returning to /approvals/<id>: that sign-in
+// is for the confirmation it approves.
 func (s *server) login(c echo.Context) error {
-	return s.startSignIn(c, safeReturnPath(c.QueryParam("return_to")), "")
+	returnTo := safeReturnPath(c.QueryParam("return_to"))
+	return s.startSignIn(c, returnTo, "", approvalOf(returnTo))
+}
+
+// approvalOf is the confirmation whose approval page returnTo is, or "".
+func approvalOf(returnTo string) string {
+	id, ok := strings.CutPrefix(returnTo, "/approvals/")
+	if !ok || !billing.WellFormedConfirmationID(id) {
+		return ""
+	}
+	return id
 }
 
 // startSignIn records the request (any replica may take the callback) and
 // sends the browser to the identity provider. verifyID names the
 // confirmation of a verification sign-in, which must be a new
-// authentication (max_age=0, prompt=login).
-func (s *server) startSignIn(c echo.Context, returnTo, verifyID string) error {
+// authentication (max_age=0, prompt=login). forConfirmation names the
+// confirmation the sign-in is for (to verify or approve it): while it waits
+// for a person, the start is counted in its own budget, which no flood of
+// other starts can spend (websession.LoginLimits).
+func (s *server) startSignIn(c echo.Context, returnTo, verifyID, forConfirmation string) error {
 	if s.SignIn == nil || s.Sessions == nil {
 		return s.signInPage(c, "Sign-in is not configured on this billingd (OIDC_CLIENT_ID).")
 	}
@@ -87,7 +102,8 @@ func (s *server) startSignIn(c echo.Context, returnTo, verifyID string) error {
 	browser := websession.NewSecret()
 	err := s.Sessions.SaveLogin(c.Request().Context(), websession.Login{StateHash: websession.Hash(req.State),
 		BrowserHash: websession.Hash(browser), Nonce: req.Nonce, CodeVerifier: req.Verifier,
-		ReturnTo: returnTo, VerifyID: verifyID, Client: clientAddr(c), TTL: loginTTL}, s.SignInLimits)
+		ReturnTo: returnTo, VerifyID: verifyID, ForConfirmation: forConfirmation,
+		Client: websession.AddressBucket(c.RealIP()), TTL: loginTTL}, s.SignInLimits)
 	if limited, ok := errors.AsType[*websession.LimitedError](err); ok {
 		return &billing.Error{Code: billing.CodeRateLimited, Message: "too many sign-ins started; retry later",
 			RetryAfter: limited.RetryAfter}
@@ -114,17 +130,18 @@ func (s *server) callback(c echo.Context) error {
 	}
 	state := c.QueryParam("state")
 	browser, err := c.Cookie(s.loginCookie())
-	if state == "" || err != nil {
+	if state == "" || err != nil || browser.Value == "" {
 		return refused("no state or no login cookie", err)
 	}
-	s.setCookie(c, s.loginCookie(), "", -1)
-	login, err := s.Sessions.TakeLogin(ctx, websession.Hash(state))
+	// The sign-in is used up only by the browser that started it: whoever
+	// else learnt its state (or sent this browser to a callback with
+	// another state) changes nothing, neither the row nor this browser's
+	// login cookie.
+	login, err := s.Sessions.TakeLogin(ctx, websession.Hash(state), websession.Hash(browser.Value))
 	if err != nil {
-		return refused("unknown or expired state", err)
+		return refused("unknown or expired state, or the state of another browser", err)
 	}
-	if subtle.ConstantTimeCompare(login.BrowserHash, websession.Hash(browser.Value)) != 1 {
-		return refused("state of another browser", nil)
-	}
+	s.setCookie(c, s.loginCookie(), "", -1)
 	if c.QueryParam("error") != "" || c.QueryParam("code") == "" {
 		// The provider's error (RFC 6749 §4.1.2.1) is what an operator needs
 		// to fix its settings; it goes to the log, bounded, never to the page.
@@ -262,15 +279,6 @@ func (s *server) sessionInfo(c echo.Context) error {
 		}
 	}
 	return c.JSON(http.StatusOK, info)
-}
-
-// clientAddr is the address sign-in starts are counted by.
-func clientAddr(c echo.Context) string {
-	addr := c.RealIP()
-	if len(addr) > 64 {
-		addr = addr[:64]
-	}
-	return addr
 }
 
 // safeReturnPath keeps a return address on this server: an absolute path

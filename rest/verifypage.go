@@ -51,7 +51,7 @@ func (s *server) verifyPage(c echo.Context) error {
 	}
 	ws := s.session(c)
 	if ws == nil || ws.VerifyID != id || c.QueryParam("sign_in") == "again" {
-		return s.startSignIn(c, "/verify/"+id, id)
+		return s.startSignIn(c, "/verify/"+id, id, id)
 	}
 	view, err := s.Service.VerificationView(c.Request().Context(), personOf(ws, c), id)
 	if err != nil {

@@ -147,6 +147,7 @@ func (a *App) edge() http.Handler {
 		ParseWebhook: webhookParser(a.Config.StripeWebhookSecret), Ready: a.Store.Ready, Logger: a.Log,
 		Observer: a.Metrics, ReceiptKeys: a.Receipts.JWKS(),
 		SignIn: a.signIn, Sessions: a.Store, SignInLimits: a.Config.SignInLimits, TokenPaste: a.Config.DevTokenPaste,
+		TrustedProxies: a.Config.TrustedProxies,
 	})
 	edge := httpedge.New(httpedge.Config{
 		Logger: a.Log, Observer: a.Metrics,

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -100,6 +101,11 @@ type Config struct {
 	// controller asked at every named step of the money path
 	// (internal/failpoint). Empty in production: no hook at all.
 	FailpointsURL string
+	// TrustedProxies (TRUSTED_PROXIES, comma-separated CIDRs) are the
+	// reverse proxies whose X-Forwarded-For names the client: its rightmost
+	// hop not in them. From any other peer the header is ignored; empty:
+	// from every peer.
+	TrustedProxies []netip.Prefix
 }
 
 // Load reads and checks every variable. Variables a command needs but that
@@ -165,7 +171,11 @@ func Load(getenv func(string) string) (Config, error) {
 		Window:    c.RateLimits.Window,
 		PerClient: count(getenv, "RATE_LIMIT_SIGN_INS", 20, fail),
 		Total:     count(getenv, "RATE_LIMIT_SIGN_INS_TOTAL", 600, fail),
+		// Not configurable: enough for a person's retries, and whoever
+		// learnt the confirmation's id can make no more.
+		PerConfirmation: 10,
 	}
+	c.TrustedProxies = trustedProxies(getenv("TRUSTED_PROXIES"), fail)
 	c.PurgeRetention = duration(getenv, "PURGE_RETENTION", time.Hour, time.Minute, 90*24*time.Hour, fail)
 	c.PurgeInterval = duration(getenv, "PURGE_INTERVAL", time.Minute, time.Second, 24*time.Hour, fail)
 	c.SettleInterval = duration(getenv, "SETTLE_INTERVAL", 15*time.Second, 100*time.Millisecond, time.Hour, fail)
@@ -270,6 +280,25 @@ func audienceParams(v string, fail func(name, format string, args ...any)) []str
 		}
 	}
 	return list
+}
+
+// trustedProxies reads TRUSTED_PROXIES: CIDRs, each written as its
+// network (10.0.0.0/8, not 10.1.2.3/8, which is more likely a typo than
+// meant).
+func trustedProxies(v string, fail func(name, format string, args ...any)) []netip.Prefix {
+	var out []netip.Prefix
+	for _, part := range splitList(v) {
+		p, err := netip.ParsePrefix(part)
+		switch {
+		case err != nil:
+			fail("TRUSTED_PROXIES", "%q is not a CIDR (one proxy: 10.0.0.5/32 or fd00::5/128)", part)
+		case p != p.Masked():
+			fail("TRUSTED_PROXIES", "%q has bits set past its prefix length; did you mean %s?", part, p.Masked())
+		default:
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // scopeToken is RFC 6749's scope-token.

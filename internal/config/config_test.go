@@ -267,6 +267,10 @@ func TestLoadInvalid(t *testing.T) {
 		{"audience param unknown", map[string]string{"OIDC_AUDIENCE_PARAMS": "aud"}, "OIDC_AUDIENCE_PARAMS"},
 		{"audience param none with another", map[string]string{"OIDC_AUDIENCE_PARAMS": "none,audience"}, "OIDC_AUDIENCE_PARAMS"},
 		{"scope with a quote", map[string]string{"OIDC_SCOPES": `openid "billing:read"`}, "OIDC_SCOPES"},
+		{"trusted proxy not a CIDR", map[string]string{"TRUSTED_PROXIES": "10.0.0.0/8,nginx"}, "TRUSTED_PROXIES"},
+		{"trusted proxy without a length", map[string]string{"TRUSTED_PROXIES": "10.0.0.5"}, "TRUSTED_PROXIES"},
+		{"trusted proxy with host bits", map[string]string{"TRUSTED_PROXIES": "10.1.2.3/8"}, "TRUSTED_PROXIES"},
+		{"trusted proxy too long a prefix", map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, "TRUSTED_PROXIES"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -474,5 +478,21 @@ func TestLoadLoadSettings(t *testing.T) {
 				t.Errorf("%s=%q: %v, want an error naming it", name, v, err)
 			}
 		}
+	}
+}
+
+// TestLoadTrustedProxies: TRUSTED_PROXIES is a list of CIDRs, IPv4 and
+// IPv6; unset, no proxy is trusted.
+func TestLoadTrustedProxies(t *testing.T) {
+	if c := load(t, nil); len(c.TrustedProxies) != 0 {
+		t.Errorf("default TrustedProxies = %v, want none", c.TrustedProxies)
+	}
+	c := load(t, map[string]string{"TRUSTED_PROXIES": " 127.0.0.1/32, 10.0.0.0/8,fd00::/8 "})
+	got := make([]string, len(c.TrustedProxies))
+	for i, p := range c.TrustedProxies {
+		got[i] = p.String()
+	}
+	if want := []string{"127.0.0.1/32", "10.0.0.0/8", "fd00::/8"}; !slices.Equal(got, want) {
+		t.Errorf("TrustedProxies = %v, want %v", got, want)
 	}
 }

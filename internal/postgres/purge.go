@@ -30,10 +30,11 @@ func (s *Store) PurgeFinished(ctx context.Context, retention time.Duration, batc
 	return tag.RowsAffected(), nil
 }
 
-// PurgeSignIns deletes up to batch expired sign-ins in progress and up to
-// batch expired page sessions, and returns the larger of the two counts: a
-// caller purges until it is below batch. Anyone can start a sign-in, so
-// these are purged in a loop of their own, never behind confirmations.
+// PurgeSignIns deletes up to batch expired sign-ins in progress, up to
+// batch expired page sessions and up to batch counts of sign-in starts no
+// longer read, and returns the largest of the counts: a caller purges until
+// it is below batch. Anyone can start a sign-in, so these are purged in a
+// loop of their own, never behind confirmations.
 func (s *Store) PurgeSignIns(ctx context.Context, batch int) (int64, error) {
 	logins, err := s.pool.Exec(ctx, `DELETE FROM web_logins WHERE state_hash IN (
 			SELECT state_hash FROM web_logins WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED)`, batch)
@@ -45,5 +46,13 @@ func (s *Store) PurgeSignIns(ctx context.Context, batch int) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("purge sessions: %w", classify(err))
 	}
-	return max(logins.RowsAffected(), sessions.RowsAffected()), nil
+	// A window's count of sign-in starts is read until the next window
+	// ends (countStartSQL).
+	starts, err := s.pool.Exec(ctx, `DELETE FROM sign_in_starts WHERE (bucket, window_start) IN (
+			SELECT bucket, window_start FROM sign_in_starts WHERE window_end + (window_end - window_start) < now()
+			LIMIT $1 FOR UPDATE SKIP LOCKED)`, batch)
+	if err != nil {
+		return 0, fmt.Errorf("purge sign-in counts: %w", classify(err))
+	}
+	return max(logins.RowsAffected(), sessions.RowsAffected(), starts.RowsAffected()), nil
 }
