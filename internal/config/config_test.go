@@ -267,6 +267,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"audience param unknown", map[string]string{"OIDC_AUDIENCE_PARAMS": "aud"}, "OIDC_AUDIENCE_PARAMS"},
 		{"audience param none with another", map[string]string{"OIDC_AUDIENCE_PARAMS": "none,audience"}, "OIDC_AUDIENCE_PARAMS"},
 		{"scope with a quote", map[string]string{"OIDC_SCOPES": `openid "billing:read"`}, "OIDC_SCOPES"},
+		{"person client with a space", map[string]string{"PERSON_CLIENTS": "acme dashboard"}, "PERSON_CLIENTS"},
+		{"person client with a zero-width space", map[string]string{"PERSON_CLIENTS": "acme\u200bdashboard"}, "PERSON_CLIENTS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -474,5 +476,17 @@ func TestLoadLoadSettings(t *testing.T) {
 				t.Errorf("%s=%q: %v, want an error naming it", name, v, err)
 			}
 		}
+	}
+}
+
+// TestLoadPersonClients: PERSON_CLIENTS is read once into a list of client
+// ids; unset, no client is a person's (contract §3, §4).
+func TestLoadPersonClients(t *testing.T) {
+	if c := load(t, nil); len(c.PersonClients) != 0 {
+		t.Errorf("default %q, want none", c.PersonClients)
+	}
+	c := load(t, map[string]string{"PERSON_CLIENTS": " acme-dashboard,, console "})
+	if !slices.Equal(c.PersonClients, []string{"acme-dashboard", "console"}) {
+		t.Errorf("PersonClients %q", c.PersonClients)
 	}
 }
