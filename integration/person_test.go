@@ -60,6 +60,17 @@ func TestWhoIsAPersonOverREST(t *testing.T) {
 			}
 		})
 	}
+	t.Run("only a person approves", func(t *testing.T) {
+		h.createOrg("p-appr", "Approvals", "pro")
+		h.setPolicy("p-appr", `{"rules":[{"name":"agents need a human","caller":"agent","action":"approve"}]}`)
+		p := h.proposeApproval(h.tokenOf(devenv.AgentClient, "p-appr", "ann", rw...), "scale")
+		path := "/api/billing/confirmations/" + p.ConfirmationID + "/approve"
+		all := append(rw, auth.ScopeAdmin)
+		for _, client := range []string{devenv.AgentClient, ""} {
+			wantStatus(t, h.do("POST", path, h.tokenOf(client, "p-appr", "boss", all...), nil), http.StatusForbidden, "operation_denied")
+		}
+		wantStatus(t, h.do("POST", path, h.tokenOf(personClient, "p-appr", "boss", all...), nil), http.StatusOK, "")
+	})
 	t.Run("billingd's own signed-in pages", func(t *testing.T) {
 		h.createOrg("p-page", "Pages", "pro")
 		h.setPolicy("p-page", agentsMayNotGoFree)
