@@ -8,8 +8,8 @@ import (
 )
 
 // Approval of a change by another person (the approve level, contract §10):
-// an admin of the org, signed in or calling without an agent client, who is
-// not the requester.
+// an admin of the org, a person (person.go: signed in on billingd's pages
+// or through a PERSON_CLIENTS client), who is not the requester.
 
 // Approve grants the out-of-band approval a confirmation waits for. The
 // approver must hold billing:admin in the same org and must not be the
@@ -57,15 +57,16 @@ func (s *Service) decideApproval(ctx context.Context, approver Caller, id string
 	return view, outcome
 }
 
-// checkApproverIsPerson refuses an approval made by an agent: over MCP, or
-// by a client the org's policy lists in agent_clients. Approving is what
+// checkApproverIsPerson refuses an approval made by an agent (person.go):
+// over MCP, with a token of a client not in PERSON_CLIENTS or of no client,
+// or by a client the org's policy lists in agent_clients. Approving is what
 // an agent holding the token must not be able to do for itself.
 func (s *Service) checkApproverIsPerson(ctx context.Context, approver Caller) error {
 	acct, _, err := s.account(ctx, approver.Org)
 	if err != nil {
 		return err
 	}
-	if acct.Policy.isAgent(approver) {
+	if s.people.isAgent(acct.Policy, approver) {
 		return Errorf(CodeOperationDenied, "approvals come from people: sign in on the approval page, not through an agent")
 	}
 	return nil

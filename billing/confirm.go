@@ -93,7 +93,7 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 	if drift != nil || err != nil {
 		return redemption{outcome: drift}, err
 	}
-	c.Consent = consentFor(c, caller, acct.Policy) // how the person agreed (consent.go)
+	c.Consent = consentFor(c, caller, s.people.isAgent(acct.Policy, caller)) // how the person agreed (consent.go)
 	return s.execute(ctx, tx, caller, c, state.Schedule, req.TokenWithheld)
 }
 
@@ -137,7 +137,7 @@ func replayOf(c Confirmation, acct Account) ChangeResult {
 // step-up token is recorded and set on c, whose receipt then carries it; now
 // is the transaction's database time.
 func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c *Confirmation, p Policy, now time.Time) (refused error, err error) {
-	if !c.Agent && p.isAgent(caller) {
+	if !c.Agent && s.people.isAgent(p, caller) {
 		// Redeemed by an agent: an agent's change from now on, also for
 		// deciding later whether it may be sent again (consentHolds).
 		c.Agent = true

@@ -16,8 +16,9 @@ import "time"
 //   - a granted approval is approved, naming the approver;
 //   - otherwise the channel's claim, only where that channel can make it:
 //     elicitation_form and mcp_app_view only over MCP (an agent channel),
-//     person_session only for a call that is not an agent's (neither the
-//     caller nor the confirmation);
+//     person_session only for a person's own call (person.go: billingd's
+//     signed-in pages or a PERSON_CLIENTS client) redeeming a confirmation
+//     that is not an agent's;
 //   - anything else is agent_relayed: billingd has only the word of whoever
 //     presented the token;
 //   - a change the org's policy let run without asking anyone is
@@ -31,8 +32,9 @@ const (
 	// ConsentAgentRelayed: an agent presented the token; billingd has only
 	// the agent's word that the person agreed.
 	ConsentAgentRelayed ConsentMethod = "agent_relayed"
-	// ConsentPersonSession: the person's own call, signed in (the
-	// dashboard) or through a client that is not an agent.
+	// ConsentPersonSession: the person's own call, signed in on
+	// billingd's pages or through a client the operator lists in
+	// PERSON_CLIENTS (person.go).
 	ConsentPersonSession ConsentMethod = "person_session"
 	// ConsentElicitationForm: the MCP client showed the summary in its own
 	// form and the person ticked it: the client's word.
@@ -75,16 +77,17 @@ type Consent struct {
 	ApprovedBy string `json:"approved_by,omitempty"`
 }
 
-// consentFor is how the person agreed to c, executed now by caller under
-// policy p: the strongest method c and the caller's channel can show.
-func consentFor(c Confirmation, caller Caller, p Policy) *Consent {
+// consentFor is how the person agreed to c, executed now by caller
+// (callerIsAgent: by the one rule of person.go): the strongest method c and
+// the caller's channel can show.
+func consentFor(c Confirmation, caller Caller, callerIsAgent bool) *Consent {
 	if caller.viaAllow {
 		return &Consent{Method: ConsentPolicyAllow, HumanPresent: HumanNone}
 	}
 	if recorded := recordedConsent(c); recorded != nil {
 		return recorded
 	}
-	agent := c.Agent || p.isAgent(caller)
+	agent := c.Agent || callerIsAgent
 	switch caller.Consent {
 	case ConsentElicitationForm, ConsentMCPAppView:
 		if caller.Agent { // these dialogs exist only over MCP

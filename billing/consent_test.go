@@ -9,8 +9,7 @@ import (
 // person agreed, and no path can claim more than it has (contract §11).
 func TestConsentFor(t *testing.T) {
 	authAt := time.Date(2026, 11, 24, 22, 0, 0, 0, time.UTC)
-	agentClients := Policy{AgentClients: []string{"bot"}}
-	person := Caller{Org: "o", Principal: "alice", Client: "dashboard"}
+	person := Caller{Org: "o", Principal: "alice", Client: "dashboard"} // a person by person.go's rule
 	overMCP := Caller{Org: "o", Principal: "alice", Client: "claude", Agent: true}
 	with := func(c Caller, m ConsentMethod) Caller { c.Consent = m; return c }
 	verified := Confirmation{Verification: &Verification{VerifiedAt: authAt.Add(time.Minute), Method: VerifiedByPage,
@@ -20,41 +19,41 @@ func TestConsentFor(t *testing.T) {
 		name   string
 		c      Confirmation
 		caller Caller
-		policy Policy
+		agent  bool // the caller is an agent by person.go's rule
 		want   Consent
 	}{
-		{"REST agent: only the agent's word", Confirmation{}, with(Caller{Client: "bot"}, ConsentPersonSession), agentClients,
+		{"REST agent: only the agent's word", Confirmation{}, with(Caller{Client: "bot"}, ConsentPersonSession), true,
 			Consent{Method: ConsentAgentRelayed, HumanPresent: HumanNone}},
-		{"REST person (dashboard, non-agent client)", Confirmation{}, with(person, ConsentPersonSession), agentClients,
+		{"REST person (signed in, or a PERSON_CLIENTS client)", Confirmation{}, with(person, ConsentPersonSession), false,
 			Consent{Method: ConsentPersonSession, HumanPresent: HumanAttested}},
-		{"a person redeeming an agent's confirmation: still relayed", Confirmation{Agent: true}, with(person, ConsentPersonSession), Policy{},
+		{"a person redeeming an agent's confirmation: still relayed", Confirmation{Agent: true}, with(person, ConsentPersonSession), false,
 			Consent{Method: ConsentAgentRelayed, HumanPresent: HumanNone}},
-		{"MCP tool call with the token", Confirmation{Agent: true}, overMCP, Policy{},
+		{"MCP tool call with the token", Confirmation{Agent: true}, overMCP, true,
 			Consent{Method: ConsentAgentRelayed, HumanPresent: HumanNone}},
-		{"MCP cannot claim a person's session", Confirmation{Agent: true}, with(overMCP, ConsentPersonSession), Policy{},
+		{"MCP cannot claim a person's session", Confirmation{Agent: true}, with(overMCP, ConsentPersonSession), true,
 			Consent{Method: ConsentAgentRelayed, HumanPresent: HumanNone}},
-		{"MCP elicitation form accepted", Confirmation{Agent: true}, with(overMCP, ConsentElicitationForm), Policy{},
+		{"MCP elicitation form accepted", Confirmation{Agent: true}, with(overMCP, ConsentElicitationForm), true,
 			Consent{Method: ConsentElicitationForm, HumanPresent: HumanAttested}},
-		{"MCP Apps view Confirm", Confirmation{Agent: true}, with(overMCP, ConsentMCPAppView), Policy{},
+		{"MCP Apps view Confirm", Confirmation{Agent: true}, with(overMCP, ConsentMCPAppView), true,
 			Consent{Method: ConsentMCPAppView, HumanPresent: HumanAttested}},
-		{"REST cannot claim an elicitation", Confirmation{}, with(person, ConsentElicitationForm), Policy{},
+		{"REST cannot claim an elicitation", Confirmation{}, with(person, ConsentElicitationForm), false,
 			Consent{Method: ConsentAgentRelayed, HumanPresent: HumanNone}},
-		{"REST cannot claim the MCP Apps view", Confirmation{}, with(person, ConsentMCPAppView), Policy{},
+		{"REST cannot claim the MCP Apps view", Confirmation{}, with(person, ConsentMCPAppView), false,
 			Consent{Method: ConsentAgentRelayed, HumanPresent: HumanNone}},
-		{"a claim billing does not know", Confirmation{}, with(person, "telepathy"), Policy{},
+		{"a claim billing does not know", Confirmation{}, with(person, "telepathy"), false,
 			Consent{Method: ConsentAgentRelayed, HumanPresent: HumanNone}},
-		{"verification page or step-up, whoever calls", verified, overMCP, Policy{},
+		{"verification page or step-up, whoever calls", verified, overMCP, true,
 			Consent{Method: ConsentVerifiedSignIn, HumanPresent: HumanVerified, AuthTime: &authAt, ACR: "passkey"}},
-		{"approved by another person", approved, overMCP, Policy{},
+		{"approved by another person", approved, overMCP, true,
 			Consent{Method: ConsentApproved, HumanPresent: HumanAttested, ApprovedBy: "bob"}},
-		{"an approval still pending is no approval", Confirmation{Approval: ApprovalPending}, overMCP, Policy{},
+		{"an approval still pending is no approval", Confirmation{Approval: ApprovalPending}, overMCP, true,
 			Consent{Method: ConsentAgentRelayed, HumanPresent: HumanNone}},
-		{"the policy allowed it without asking", Confirmation{}, Caller{viaAllow: true, Consent: ConsentMCPAppView, Agent: true}, Policy{},
+		{"the policy allowed it without asking", Confirmation{}, Caller{viaAllow: true, Consent: ConsentMCPAppView, Agent: true}, true,
 			Consent{Method: ConsentPolicyAllow, HumanPresent: HumanNone}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := consentFor(tt.c, tt.caller, tt.policy)
+			got := consentFor(tt.c, tt.caller, tt.agent)
 			if !sameConsent(*got, tt.want) {
 				t.Errorf("consent %+v, want %+v", *got, tt.want)
 			}

@@ -31,6 +31,7 @@
 //	policy.go     the org's rules and how they are applied, before and at execution
 //	verify.go     the verify level: proof that the person signed in afresh
 //	approval.go   the approve level: another person's decision
+//	person.go     who is a person: billingd's pages or PERSON_CLIENTS; all else is an agent
 //	cancel.go     cancelling a pending confirmation
 //	reconcile.go  provider events (webhooks): the provider's state, drift and settling
 //	evidence.go   receipts of executed changes

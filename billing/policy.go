@@ -45,8 +45,9 @@ type Policy struct {
 	// verification (a person has to act on a page) stay redeemable longer
 	// than CONFIRM_TTL, up to 15 minutes; 0: CONFIRM_TTL.
 	ApprovalWindowSeconds int `json:"approval_window_seconds"`
-	// AgentClients are client ids (azp/client_id) that count as agents on
-	// REST too; calls over MCP always count as an agent's.
+	// AgentClients are more client ids (azp/client_id) that count as
+	// agents, besides every caller that is not a person (person.go): they
+	// can make a client an agent, never a person.
 	AgentClients []string `json:"agent_clients"`
 }
 
@@ -163,11 +164,6 @@ func (r PolicyRule) matches(ch changeFacts) bool {
 	return true
 }
 
-// isAgent reports whether the caller acts as an agent under p.
-func (p Policy) isAgent(c Caller) bool {
-	return c.Agent || c.Client != "" && slices.Contains(p.AgentClients, c.Client)
-}
-
 // Applying an org's policy to a change: before the quote (refuseEarly),
 // after it (gate) and, in confirm.go, again at execution
 // (policyAtExecution); and reading and replacing the policy.
@@ -209,7 +205,7 @@ func overDailyLimit(ctx context.Context, counter changeCounter, p Policy, org st
 // matches more as the amount grows, and allow turns into confirm), so a
 // change denied at an amount of zero is denied at any amount.
 func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op Operation, to string) error {
-	action, reason := ruling(p, changeFacts{op: op, to: to, agent: p.isAgent(caller)})
+	action, reason := ruling(p, changeFacts{op: op, to: to, agent: s.people.isAgent(p, caller)})
 	if action != ActionDeny {
 		over, err := overDailyLimit(ctx, s.store, p, caller.Org)
 		if err != nil {
@@ -227,7 +223,7 @@ func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op O
 // the policy asks for, or operation_denied when a rule on the amount denies
 // it (refuseEarly took the other denials before the quote).
 func (s *Service) gate(ctx context.Context, caller Caller, p Policy, op Operation, t Terms) (Action, error) {
-	action, reason := ruling(p, changeFacts{op: op, to: t.ToPlan, amountDueCents: t.AmountDueCents, agent: p.isAgent(caller)})
+	action, reason := ruling(p, changeFacts{op: op, to: t.ToPlan, amountDueCents: t.AmountDueCents, agent: s.people.isAgent(p, caller)})
 	if action == ActionDeny {
 		return "", s.denyFirstCall(ctx, caller, op, reason)
 	}

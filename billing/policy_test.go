@@ -35,23 +35,6 @@ func TestPolicyDecide(t *testing.T) {
 	}
 }
 
-func TestPolicyIsAgent(t *testing.T) {
-	p := Policy{AgentClients: []string{"bot"}}
-	for _, c := range []struct {
-		caller Caller
-		want   bool
-	}{
-		{Caller{Agent: true}, true},
-		{Caller{Client: "bot"}, true},
-		{Caller{Client: "dashboard"}, false},
-		{Caller{}, false},
-	} {
-		if got := p.isAgent(c.caller); got != c.want {
-			t.Errorf("isAgent(%+v) = %v", c.caller, got)
-		}
-	}
-}
-
 func TestPolicyValidate(t *testing.T) {
 	cat, err := NewCatalog(DefaultPlans())
 	if err != nil {

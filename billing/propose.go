@@ -130,7 +130,7 @@ func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Ope
 	token, hash := newToken()
 	c := Confirmation{
 		ID: newConfirmationID(), TokenHash: hash,
-		Org: caller.Org, Principal: caller.Principal, Client: caller.Client, Agent: acct.Policy.isAgent(caller),
+		Org: caller.Org, Principal: caller.Principal, Client: caller.Client, Agent: s.people.isAgent(acct.Policy, caller),
 		Operation: op, Terms: terms, Status: StatusPending,
 		Summary: summarize(displayNameOr(acct.Org), op, from, to, terms, s.planName(terms.Cancels)),
 	}

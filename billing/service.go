@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -28,6 +29,7 @@ type Service struct {
 	livemode      bool
 	admission     admission // executions running at once (admission.go)
 	steps         StepHook  // the failpoints' hook (steps.go); nil in production
+	people        people    // who is a person (person.go)
 }
 
 // Config wires a Service.
@@ -58,6 +60,11 @@ type Config struct {
 	// Livemode: the payment provider moves real money. When false, every
 	// summary says so and details and receipts carry livemode false.
 	Livemode bool
+	// PersonClients (PERSON_CLIENTS) are the OAuth client ids of
+	// person-facing apps, such as the operator's own dashboard: their
+	// calls are a person's (person.go). Every other bearer client is an
+	// agent's.
+	PersonClients []string
 	// MaxExecutions is how many second calls may execute at once, each
 	// holding a database connection while the provider answers; one more is
 	// refused at once with upstream_unavailable and Retry-After (admission.go).
@@ -90,6 +97,8 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("billing: rate limits need a window")
 	case cfg.MaxExecutions < 0:
 		return nil, errors.New("billing: negative MaxExecutions")
+	case slices.Contains(cfg.PersonClients, ""):
+		return nil, errors.New("billing: empty person client id")
 	}
 	if cfg.MaxExecutions == 0 {
 		cfg.MaxExecutions = DefaultMaxExecutions
@@ -109,6 +118,7 @@ func NewService(cfg Config) (*Service, error) {
 		publicBaseURL: strings.TrimSuffix(cfg.PublicBaseURL, "/"), acrValues: cfg.VerifyACRValues, log: cfg.Logger,
 		evidence: cfg.Evidence, receipts: cfg.Receipts, livemode: cfg.Livemode,
 		admission: newAdmission(cfg.MaxExecutions), steps: cfg.Steps,
+		people: people{clients: slices.Clone(cfg.PersonClients)},
 	}, nil
 }
 

@@ -17,7 +17,13 @@ type Caller struct {
 	Principal string // the token's sub
 	Client    string // azp or client_id: the agent or app acting, if any
 	Admin     bool   // holds billing:admin
-	Agent     bool   // the call came through an agent channel (MCP)
+	// Agent: the call came over MCP, an agent's channel whatever its client.
+	// A call without it is not thereby a person's (person.go).
+	Agent bool
+	// Session: the call came from billingd's own signed-in pages (the
+	// session cookie, CSRF-checked), not with a bearer token: a person's
+	// own call unless the org names the pages' client an agent (person.go).
+	Session   bool
 	RequestID string // for the audit log
 	// AuthTime is when the person last authenticated at the identity
 	// provider, by the access token's auth_time (zero: unknown). The verify
@@ -177,7 +183,7 @@ type Confirmation struct {
 	Consent   *Consent
 	CreatedAt time.Time
 	ExpiresAt time.Time
-	// Agent: issued to an agent (policy.isAgent at the first call). The
+	// Agent: issued to an agent (people.isAgent at the first call). The
 	// confirmation stays an agent's whichever channel redeems it.
 	Agent bool
 	// Attempt numbers the provider requests made for this confirmation; each

@@ -38,7 +38,7 @@ type Person struct {
 
 func (p Person) caller() Caller {
 	return Caller{Org: p.Org, Principal: p.Subject, Client: p.Client, RequestID: p.RequestID,
-		AuthTime: p.Auth.AuthTime, ACR: p.Auth.ACR}
+		AuthTime: p.Auth.AuthTime, ACR: p.Auth.ACR, Session: true}
 }
 
 // verifyURL is the verification page of a confirmation.

@@ -19,7 +19,8 @@ func newVerifyFixture(t *testing.T, action billing.Action, acrValues ...string) 
 	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, PeriodEnd: periodEnd,
 		ReadState: billingtest.StateOf(testAccount())}
 	svc, err := billing.NewService(billing.Config{Store: store, Payments: provider, Catalog: testCatalog(t, billing.DefaultPlans()),
-		TokenTTL: time.Minute, PublicBaseURL: "https://billing.example", VerifyACRValues: acrValues})
+		TokenTTL: time.Minute, PublicBaseURL: "https://billing.example", VerifyACRValues: acrValues,
+		PersonClients: []string{"console"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,17 +148,22 @@ func TestVerifyPageRules(t *testing.T) {
 	wantCode(t, err, billing.CodeTokenInvalid)
 }
 
-// TestApproversArePeople: an approval over MCP (Agent) or from an agent
-// client is refused; a person's is recorded with their auth_time and acr.
+// TestApproversArePeople: an approval by an agent (person.go) is refused:
+// over MCP, from an agent client, from a client not in PERSON_CLIENTS or a
+// token with no client. A person's (a PERSON_CLIENTS client, billingd's
+// signed-in pages) is recorded with their auth_time and acr.
 func TestApproversArePeople(t *testing.T) {
 	ctx := context.Background()
 	f := newVerifyFixture(t, billing.ActionApprove)
 	p := f.propose(t, billing.Caller{Org: "org_vb", Principal: "vera", Client: "bot"}, billing.OpUpgrade, "scale")
 	for name, approver := range map[string]billing.Caller{
-		"over MCP":          {Org: "org_vb", Principal: "boss", Admin: true, Agent: true},
-		"agent client":      {Org: "org_vb", Principal: "boss", Admin: true, Client: "bot"},
-		"the requester":     {Org: "org_vb", Principal: "vera", Admin: true, Client: "console"},
-		"without the scope": {Org: "org_vb", Principal: "boss", Client: "console"},
+		"over MCP":           {Org: "org_vb", Principal: "boss", Admin: true, Agent: true},
+		"agent client":       {Org: "org_vb", Principal: "boss", Admin: true, Client: "bot"},
+		"unlisted client":    {Org: "org_vb", Principal: "boss", Admin: true, Client: "demo-agent"},
+		"no client":          {Org: "org_vb", Principal: "boss", Admin: true},
+		"MCP, listed client": {Org: "org_vb", Principal: "boss", Admin: true, Client: "console", Agent: true},
+		"the requester":      {Org: "org_vb", Principal: "vera", Admin: true, Client: "console"},
+		"without the scope":  {Org: "org_vb", Principal: "boss", Client: "console"},
 	} {
 		if _, err := f.svc.Approve(ctx, approver, p.ConfirmationID); err == nil {
 			t.Fatalf("%s: approved", name)
@@ -169,5 +175,10 @@ func TestApproversArePeople(t *testing.T) {
 	}
 	if c := f.confirmation(t, p.ConfirmationID); c.Approver != "boss" || !c.ApproverAuth.AuthTime.Equal(dbNow) || c.ApproverAuth.ACR != "urn:passkey" {
 		t.Fatalf("approval recorded as %+v", c)
+	}
+	down := f.propose(t, billing.Caller{Org: "org_vb", Principal: "vera", Client: "bot"}, billing.OpDowngrade, "free")
+	signedIn := billing.Caller{Org: "org_vb", Principal: "boss", Admin: true, Client: "billingd-pages", Session: true}
+	if _, err := f.svc.Approve(ctx, signedIn, down.ConfirmationID); err != nil {
+		t.Fatalf("approval on billingd's signed-in page: %v", err)
 	}
 }

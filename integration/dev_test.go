@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/devenv"
 	"github.com/billingd/billingd/internal/testenv"
 )
@@ -80,6 +82,9 @@ func TestDev(t *testing.T) {
 		if status != 200 || !strings.Contains(string(body), `"plan":"scale"`) {
 			t.Fatalf("second call: %d %s", status, body)
 		}
+		// demo-agent is an agent (it is not in PERSON_CLIENTS): its change
+		// is on record as relayed, with no person shown to be present.
+		wantDevConsent(t, out, base, billing.Consent{Method: billing.ConsentAgentRelayed, HumanPresent: billing.HumanNone})
 		if out := dev.stdout.String(); !strings.Contains(out, `"url": "`+base+`/mcp"`) || !strings.Contains(out, `"BILLINGD_ACCESS_TOKEN": "ey`) {
 			t.Errorf("MCP client configurations missing:\n%s", out)
 		}
@@ -337,6 +342,33 @@ func waitForOutput(t *testing.T, d *devProcess, want string, timeout time.Durati
 
 // printedLine returns the first line of out that starts with prefix, once
 // indentation is trimmed.
+// wantDevConsent reads the demo org's audit log with the welcome's admin
+// token and checks the consent of its last executed change.
+func wantDevConsent(t *testing.T, welcome, base string, want billing.Consent) {
+	t.Helper()
+	admin := bearerToken(t, printedLine(t, welcome, "curl -s '"+base+"/api/billing/audit?limit=10'"))
+	req, _ := http.NewRequest("GET", base+"/api/billing/audit?limit=10", nil)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var log struct{ Events []billing.AuditEvent }
+	if err := json.NewDecoder(resp.Body).Decode(&log); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range log.Events {
+		if e.Event == billing.EventOperationExecuted {
+			if e.Consent == nil || *e.Consent != want {
+				t.Fatalf("the welcome's agent handshake recorded consent %+v, want %+v", e.Consent, want)
+			}
+			return
+		}
+	}
+	t.Fatalf("no OPERATION_EXECUTED in the audit log: %+v", log.Events)
+}
+
 func printedLine(t *testing.T, out, prefix string) string {
 	t.Helper()
 	for _, line := range strings.Split(out, "\n") {

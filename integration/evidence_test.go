@@ -105,13 +105,14 @@ func TestReceipts(t *testing.T) {
 	}
 	got.InvoiceID = "" // Stripe's: the amount is the invoice's (TestReceiptStatesInvoicedAmount)
 	// The parts of the amount the summary stated, and how the person agreed
-	// (a non-agent client: the person's own call).
+	// (test-agent, a client not in PERSON_CLIENTS: an agent, whose word is
+	// all billingd has).
 	d := p.Details
 	if q := c.Quoted; q == nil || *q != (billing.QuotedAmounts{SubtotalCents: d.SubtotalCents, DiscountCents: d.DiscountCents,
 		TaxCents: d.TaxCents, CreditAppliedCents: d.CreditAppliedCents, AmountDueNowCents: d.AmountDueNowCents}) {
 		t.Fatalf("receipt's quoted amounts %+v, details %+v", c.Quoted, d)
 	}
-	if k := c.Consent; k == nil || *k != (billing.Consent{Method: billing.ConsentPersonSession, HumanPresent: billing.HumanAttested}) {
+	if k := c.Consent; k == nil || *k != (billing.Consent{Method: billing.ConsentAgentRelayed, HumanPresent: billing.HumanNone}) {
 		t.Fatalf("receipt's consent %+v", c.Consent)
 	}
 	got.Quoted, got.Consent = nil, nil
@@ -295,7 +296,7 @@ func TestAuditExportAndVerify(t *testing.T) {
 		if wantLine == "" {
 			if code != 0 || !strings.HasPrefix(stdout, "verified: org vector, 5 events, 1 receipts") ||
 				// How the person agreed to each executed change.
-				!strings.Contains(stdout, "\n  seq 3 "+events[2].ConfirmationID+" upgrade_plan: consent person_session (human present: attested)\n") {
+				!strings.Contains(stdout, "\n  seq 3 "+events[2].ConfirmationID+" upgrade_plan: consent agent_relayed (human present: none)\n") {
 				t.Fatalf("%s: exit %d, stdout %q, stderr %q", name, code, stdout, stderr)
 			}
 			return
@@ -323,7 +324,7 @@ func TestAuditExportAndVerify(t *testing.T) {
 
 	// A stronger consent claimed on the line: the chain hash says no.
 	claimed := append([]string(nil), lines...)
-	claimed[2] = strings.Replace(claimed[2], `"method":"person_session","human_present":"attested"`,
+	claimed[2] = strings.Replace(claimed[2], `"method":"agent_relayed","human_present":"none"`,
 		`"method":"verified_sign_in","human_present":"verified"`, 1)
 	if claimed[2] == lines[2] {
 		t.Fatalf("no consent on the executed line: %s", lines[2])
@@ -398,7 +399,11 @@ func TestReceiptOverMCP(t *testing.T) {
 // out. Stripe changed the subscription once.
 func TestReceiptAfterSettling(t *testing.T) {
 	h := newHarness(t, withEnv("SETTLE_INTERVAL", "300ms"))
-	acct, tok, p := h.pendingUpgrade("settled")
+	acct := h.createOrg("settled", "settled", "pro")
+	// A person's call (PERSON_CLIENTS): person_session is recorded with the
+	// attempt, which a change settled without it could not claim.
+	tok := h.admin("settled", "pat")
+	p := h.propose(tok, "upgrade", "scale")
 	h.fake.FailNext(stripepaytest.ServerError)
 	wantStatus(t, h.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusServiceUnavailable, "upstream_unavailable")
 	h.eventually(10*time.Second, "the reconciler executes the change", func() bool { return h.subscription(tok) == "scale" })

@@ -95,7 +95,10 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	h.env = map[string]string{
 		"DATABASE_URL": h.db.URL, "STRIPE_SECRET_KEY": "sk_test_billingd", "STRIPE_API_BASE": stripeURL,
 		"OAUTH_ISSUER": h.issuer.IssuerURL(), "PUBLIC_BASE_URL": h.url, "LISTEN_ADDR": ln.Addr().String(),
-		"OIDC_CLIENT_ID":   testClientID,
+		"OIDC_CLIENT_ID": testClientID,
+		// test-console plays the operator's own dashboard: its calls are
+		// a person's (admin). Every other client is an agent's (§4).
+		"PERSON_CLIENTS":   personClient,
 		"MIGRATE_ON_START": "false", "STRIPE_TIMEOUT": "5s",
 		// Fault tests see each of Stripe's answers once, as billingd does
 		// once stripe-go's retries are spent; TestStripeLockTimeoutRetried
@@ -167,6 +170,10 @@ func listen(t *testing.T) net.Listener {
 	return ln
 }
 
+// personClient is the harness's person-facing client (PERSON_CLIENTS): the
+// operator's own console, through which admin tokens act.
+const personClient = "test-console"
+
 // testClientID is the harness's OIDC client for the pages' sign-in.
 const testClientID = "billingd-test-pages"
 
@@ -225,7 +232,8 @@ func (h *harness) createOrg(id, name, plan string) billing.Account {
 }
 
 // token mints an access token for principal in org with the given scopes,
-// as the agent client test-agent.
+// as the client test-agent: an agent, as every client not in
+// PERSON_CLIENTS is.
 func (h *harness) token(org, principal string, scopes ...string) string {
 	h.t.Helper()
 	return h.tokenOf("test-agent", org, principal, scopes...)
@@ -248,10 +256,11 @@ func (h *harness) user(org, principal string) string {
 	return h.token(org, principal, auth.ScopeRead, auth.ScopeWrite)
 }
 
-// admin is a person with every scope, through the client test-console:
-// not an agent, so it may approve other people's changes.
+// admin is a person with every scope, through the client test-console, which
+// the harness lists in PERSON_CLIENTS: a person's call, so it may approve
+// other people's changes.
 func (h *harness) admin(org, principal string) string {
-	return h.tokenOf("test-console", org, principal, auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
+	return h.tokenOf(personClient, org, principal, auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
 }
 
 // response is an HTTP answer with its body read.

@@ -260,13 +260,17 @@ func (h *harness) proposeApprovalOf(token, op, to string) proposal {
 }
 
 // TestPolicyAgentRuleOverMCP: a rule for agents applies to every MCP call,
-// whatever the token's client id.
+// whatever the token's client id, even one in PERSON_CLIENTS.
 func TestPolicyAgentRuleOverMCP(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.createOrg("agents", "Agents", "pro")
 	h.setPolicy("agents", `{"rules":[{"name":"no agents","caller":"agent","action":"deny"}]}`)
-	h.propose(h.user("agents", "ann"), "upgrade", "scale") // over REST with an unlisted client: a user
-	cs := mcpConnect(t, h.url, h.mcpUser("agents", "ann"), "")
-	wantToolError(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), "operation_denied")
+	rw := []string{auth.ScopeRead, auth.ScopeWrite}
+	h.propose(h.tokenOf(personClient, "agents", "ann", rw...), "upgrade", "scale") // over REST with a PERSON_CLIENTS client: a person
+	wantStatus(t, h.do("POST", "/api/billing/upgrade", h.user("agents", "ann"), `{"to":"scale"}`), http.StatusForbidden, "operation_denied")
+	for _, client := range []string{"mcp-agent", personClient} {
+		cs := mcpConnect(t, h.url, h.mcpToken("agents", "ann", client, rw...), "")
+		wantToolError(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), "operation_denied")
+	}
 }

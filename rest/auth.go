@@ -36,8 +36,9 @@ func (s *server) require(scope string) echo.MiddlewareFunc {
 				Org: id.Org, Principal: id.Subject, Client: id.Client,
 				Admin: id.HasScope(auth.ScopeAdmin), RequestID: requestID(c),
 				AuthTime: id.AuthTime, ACR: id.ACR,
-				// The caller's own call; billing counts it as relayed
-				// when the caller or the confirmation is an agent's.
+				// The caller's own call, by the token's word; billing
+				// counts it as relayed unless the client is one of
+				// PERSON_CLIENTS (billing/person.go).
 				Consent: billing.ConsentPersonSession,
 			})
 			return next(c)

@@ -236,12 +236,13 @@ func (s *server) checkCSRF(c echo.Context, ws *websession.Session) error {
 	return nil
 }
 
-// sessionCaller is the caller of an API request made with the session.
+// sessionCaller is the caller of an API request made with the session:
+// billingd's own signed-in page, which billing counts as a person's.
 func sessionCaller(ws *websession.Session, rid string) (billing.Caller, auth.Identity) {
 	id := auth.Identity{Subject: ws.Subject, Org: ws.Org, Client: ws.Client, Scopes: ws.Scopes, Expiry: ws.ExpiresAt,
 		AuthTime: ws.AuthTime, ACR: ws.ACR}
 	return billing.Caller{Org: ws.Org, Principal: ws.Subject, Client: ws.Client, Admin: id.HasScope(auth.ScopeAdmin),
-		RequestID: rid, AuthTime: ws.AuthTime, ACR: ws.ACR, Consent: billing.ConsentPersonSession}, id
+		RequestID: rid, AuthTime: ws.AuthTime, ACR: ws.ACR, Session: true, Consent: billing.ConsentPersonSession}, id
 }
 
 // logout ends the session (POST with the CSRF token).

@@ -268,7 +268,7 @@ func newService(cfg config.Config, store billing.Store, payments billing.Payment
 		Store: store, Payments: paymentsFor(cfg, payments), Catalog: catalog,
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
 		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL,
-		VerifyACRValues: cfg.VerifyACRValues, Logger: log,
+		VerifyACRValues: cfg.VerifyACRValues, PersonClients: cfg.PersonClients, Logger: log,
 		Receipts: receipts, Livemode: cfg.StripeLivemode(), MaxExecutions: cfg.ConfirmConcurrency,
 		Steps: stepHook(cfg, log),
 	})

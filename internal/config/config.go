@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/websession"
 )
 
@@ -85,6 +86,11 @@ type Config struct {
 	// VerifyACRValues (VERIFY_ACR_VALUES, comma-separated) are the acr values
 	// the verify level accepts, e.g. a passkey's; empty: any.
 	VerifyACRValues []string
+	// PersonClients (PERSON_CLIENTS, comma-separated) are the OAuth client
+	// ids of person-facing apps, such as the operator's own dashboard:
+	// their calls are a person's. Every other client, and a token with no
+	// client, is an agent's (contract §4, billing/person.go).
+	PersonClients []string
 	// DevTokenPaste lets the pages sign in with a pasted bearer token; only
 	// billingd dev sets it.
 	DevTokenPaste bool
@@ -126,6 +132,7 @@ func Load(getenv func(string) string) (Config, error) {
 		OIDCClientID:        getenv("OIDC_CLIENT_ID"),
 		OIDCClientSecret:    getenv("OIDC_CLIENT_SECRET"),
 		VerifyACRValues:     splitList(getenv("VERIFY_ACR_VALUES")),
+		PersonClients:       splitList(getenv("PERSON_CLIENTS")),
 		MCPReplicaID:        getenv("MCP_REPLICA_ID"),
 		FailpointsURL:       getenv("BILLINGD_FAILPOINTS"),
 	}
@@ -195,6 +202,11 @@ func Load(getenv func(string) string) (Config, error) {
 	for _, v := range c.VerifyACRValues {
 		if strings.ContainsAny(v, "\"\\ ") {
 			fail("VERIFY_ACR_VALUES", "an acr value may not contain quotes, backslashes or spaces")
+		}
+	}
+	for _, id := range c.PersonClients {
+		if !auth.SafeIdentifier(id) || strings.Contains(id, " ") {
+			fail("PERSON_CLIENTS", "%q is not a client id as tokens carry it (visible characters, no spaces)", id)
 		}
 	}
 	if c.MCPReplicaID != "" && !replicaIDPattern.MatchString(c.MCPReplicaID) {

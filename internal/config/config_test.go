@@ -271,6 +271,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"trusted proxy without a length", map[string]string{"TRUSTED_PROXIES": "10.0.0.5"}, "TRUSTED_PROXIES"},
 		{"trusted proxy with host bits", map[string]string{"TRUSTED_PROXIES": "10.1.2.3/8"}, "TRUSTED_PROXIES"},
 		{"trusted proxy too long a prefix", map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, "TRUSTED_PROXIES"},
+		{"person client with a space", map[string]string{"PERSON_CLIENTS": "acme dashboard"}, "PERSON_CLIENTS"},
+		{"person client with a zero-width space", map[string]string{"PERSON_CLIENTS": "acme\u200bdashboard"}, "PERSON_CLIENTS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -494,5 +496,17 @@ func TestLoadTrustedProxies(t *testing.T) {
 	}
 	if want := []string{"127.0.0.1/32", "10.0.0.0/8", "fd00::/8"}; !slices.Equal(got, want) {
 		t.Errorf("TrustedProxies = %v, want %v", got, want)
+	}
+}
+
+// TestLoadPersonClients: PERSON_CLIENTS is read once into a list of client
+// ids; unset, no client is a person's (contract §3, §4).
+func TestLoadPersonClients(t *testing.T) {
+	if c := load(t, nil); len(c.PersonClients) != 0 {
+		t.Errorf("default %q, want none", c.PersonClients)
+	}
+	c := load(t, map[string]string{"PERSON_CLIENTS": " acme-dashboard,, console "})
+	if !slices.Equal(c.PersonClients, []string{"acme-dashboard", "console"}) {
+		t.Errorf("PersonClients %q", c.PersonClients)
 	}
 }

@@ -118,6 +118,11 @@ func TestPrintWelcome(t *testing.T) {
 		"within 60s",
 		"'http://127.0.0.1:18080/api/billing/audit?limit=10'",
 		"Data stays in /var/lib/billingd-dev/x;",
+		// Which client is which (contract §4).
+		"agent: client demo-agent acting for demo-user",
+		"an agent, as every client not in PERSON_CLIENTS: its changes are agent_relayed",
+		"admin: demo-admin through client demo-dashboard",
+		"a person: billingd dev lists demo-dashboard in PERSON_CLIENTS",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("welcome text lacks %q:\n%s", want, text)
@@ -163,6 +168,18 @@ func TestPrintWelcome(t *testing.T) {
 			t.Errorf("expires in %v, want about %v", time.Until(exp.Time), TokenTTL)
 		}
 	})
+}
+
+// TestDevNamesPersonClients: billingd dev lists the admin token's client in
+// PERSON_CLIENTS, once, beside any the environment names, and never the
+// agent token's.
+func TestDevNamesPersonClients(t *testing.T) {
+	e := &Env{Config: config.Config{PersonClients: []string{"acme-dashboard"}}}
+	e.namePersonClients()
+	e.namePersonClients()
+	if got := e.Config.PersonClients; !slices.Equal(got, []string{"acme-dashboard", DashboardClient}) || slices.Contains(got, AgentClient) {
+		t.Fatalf("PERSON_CLIENTS %q", got)
+	}
 }
 
 func mustJSON(t *testing.T, render func(string) (string, error), v any) {

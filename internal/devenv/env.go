@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/billingd/billingd/internal/config"
@@ -246,10 +247,20 @@ func (e *Env) startIssuer() error {
 	if e.Config.OIDCClientID == "" {
 		e.Config.OIDCClientID = DevClientID
 	}
+	e.namePersonClients()
 	// Pasting a bearer token into the pages is for billingd dev only.
 	e.Config.DevTokenPaste = true
 	e.step("development token issuer (DEVELOPMENT ONLY) on %s", iss.IssuerURL())
 	return nil
+}
+
+// namePersonClients adds the admin token's client to PERSON_CLIENTS: its
+// calls are then a person's, as an operator's own dashboard's would be,
+// while the agent token's client stays an agent.
+func (e *Env) namePersonClients() {
+	if !slices.Contains(e.Config.PersonClients, DashboardClient) {
+		e.Config.PersonClients = append(e.Config.PersonClients, DashboardClient)
+	}
 }
 
 // developmentOnly labels every answer of the issuer, for anyone who finds

@@ -11,13 +11,19 @@ import (
 
 // The demo org billingd dev seeds, and who its printed tokens speak for.
 const (
-	DemoOrg      = "demo"
-	DemoOrgName  = "Demo Org"
-	DemoPlan     = "pro"
-	DemoEmail    = "billing@demo.example"
-	AgentClient  = "demo-agent" // azp of the agent token: recorded in the audit log
-	AgentSubject = "demo-user"  // the person the agent acts for
+	DemoOrg     = "demo"
+	DemoOrgName = "Demo Org"
+	DemoPlan    = "pro"
+	DemoEmail   = "billing@demo.example"
+	// AgentClient is the azp of the agent token: an agent, as every client
+	// not in PERSON_CLIENTS is (contract §4).
+	AgentClient  = "demo-agent"
+	AgentSubject = "demo-user" // the person the agent acts for
 	AdminSubject = "demo-admin"
+	// DashboardClient is the azp of the admin token: it plays the
+	// operator's own dashboard, a person-facing client that billingd dev
+	// names in PERSON_CLIENTS, as an operator names theirs.
+	DashboardClient = "demo-dashboard"
 	// DevClientID is billingd dev's OIDC client for the pages' sign-in.
 	DevClientID = "billingd-dev-pages"
 )

@@ -34,7 +34,7 @@ type welcome struct {
 	ConfirmTTL                string
 	AgentScopes, AdminScopes  string
 	AgentClient, AgentSubject string
-	AdminSubject              string
+	AdminClient, AdminSubject string
 	MCPOverHTTP, MCPOverStdio string
 }
 
@@ -46,7 +46,7 @@ func (e *Env) PrintWelcome(w io.Writer, acct billing.Account) error {
 	if err != nil {
 		return err
 	}
-	admin, err := e.mint(AdminSubject, "", acct.Org.ID, adminScopes)
+	admin, err := e.mint(AdminSubject, DashboardClient, acct.Org.ID, adminScopes)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func (e *Env) PrintWelcome(w io.Writer, acct billing.Account) error {
 		Database: e.Database, Stripe: e.Stripe, AgentToken: agent, AdminToken: admin,
 		Expires: time.Now().Add(TokenTTL).UTC().Format("2006-01-02 15:04 MST"), ConfirmTTL: fmt.Sprintf("%ds", int(e.Config.ConfirmTTL.Seconds())),
 		AgentScopes: strings.Join(agentScopes, " "), AdminScopes: strings.Join(adminScopes, " "),
-		AgentClient: AgentClient, AgentSubject: AgentSubject, AdminSubject: AdminSubject}
+		AgentClient: AgentClient, AgentSubject: AgentSubject, AdminClient: DashboardClient, AdminSubject: AdminSubject}
 	if v.MCPOverHTTP, err = e.mcpOverHTTP(agent); err != nil {
 		return err
 	}
@@ -138,9 +138,12 @@ billingd dev is ready. DEVELOPMENT ONLY: its token issuer signs whatever it is a
 Tokens for org {{.Account.Org.ID}}, valid for 12h (until {{.Expires}}):
 
   agent: client {{.AgentClient}} acting for {{.AgentSubject}}; {{.AgentScopes}}
+         an agent, as every client not in PERSON_CLIENTS: its changes are agent_relayed
   {{.AgentToken}}
 
-  admin: {{.AdminSubject}}; {{.AdminScopes}}
+  admin: {{.AdminSubject}} through client {{.AdminClient}}; {{.AdminScopes}}
+         a person: billingd dev lists {{.AdminClient}} in PERSON_CLIENTS, as an operator lists
+         their own dashboard (the signed-in pages are a person's without it)
   {{.AdminToken}}
 
 The handshake, as the agent:
