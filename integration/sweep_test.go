@@ -20,7 +20,6 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/billingd/billingd/billing"
-	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/failpoint"
 	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
@@ -140,13 +139,12 @@ const (
 	// request's outcome is certainly known 3×STRIPE_TIMEOUT after its
 	// recovery point (billing.attemptOver), then a round takes a settle.
 	sweepSettleBound = 3*sweepStripeTimeout + 5*time.Second
-	sweepPersonApp   = "sweep-dashboard"
 	sweepApplication = "billingd-sweep"
 )
 
 func newSweep(t *testing.T) *sweep {
 	h := newHarness(t, withPrivatePostgres(), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("CONFIRM_TTL", "30s"),
-		withEnv("STRIPE_TIMEOUT", sweepStripeTimeout.String()), withEnv("PERSON_CLIENTS", sweepPersonApp))
+		withEnv("STRIPE_TIMEOUT", sweepStripeTimeout.String()))
 	sw := &sweep{t: t, h: h, steps: map[string]int{}, unlisted: map[string]bool{}, listed: map[string]bool{}}
 	for _, path := range billing.Paths() {
 		for _, step := range path {
@@ -460,7 +458,7 @@ func sweepOps() []sweepOp {
 				if !ok {
 					return
 				}
-				approver := sw.h.tokenOf(sweepPersonApp, sc.org, "approver", auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
+				approver := sw.h.admin(sc.org, "approver") // a person: the harness's PERSON_CLIENTS client
 				sw.call(sc, "approve", sw.replicas[1].url, "POST", "/api/billing/confirmations/"+p.ConfirmationID+"/approve",
 					approver, nil, p.ConfirmationID, false)
 				sw.secondCall(sc, "upgrade", "scale", "", p)
