@@ -71,3 +71,65 @@ func TestCommitFailureAfterTheRecoveryPointIsOutcomeUnknown(t *testing.T) {
 		t.Errorf("settled as %s with %d changes, want executed with one", c.Status, f.provider.Changes())
 	}
 }
+
+// providers is a provider with one billingtest.Provider per subscription.
+type providers map[string]*billingtest.Provider
+
+func (p providers) PreviewPlanChange(ctx context.Context, change billing.PlanChange) (billing.Preview, error) {
+	return p[change.SubscriptionID].PreviewPlanChange(ctx, change)
+}
+
+func (p providers) ApplyPlanChange(ctx context.Context, change billing.PlanChange, key string) (billing.AppliedChange, error) {
+	return p[change.SubscriptionID].ApplyPlanChange(ctx, change, key)
+}
+
+func (p providers) ReadSubscription(ctx context.Context, id string) (billing.ProviderSubscription, error) {
+	return p[id].ReadSubscription(ctx, id)
+}
+
+func (p providers) CreateCustomer(ctx context.Context, c billing.NewCustomer, key string) (billing.CreatedCustomer, error) {
+	return billing.CreatedCustomer{}, fmt.Errorf("not implemented")
+}
+
+// TestSettlerGoesOnPastAConfirmationItCannotSettle: two orgs' upgrades
+// whose answers were lost; recording the oldest fails on every try. The
+// settler settles the other in the same round, and the oldest stays
+// executing for the next.
+func TestSettlerGoesOnPastAConfirmationItCannotSettle(t *testing.T) {
+	f := newHandshakeFixture(t)
+	other := testAccount()
+	other.Org.ID, other.Org.StripeCustomerID, other.Subscription.Org = "org_two", "cus_2", "org_two"
+	other.Subscription.StripeSubscriptionID, other.Subscription.StripeItemID = "sub_2", "si_2"
+	f.store.Update(func(st *billingtest.State) { st.Accounts["org_two"] = other })
+	second := &billingtest.Provider{Preview: f.provider.Preview, PeriodEnd: periodEnd, ReadState: billingtest.StateOf(other)}
+	f.svc = f.serviceWith(t, providers{"sub_1": f.provider, "sub_2": second})
+	bob := billing.Caller{Org: "org_two", Principal: "bob", Client: "agent-2", RequestID: "req-2"}
+
+	lost := fmt.Errorf("timeout: %w", billing.ErrUnavailable)
+	stuck := f.propose(t, alice, billing.OpUpgrade, "scale")
+	f.provider.ApplyErrs = []error{lost}
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", stuck.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	f.store.Advance(time.Second)
+	later := f.propose(t, bob, billing.OpUpgrade, "scale")
+	second.ApplyErrs = []error{lost}
+	_, err = f.confirm(bob, billing.OpUpgrade, "scale", later.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+
+	f.store.RecordErr = func(r billing.Record) error {
+		if r.ConfirmationID == stuck.ConfirmationID {
+			return fmt.Errorf("write: %w", billing.ErrUnavailable)
+		}
+		return nil
+	}
+	f.store.Advance(time.Second)
+	if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+		t.Errorf("settle round: %v", err)
+	}
+	if c := f.confirmation(t, later.ConfirmationID); c.Status != billing.StatusExecuted {
+		t.Errorf("the other org's change is %s after the round, want executed", c.Status)
+	}
+	if c := f.confirmation(t, stuck.ConfirmationID); c.Status != billing.StatusExecuting {
+		t.Errorf("the one that cannot be recorded is %s, want executing", c.Status)
+	}
+}

@@ -201,13 +201,14 @@ func needsReadBack(err error) bool {
 // SettleUnknownOutcomes settles executing confirmations whose last attempt is
 // older than idle, one transaction each, and returns how many it looked at.
 // Every replica may run it: a confirmation being settled elsewhere is
-// skipped. Confirmations it cannot settle yet stay executing and are tried
-// again once idle has passed.
+// skipped. Confirmations it cannot settle yet, or whose settling failed,
+// stay executing and are tried again once idle has passed; the round goes
+// on past them.
 func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration, limit int) (int, error) {
 	n := 0
 	var seen []string // a confirmation that cannot be settled yet is not looked at twice in a round
 	for ; n < limit; n++ {
-		found := true
+		found, locked := true, ""
 		busy, err := s.admittedExecutionTx(ctx, func(tx Tx) error {
 			c, acct, now, err := tx.LockUnsettled(ctx, idle, seen)
 			if errors.Is(err, ErrNotFound) {
@@ -217,11 +218,19 @@ func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration,
 			if err != nil {
 				return fmt.Errorf("lock unsettled confirmation: %w", err)
 			}
-			seen = append(seen, c.ID)
+			seen = append(seen, c.ID) // kept when the transaction rolls back
+			locked = c.ID
 			caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "settle"}
 			_, err = s.settle(ctx, tx, caller, c, acct, now, true)
 			return err
 		})
+		if err != nil && locked != "" {
+			// One confirmation whose settling fails on every try (the
+			// oldest, which every round locks first) must not hold up the
+			// others: it stays executing and is tried again next round.
+			s.log.Warn("settling an unknown outcome failed; will retry", "confirmation_id", locked, "err", err)
+			continue
+		}
 		if err != nil {
 			return n, storeError("settle unknown outcome", err)
 		}
