@@ -359,7 +359,7 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 		if rerr != nil {
 			return redemption{}, rerr
 		}
-		return s.recordNotMade(ctx, tx, caller, c, acct, state)
+		return s.recordNotMade(ctx, tx, caller, c, acct, now, state)
 	case err == nil:
 		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
 	case errors.Is(err, ErrRateLimited) && auditUnknown:

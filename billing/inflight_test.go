@@ -133,3 +133,64 @@ func TestSettlerGoesOnPastAConfirmationItCannotSettle(t *testing.T) {
 		t.Errorf("the one that cannot be recorded is %s, want executing", c.Status)
 	}
 }
+
+// TestChangeNotMadePutsBackTheScheduledChange: a change made now that
+// cancels a scheduled one; the release is made, the update fails with a
+// 5xx, and the consent lapses (the policy now denies it) before it could be
+// sent again. The change is recorded as not made, by the owner's retry or
+// by the settler, and the scheduled change is put back at the provider and
+// in billingd; the answer says so, or that it could not be.
+func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		bySettler   bool
+		restoreErrs []error
+		say         string
+	}{
+		{name: "owner's retry", say: "the change to Pro scheduled for May 30, 2026 stays scheduled"},
+		{name: "settler", bySettler: true},
+		{name: "cannot put back", restoreErrs: []error{billing.ErrUnavailable}, say: "could not be scheduled again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newScaleFixture(t)
+			first := f.cancellingChange(t)
+			scheduled := first.Details.CancelsScheduledChange
+			f.provider.ReadState.Schedule = nil // the release was made
+			f.provider.ApplyErrs = []error{fmt.Errorf("stripe 500: %w: %w", billing.ErrUnavailable, billing.ErrProviderFailed)}
+			_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+			wantCode(t, err, billing.CodeUpstreamUnavailable)
+
+			setPolicy(f, billing.Policy{Rules: []billing.PolicyRule{{Name: "no free", ToPlans: []string{"free"}, Action: billing.ActionDeny}}})
+			f.store.Advance(time.Hour)
+			f.provider.ApplyErrs = tc.restoreErrs
+			if tc.bySettler {
+				if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				_, err = f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+				wantCode(t, err, billing.CodeTokenInvalid)
+				if msg := billing.PublicMessage(err); !strings.Contains(msg, "not made") || !strings.Contains(msg, tc.say) {
+					t.Errorf("answer %q, want it to say the change was not made and %q", msg, tc.say)
+				}
+			}
+			if c := f.confirmation(t, first.ConfirmationID); c.Status != billing.StatusFailed {
+				t.Fatalf("status %s, want failed", c.Status)
+			}
+			sub, at := f.subscription(), f.provider.ReadState.Schedule
+			if tc.restoreErrs != nil {
+				if sub.Scheduled != nil || at.Scheduled() {
+					t.Errorf("billingd shows %+v, the provider %+v: want nothing scheduled", sub.Scheduled, at)
+				}
+				return
+			}
+			if sub.Plan != "scale" || sub.Scheduled == nil || sub.Scheduled.ToPlan != "pro" ||
+				sub.Scheduled.ConfirmationID != scheduled.ConfirmationID {
+				t.Errorf("billingd shows %+v (scheduled %+v); want Scale with the Pro change scheduled again", sub, sub.Scheduled)
+			}
+			if !at.Scheduled() || at.ConfirmationID != scheduled.ConfirmationID || at.NextPriceID != "price_billingd_pro" {
+				t.Errorf("at the provider: %+v, want the Pro change scheduled again", at)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -70,7 +71,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 			// the provider: "not made" cannot be told from "not yet".
 			return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil
 		}
-		return s.recordNotMade(ctx, tx, caller, c, acct, state)
+		return s.recordNotMade(ctx, tx, caller, c, acct, now, state)
 	}
 	// The same request under the same key: Stripe replays its first answer,
 	// or makes the change if the first request never reached it, which the
@@ -86,7 +87,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, time.Time{})
 	}
 	if !s.quoteHolds(c, acct.Subscription, state) {
-		return s.recordNotMade(ctx, tx, caller, c, acct, state)
+		return s.recordNotMade(ctx, tx, caller, c, acct, now, state)
 	}
 	// Certainly not applied: the request under the last key is over and the
 	// subscription does not show it. The next attempt has its own key and
@@ -172,8 +173,13 @@ func appliedFrom(c Confirmation, state ProviderSubscription) AppliedChange {
 }
 
 // recordNotMade records that c's change was not made and will not be,
-// and the subscription as the provider has it (state), if it moved.
-func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, state ProviderSubscription) (redemption, error) {
+// and the subscription as the provider has it (state), if it moved. A
+// scheduled change that c's first step released is scheduled again, as
+// after a refusal (afterRefusal), and the answer says what stands: the
+// person agreed to cancel it only as part of a change that was not made.
+// (Renewed first: the renewal made it; there is nothing to put back.)
+func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
+	now time.Time, state ProviderSubscription) (redemption, error) {
 	reason := reasonNotApplied
 	if renewedFirst(c, state.PriceID) {
 		reason = reasonRenewedFirst
@@ -184,8 +190,13 @@ func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Con
 		Events: []AuditEvent{failed}}); err != nil {
 		return redemption{}, err
 	}
+	answer := errFailed(c)
+	if reason != reasonRenewedFirst && c.Terms.Cancels != nil && !c.Terms.AtPeriodEnd && s.scheduledFrom(state) == nil {
+		restored := s.restoreScheduled(ctx, c, acct, now, &state)
+		answer.Message = strings.TrimSuffix(answer.Message, ".") + "; " + s.scheduledStands(c, restored) + "."
+	}
 	_, err := s.recordProviderState(ctx, tx, acct, state, time.Time{})
-	return redemption{outcome: errFailed(c)}, err
+	return redemption{outcome: answer}, err
 }
 
 // needsReadBack reports whether the answer to a resent request leaves only
