@@ -41,6 +41,12 @@ func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest)
 		return err
 	})
 	if err != nil {
+		if r.recoveryPoint {
+			// The COMMIT itself failed (a restart, a failover, a dropped
+			// connection): what was recorded after the recovery point is
+			// lost, not what was sent.
+			err = settledLater(err)
+		}
 		return ChangeResult{}, s.rolledBack(req, err)
 	}
 	return r.result, r.outcome
@@ -50,6 +56,10 @@ func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest)
 type redemption struct {
 	result  ChangeResult
 	outcome error // the error the caller gets once the transaction committed
+	// recoveryPoint: the confirmation was committed executing (it may have
+	// been sent), so any later failure, the final COMMIT's included, leaves
+	// an outcome that is not yet known and is settled.
+	recoveryPoint bool
 }
 
 // consume is the step that uses a token up: the second call inside its
@@ -73,6 +83,7 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 			return redemption{result: replayOf(c, acct)}, nil
 		case StatusExecuting:
 			r, err := s.settle(ctx, tx, caller, c, acct, now, req.TokenWithheld)
+			r.recoveryPoint = true
 			return r, settledLater(err)
 		}
 	}
@@ -254,6 +265,7 @@ func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmat
 		return redemption{}, fmt.Errorf("save recovery point: %w", err)
 	}
 	r, err := s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, attempt, attached, withheld)
+	r.recoveryPoint = true
 	return r, settledLater(err)
 }
 
@@ -355,7 +367,7 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 		if rerr != nil {
 			return redemption{}, rerr
 		}
-		return s.recordNotMade(ctx, tx, caller, c, acct, state)
+		return s.recordNotMade(ctx, tx, caller, c, acct, now, state)
 	case err == nil:
 		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
 	case errors.Is(err, ErrRateLimited) && auditUnknown:

@@ -287,12 +287,7 @@ func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct 
 		// refusal is the whole answer.
 		return refusal, nil
 	}
-	what := fmt.Sprintf("the change to %s scheduled for %s", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
-	stands := what + " stays scheduled (billingd scheduled it again after this change's first step had cancelled it)"
-	if !restored {
-		stands = what + " was cancelled at the payment provider (the first step of this change) and could not be " +
-			"scheduled again: ask for it again if it is still wanted"
-	}
+	stands := s.scheduledStands(c, restored)
 	if errors.Is(refusal, ErrRateLimited) {
 		// The token went back to pending, and recording the subscription
 		// as it now is revoked it as drift: not a call to retry.
@@ -303,6 +298,17 @@ func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct 
 	told := *answer
 	told.Message = strings.TrimSuffix(told.Message, ".") + "; " + stands + "."
 	return &told, nil
+}
+
+// scheduledStands says what became of the scheduled change c's first step
+// released, once c was not made: scheduled again (restored) or not.
+func (s *Service) scheduledStands(c Confirmation, restored bool) string {
+	what := fmt.Sprintf("the change to %s scheduled for %s", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
+	if !restored {
+		return what + " was cancelled at the payment provider (the first step of this change) and could not be " +
+			"scheduled again: ask for it again if it is still wanted"
+	}
+	return what + " stays scheduled (billingd scheduled it again after this change's first step had cancelled it)"
 }
 
 // restoreScheduled schedules again, under a key of c's own, the change c's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -71,7 +72,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 			// the provider: "not made" cannot be told from "not yet".
 			return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil
 		}
-		return s.recordNotMade(ctx, tx, caller, c, acct, state)
+		return s.recordNotMade(ctx, tx, caller, c, acct, now, state)
 	}
 	// The same request under the same key: Stripe replays its first answer,
 	// or makes the change if the first request never reached it, which the
@@ -88,7 +89,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, time.Time{})
 	}
 	if !s.quoteHolds(c, acct.Subscription, state) {
-		return s.recordNotMade(ctx, tx, caller, c, acct, state)
+		return s.recordNotMade(ctx, tx, caller, c, acct, now, state)
 	}
 	// Certainly not applied: the request under the last key is over and the
 	// subscription does not show it. The next attempt has its own key and
@@ -174,8 +175,13 @@ func appliedFrom(c Confirmation, state ProviderSubscription) AppliedChange {
 }
 
 // recordNotMade records that c's change was not made and will not be,
-// and the subscription as the provider has it (state), if it moved.
-func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, state ProviderSubscription) (redemption, error) {
+// and the subscription as the provider has it (state), if it moved. A
+// scheduled change that c's first step released is scheduled again, as
+// after a refusal (afterRefusal), and the answer says what stands: the
+// person agreed to cancel it only as part of a change that was not made.
+// (Renewed first: the renewal made it; there is nothing to put back.)
+func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
+	now time.Time, state ProviderSubscription) (redemption, error) {
 	reason := reasonNotApplied
 	if renewedFirst(c, state.PriceID) {
 		reason = reasonRenewedFirst
@@ -186,8 +192,13 @@ func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Con
 		Events: []AuditEvent{failed}}); err != nil {
 		return redemption{}, err
 	}
+	answer := errFailed(c)
+	if reason != reasonRenewedFirst && c.Terms.Cancels != nil && !c.Terms.AtPeriodEnd && s.scheduledFrom(state) == nil {
+		restored := s.restoreScheduled(ctx, c, acct, now, &state)
+		answer.Message = strings.TrimSuffix(answer.Message, ".") + "; " + s.scheduledStands(c, restored) + "."
+	}
 	_, err := s.recordProviderState(ctx, tx, acct, state, time.Time{})
-	return redemption{outcome: errFailed(c)}, err
+	return redemption{outcome: answer}, err
 }
 
 // needsReadBack reports whether the answer to a resent request leaves only
@@ -203,13 +214,14 @@ func needsReadBack(err error) bool {
 // SettleUnknownOutcomes settles executing confirmations whose last attempt is
 // older than idle, one transaction each, and returns how many it looked at.
 // Every replica may run it: a confirmation being settled elsewhere is
-// skipped. Confirmations it cannot settle yet stay executing and are tried
-// again once idle has passed.
+// skipped. Confirmations it cannot settle yet, or whose settling failed,
+// stay executing and are tried again once idle has passed; the round goes
+// on past them.
 func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration, limit int) (int, error) {
 	n := 0
 	var seen []string // a confirmation that cannot be settled yet is not looked at twice in a round
 	for ; n < limit; n++ {
-		found := true
+		found, locked := true, ""
 		busy, err := s.admittedExecutionTx(ctx, func(tx Tx) error {
 			c, acct, now, err := tx.LockUnsettled(ctx, idle, seen)
 			if errors.Is(err, ErrNotFound) {
@@ -219,7 +231,8 @@ func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration,
 			if err != nil {
 				return fmt.Errorf("lock unsettled confirmation: %w", err)
 			}
-			seen = append(seen, c.ID)
+			seen = append(seen, c.ID) // kept when the transaction rolls back
+			locked = c.ID
 			s.at(ctx, StepSettleLock, &c)
 			caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "settle"}
 			if _, err = s.settle(ctx, tx, caller, c, acct, now, true); err != nil {
@@ -228,6 +241,13 @@ func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration,
 			s.at(ctx, StepSettleCommit, &c)
 			return nil
 		})
+		if err != nil && locked != "" {
+			// One confirmation whose settling fails on every try (the
+			// oldest, which every round locks first) must not hold up the
+			// others: it stays executing and is tried again next round.
+			s.log.Warn("settling an unknown outcome failed; will retry", "confirmation_id", locked, "err", err)
+			continue
+		}
 		if err != nil {
 			return n, storeError("settle unknown outcome", err)
 		}

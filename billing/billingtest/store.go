@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -308,8 +309,17 @@ func (tx *tx) SaveRecoveryPoint(ctx context.Context, confirmationID string, atte
 	return c, a, tx.store.now, nil
 }
 
+// LockUnsettled implements billing.Tx: the oldest attempt first, as the
+// PostgreSQL store orders them.
 func (tx *tx) LockUnsettled(_ context.Context, idle time.Duration, skip []string) (billing.Confirmation, billing.Account, time.Time, error) {
-	for _, c := range tx.state.Confirmations {
+	ids := slices.SortedFunc(maps.Keys(tx.state.Confirmations), func(a, b string) int {
+		if c := tx.state.AttemptedAt[a].Compare(tx.state.AttemptedAt[b]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	for _, id := range ids {
+		c := tx.state.Confirmations[id]
 		if slices.Contains(skip, c.ID) {
 			continue
 		}

@@ -1,0 +1,196 @@
+package billing_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/billing/billingtest"
+)
+
+// Issue 27's review findings 1, 3, 4 and 6; each test failed before its fix.
+
+// commitFails is a store whose next transaction fails at its COMMIT, after
+// its function succeeded: a restart, a failover or a terminated backend
+// between the provider's answer and the commit. Work committed earlier in
+// the transaction (a recovery point) stays.
+type commitFails struct {
+	*billingtest.Store
+	fail bool
+}
+
+func (s *commitFails) InTx(ctx context.Context, fn func(billing.Tx) error) error {
+	return s.Store.InTx(ctx, func(tx billing.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if s.fail {
+			s.fail = false
+			return fmt.Errorf("commit: terminating connection secret-detail-7: %w", billing.ErrUnavailable)
+		}
+		return nil
+	})
+}
+
+// TestCommitFailureAfterTheRecoveryPointIsOutcomeUnknown: the change was
+// made at the provider and the COMMIT that records it failed. The answer is
+// that the outcome is not yet known (the settler records it), never
+// "nothing was changed".
+func TestCommitFailureAfterTheRecoveryPointIsOutcomeUnknown(t *testing.T) {
+	f := newHandshakeFixture(t)
+	store := &commitFails{Store: f.store}
+	svc, err := billing.NewService(billing.Config{Store: store, Payments: f.provider,
+		Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute, Livemode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.svc = svc
+	p := f.propose(t, alice, billing.OpUpgrade, "scale")
+	store.fail = true
+	_, err = f.confirm(alice, billing.OpUpgrade, "scale", p.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	wantPublicMessageClean(t, err, "secret-detail-7")
+	if msg := billing.PublicMessage(err); strings.Contains(msg, "nothing was changed") ||
+		!strings.Contains(msg, "finding out whether it was made") {
+		t.Errorf("answer %q after the change was sent, want outcome unknown", msg)
+	}
+	if f.provider.Changes() != 1 {
+		t.Fatalf("%d changes at the provider", f.provider.Changes())
+	}
+	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuting {
+		t.Errorf("status %s, want executing (the settler records it)", c.Status)
+	}
+	f.store.Advance(time.Second)
+	if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.confirmation(t, p.ConfirmationID); c.Status != billing.StatusExecuted || f.provider.Changes() != 1 {
+		t.Errorf("settled as %s with %d changes, want executed with one", c.Status, f.provider.Changes())
+	}
+}
+
+// providers is a provider with one billingtest.Provider per subscription.
+type providers map[string]*billingtest.Provider
+
+func (p providers) PreviewPlanChange(ctx context.Context, change billing.PlanChange) (billing.Preview, error) {
+	return p[change.SubscriptionID].PreviewPlanChange(ctx, change)
+}
+
+func (p providers) ApplyPlanChange(ctx context.Context, change billing.PlanChange, key string) (billing.AppliedChange, error) {
+	return p[change.SubscriptionID].ApplyPlanChange(ctx, change, key)
+}
+
+func (p providers) ReadSubscription(ctx context.Context, id string) (billing.ProviderSubscription, error) {
+	return p[id].ReadSubscription(ctx, id)
+}
+
+func (p providers) CreateCustomer(ctx context.Context, c billing.NewCustomer, key string) (billing.CreatedCustomer, error) {
+	return billing.CreatedCustomer{}, fmt.Errorf("not implemented")
+}
+
+// TestSettlerGoesOnPastAConfirmationItCannotSettle: two orgs' upgrades
+// whose answers were lost; recording the oldest fails on every try. The
+// settler settles the other in the same round, and the oldest stays
+// executing for the next.
+func TestSettlerGoesOnPastAConfirmationItCannotSettle(t *testing.T) {
+	f := newHandshakeFixture(t)
+	other := testAccount()
+	other.Org.ID, other.Org.StripeCustomerID, other.Subscription.Org = "org_two", "cus_2", "org_two"
+	other.Subscription.StripeSubscriptionID, other.Subscription.StripeItemID = "sub_2", "si_2"
+	f.store.Update(func(st *billingtest.State) { st.Accounts["org_two"] = other })
+	second := &billingtest.Provider{Preview: f.provider.Preview, PeriodEnd: periodEnd, ReadState: billingtest.StateOf(other)}
+	f.svc = f.serviceWith(t, providers{"sub_1": f.provider, "sub_2": second})
+	bob := billing.Caller{Org: "org_two", Principal: "bob", Client: "agent-2", RequestID: "req-2"}
+
+	lost := fmt.Errorf("timeout: %w", billing.ErrUnavailable)
+	stuck := f.propose(t, alice, billing.OpUpgrade, "scale")
+	f.provider.ApplyErrs = []error{lost}
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", stuck.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+	f.store.Advance(time.Second)
+	later := f.propose(t, bob, billing.OpUpgrade, "scale")
+	second.ApplyErrs = []error{lost}
+	_, err = f.confirm(bob, billing.OpUpgrade, "scale", later.ConfirmToken)
+	wantCode(t, err, billing.CodeUpstreamUnavailable)
+
+	f.store.RecordErr = func(r billing.Record) error {
+		if r.ConfirmationID == stuck.ConfirmationID {
+			return fmt.Errorf("write: %w", billing.ErrUnavailable)
+		}
+		return nil
+	}
+	f.store.Advance(time.Second)
+	if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+		t.Errorf("settle round: %v", err)
+	}
+	if c := f.confirmation(t, later.ConfirmationID); c.Status != billing.StatusExecuted {
+		t.Errorf("the other org's change is %s after the round, want executed", c.Status)
+	}
+	if c := f.confirmation(t, stuck.ConfirmationID); c.Status != billing.StatusExecuting {
+		t.Errorf("the one that cannot be recorded is %s, want executing", c.Status)
+	}
+}
+
+// TestChangeNotMadePutsBackTheScheduledChange: a change made now that
+// cancels a scheduled one; the release is made, the update fails with a
+// 5xx, and the consent lapses (the policy now denies it) before it could be
+// sent again. The change is recorded as not made, by the owner's retry or
+// by the settler, and the scheduled change is put back at the provider and
+// in billingd; the answer says so, or that it could not be.
+func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		bySettler   bool
+		restoreErrs []error
+		say         string
+	}{
+		{name: "owner's retry", say: "the change to Pro scheduled for May 30, 2026 stays scheduled"},
+		{name: "settler", bySettler: true},
+		{name: "cannot put back", restoreErrs: []error{billing.ErrUnavailable}, say: "could not be scheduled again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newScaleFixture(t)
+			first := f.cancellingChange(t)
+			scheduled := first.Details.CancelsScheduledChange
+			f.provider.ReadState.Schedule = nil // the release was made
+			f.provider.ApplyErrs = []error{fmt.Errorf("stripe 500: %w: %w", billing.ErrUnavailable, billing.ErrProviderFailed)}
+			_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+			wantCode(t, err, billing.CodeUpstreamUnavailable)
+
+			setPolicy(f, billing.Policy{Rules: []billing.PolicyRule{{Name: "no free", ToPlans: []string{"free"}, Action: billing.ActionDeny}}})
+			f.store.Advance(time.Hour)
+			f.provider.ApplyErrs = tc.restoreErrs
+			if tc.bySettler {
+				if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				_, err = f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+				wantCode(t, err, billing.CodeTokenInvalid)
+				if msg := billing.PublicMessage(err); !strings.Contains(msg, "not made") || !strings.Contains(msg, tc.say) {
+					t.Errorf("answer %q, want it to say the change was not made and %q", msg, tc.say)
+				}
+			}
+			if c := f.confirmation(t, first.ConfirmationID); c.Status != billing.StatusFailed {
+				t.Fatalf("status %s, want failed", c.Status)
+			}
+			sub, at := f.subscription(), f.provider.ReadState.Schedule
+			if tc.restoreErrs != nil {
+				if sub.Scheduled != nil || at.Scheduled() {
+					t.Errorf("billingd shows %+v, the provider %+v: want nothing scheduled", sub.Scheduled, at)
+				}
+				return
+			}
+			if sub.Plan != "scale" || sub.Scheduled == nil || sub.Scheduled.ToPlan != "pro" ||
+				sub.Scheduled.ConfirmationID != scheduled.ConfirmationID {
+				t.Errorf("billingd shows %+v (scheduled %+v); want Scale with the Pro change scheduled again", sub, sub.Scheduled)
+			}
+			if !at.Scheduled() || at.ConfirmationID != scheduled.ConfirmationID || at.NextPriceID != "price_billingd_pro" {
+				t.Errorf("at the provider: %+v, want the Pro change scheduled again", at)
+			}
+		})
+	}
+}
