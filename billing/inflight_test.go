@@ -194,3 +194,62 @@ func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
 		})
 	}
 }
+
+// previewHeld is a provider whose previews wait, once entered, until the
+// test releases them.
+type previewHeld struct {
+	*billingtest.Provider
+	entered, release chan struct{}
+}
+
+func (p previewHeld) PreviewPlanChange(ctx context.Context, change billing.PlanChange) (billing.Preview, error) {
+	p.entered <- struct{}{}
+	<-p.release
+	return p.Provider.PreviewPlanChange(ctx, change)
+}
+
+// TestFirstCallRacingARecoveryPointIsNotIssued: Bob's preview is in flight
+// while Alice's upgrade commits its recovery point and reaches Stripe (its
+// answer lost, or made and recorded). Bob's quote, from the old plan, is not
+// issued: he is told to retry, and no token is stored.
+func TestFirstCallRacingARecoveryPointIsNotIssued(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		alice []error // Alice's provider answers
+	}{
+		{name: "still executing", alice: []error{fmt.Errorf("timeout: %w", billing.ErrUnavailable)}},
+		{name: "recorded meanwhile"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newHandshakeFixture(t)
+			bob := billing.Caller{Org: "org_vb", Principal: "bob", Client: "agent-2", RequestID: "req-2"}
+			held := previewHeld{Provider: f.provider, entered: make(chan struct{}), release: make(chan struct{})}
+			bobs := f.serviceWith(t, held)
+			mine := f.propose(t, alice, billing.OpUpgrade, "scale")
+
+			type answer struct {
+				res billing.ChangeResult
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				res, err := bobs.ChangePlan(context.Background(), bob, billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale"})
+				done <- answer{res, err}
+			}()
+			<-held.entered
+			f.provider.ApplyErrs = tc.alice
+			if _, err := f.confirm(alice, billing.OpUpgrade, "scale", mine.ConfirmToken); len(tc.alice) == 0 && err != nil {
+				t.Fatalf("alice's second call: %v", err)
+			}
+			close(held.release)
+			got := <-done
+			wantCode(t, got.err, billing.CodeUpstreamUnavailable)
+			if got.res.Proposed() {
+				t.Errorf("bob was issued %q, quoted from the plan Alice's change replaces", got.res.Summary)
+			}
+			if list, err := f.store.PendingConfirmations(context.Background(), "org_vb", "bob"); err != nil || len(list) != 0 {
+				t.Errorf("bob's pending confirmations %+v, %v: want none", list, err)
+			}
+		})
+	}
+}
