@@ -145,11 +145,13 @@ func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
 		name        string
 		bySettler   bool
 		restoreErrs []error
+		renewed     bool // the renewal made the scheduled change meanwhile
 		say         string
 	}{
 		{name: "owner's retry", say: "the change to Pro scheduled for May 30, 2026 stays scheduled"},
 		{name: "settler", bySettler: true},
 		{name: "cannot put back", restoreErrs: []error{billing.ErrUnavailable}, say: "could not be scheduled again"},
+		{name: "renewed first", renewed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newScaleFixture(t)
@@ -163,6 +165,10 @@ func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
 			setPolicy(f, billing.Policy{Rules: []billing.PolicyRule{{Name: "no free", ToPlans: []string{"free"}, Action: billing.ActionDeny}}})
 			f.store.Advance(time.Hour)
 			f.provider.ApplyErrs = tc.restoreErrs
+			if tc.renewed {
+				f.provider.ReadState.PriceID = "price_billingd_pro"
+			}
+			calls := len(f.provider.ApplyCalls())
 			if tc.bySettler {
 				if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
 					t.Fatal(err)
@@ -178,6 +184,15 @@ func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
 				t.Fatalf("status %s, want failed", c.Status)
 			}
 			sub, at := f.subscription(), f.provider.ReadState.Schedule
+			if tc.renewed {
+				msg := billing.PublicMessage(err)
+				if strings.Contains(msg, "scheduled again") || !strings.Contains(msg, "took effect at the renewal") ||
+					len(f.provider.ApplyCalls()) != calls || at != nil {
+					t.Errorf("answer %q, %d requests after the renewal made the change, schedule %+v: want nothing put back",
+						msg, len(f.provider.ApplyCalls())-calls, at)
+				}
+				return
+			}
 			if tc.restoreErrs != nil {
 				if sub.Scheduled != nil || at.Scheduled() {
 					t.Errorf("billingd shows %+v, the provider %+v: want nothing scheduled", sub.Scheduled, at)

@@ -177,7 +177,8 @@ func appliedFrom(c Confirmation, state ProviderSubscription) AppliedChange {
 // scheduled change that c's first step released is scheduled again, as
 // after a refusal (afterRefusal), and the answer says what stands: the
 // person agreed to cancel it only as part of a change that was not made.
-// (Renewed first: the renewal made it; there is nothing to put back.)
+// A subscription on the scheduled change's price was renewed first: the
+// renewal made it, and there is nothing to put back.
 func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
 	now time.Time, state ProviderSubscription) (redemption, error) {
 	reason := reasonNotApplied
@@ -191,7 +192,13 @@ func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Con
 		return redemption{}, err
 	}
 	answer := errFailed(c)
-	if reason != reasonRenewedFirst && c.Terms.Cancels != nil && !c.Terms.AtPeriodEnd && s.scheduledFrom(state) == nil {
+	sc := c.Terms.Cancels
+	switch {
+	case sc == nil || c.Terms.AtPeriodEnd || s.scheduledFrom(state) != nil || reason == reasonRenewedFirst:
+	case state.PriceID == sc.PriceID:
+		answer.Message = strings.TrimSuffix(answer.Message, ".") + fmt.Sprintf("; the change to %s scheduled for %s "+
+			"took effect at the renewal.", s.planName(sc), day(sc.At))
+	default:
 		restored := s.restoreScheduled(ctx, c, acct, now, &state)
 		answer.Message = strings.TrimSuffix(answer.Message, ".") + "; " + s.scheduledStands(c, restored) + "."
 	}
