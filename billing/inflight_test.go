@@ -268,3 +268,25 @@ func TestFirstCallRacingARecoveryPointIsNotIssued(t *testing.T) {
 		})
 	}
 }
+
+// TestKeepOnAThirdPriceSaysTheScheduledChangeIsGone: the keep's release was
+// made, and the subscription was moved to a third price elsewhere: the keep
+// is not made, the change scheduled from the old price is not made again on
+// the new one (nobody agreed to it), and the answer says it was cancelled.
+func TestKeepOnAThirdPriceSaysTheScheduledChangeIsGone(t *testing.T) {
+	f := newScaleFixture(t)
+	f.svc = f.serviceWith(t, thirdPriceAtRelease{f.provider})
+	f.schedule(t)
+	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
+	calls := len(f.provider.ApplyCalls())
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	if msg := billing.PublicMessage(err); !strings.Contains(msg, "was cancelled at the payment provider") {
+		t.Errorf("answer %q does not say the scheduled change was cancelled", msg)
+	}
+	if n := len(f.provider.ApplyCalls()) - calls; n != 1 || f.provider.ReadState.Schedule != nil {
+		t.Errorf("%d requests, schedule %+v: want the release alone", n, f.provider.ReadState.Schedule)
+	}
+	if sub := f.subscription(); sub.Scheduled != nil {
+		t.Errorf("billingd shows %+v scheduled; Stripe has nothing", sub.Scheduled)
+	}
+}
