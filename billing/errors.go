@@ -144,4 +144,8 @@ var (
 	// may be sent again later. Always together with ErrUnavailable, so that
 	// whoever does not tell the two apart still retries.
 	ErrRateLimited = errors.New("provider rate limit")
+	// ErrConflict: a write's precondition no longer held when it was made
+	// (a confirmation began executing, or the subscription changed, since
+	// the state it depends on was read); nothing was written.
+	ErrConflict = errors.New("conflicting change")
 )

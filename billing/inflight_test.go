@@ -145,11 +145,13 @@ func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
 		name        string
 		bySettler   bool
 		restoreErrs []error
+		renewed     bool // the renewal made the scheduled change meanwhile
 		say         string
 	}{
 		{name: "owner's retry", say: "the change to Pro scheduled for May 30, 2026 stays scheduled"},
 		{name: "settler", bySettler: true},
 		{name: "cannot put back", restoreErrs: []error{billing.ErrUnavailable}, say: "could not be scheduled again"},
+		{name: "renewed first", renewed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newScaleFixture(t)
@@ -163,6 +165,10 @@ func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
 			setPolicy(f, billing.Policy{Rules: []billing.PolicyRule{{Name: "no free", ToPlans: []string{"free"}, Action: billing.ActionDeny}}})
 			f.store.Advance(time.Hour)
 			f.provider.ApplyErrs = tc.restoreErrs
+			if tc.renewed {
+				f.provider.ReadState.PriceID = "price_billingd_pro"
+			}
+			calls := len(f.provider.ApplyCalls())
 			if tc.bySettler {
 				if _, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil {
 					t.Fatal(err)
@@ -178,6 +184,15 @@ func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
 				t.Fatalf("status %s, want failed", c.Status)
 			}
 			sub, at := f.subscription(), f.provider.ReadState.Schedule
+			if tc.renewed {
+				msg := billing.PublicMessage(err)
+				if strings.Contains(msg, "scheduled again") || !strings.Contains(msg, "took effect at the renewal") ||
+					len(f.provider.ApplyCalls()) != calls || at != nil {
+					t.Errorf("answer %q, %d requests after the renewal made the change, schedule %+v: want nothing put back",
+						msg, len(f.provider.ApplyCalls())-calls, at)
+				}
+				return
+			}
 			if tc.restoreErrs != nil {
 				if sub.Scheduled != nil || at.Scheduled() {
 					t.Errorf("billingd shows %+v, the provider %+v: want nothing scheduled", sub.Scheduled, at)
@@ -192,5 +207,86 @@ func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
 				t.Errorf("at the provider: %+v, want the Pro change scheduled again", at)
 			}
 		})
+	}
+}
+
+// previewHeld is a provider whose previews wait, once entered, until the
+// test releases them.
+type previewHeld struct {
+	*billingtest.Provider
+	entered, release chan struct{}
+}
+
+func (p previewHeld) PreviewPlanChange(ctx context.Context, change billing.PlanChange) (billing.Preview, error) {
+	p.entered <- struct{}{}
+	<-p.release
+	return p.Provider.PreviewPlanChange(ctx, change)
+}
+
+// TestFirstCallRacingARecoveryPointIsNotIssued: Bob's preview is in flight
+// while Alice's upgrade commits its recovery point and reaches Stripe (its
+// answer lost, or made and recorded). Bob's quote, from the old plan, is not
+// issued: he is told to retry, and no token is stored.
+func TestFirstCallRacingARecoveryPointIsNotIssued(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		alice []error // Alice's provider answers
+	}{
+		{name: "still executing", alice: []error{fmt.Errorf("timeout: %w", billing.ErrUnavailable)}},
+		{name: "recorded meanwhile"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newHandshakeFixture(t)
+			bob := billing.Caller{Org: "org_vb", Principal: "bob", Client: "agent-2", RequestID: "req-2"}
+			held := previewHeld{Provider: f.provider, entered: make(chan struct{}), release: make(chan struct{})}
+			bobs := f.serviceWith(t, held)
+			mine := f.propose(t, alice, billing.OpUpgrade, "scale")
+
+			type answer struct {
+				res billing.ChangeResult
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				res, err := bobs.ChangePlan(context.Background(), bob, billing.ChangeRequest{Operation: billing.OpUpgrade, To: "scale"})
+				done <- answer{res, err}
+			}()
+			<-held.entered
+			f.provider.ApplyErrs = tc.alice
+			if _, err := f.confirm(alice, billing.OpUpgrade, "scale", mine.ConfirmToken); len(tc.alice) == 0 && err != nil {
+				t.Fatalf("alice's second call: %v", err)
+			}
+			close(held.release)
+			got := <-done
+			wantCode(t, got.err, billing.CodeUpstreamUnavailable)
+			if got.res.Proposed() {
+				t.Errorf("bob was issued %q, quoted from the plan Alice's change replaces", got.res.Summary)
+			}
+			if list, err := f.store.PendingConfirmations(context.Background(), "org_vb", "bob"); err != nil || len(list) != 0 {
+				t.Errorf("bob's pending confirmations %+v, %v: want none", list, err)
+			}
+		})
+	}
+}
+
+// TestKeepOnAThirdPriceSaysTheScheduledChangeIsGone: the keep's release was
+// made, and the subscription was moved to a third price elsewhere: the keep
+// is not made, the change scheduled from the old price is not made again on
+// the new one (nobody agreed to it), and the answer says it was cancelled.
+func TestKeepOnAThirdPriceSaysTheScheduledChangeIsGone(t *testing.T) {
+	f := newScaleFixture(t)
+	f.svc = f.serviceWith(t, thirdPriceAtRelease{f.provider})
+	f.schedule(t)
+	keep := f.propose(t, alice, billing.OpUpgrade, "scale")
+	calls := len(f.provider.ApplyCalls())
+	_, err := f.confirm(alice, billing.OpUpgrade, "scale", keep.ConfirmToken)
+	if msg := billing.PublicMessage(err); !strings.Contains(msg, "was cancelled at the payment provider") {
+		t.Errorf("answer %q does not say the scheduled change was cancelled", msg)
+	}
+	if n := len(f.provider.ApplyCalls()) - calls; n != 1 || f.provider.ReadState.Schedule != nil {
+		t.Errorf("%d requests, schedule %+v: want the release alone", n, f.provider.ReadState.Schedule)
+	}
+	if sub := f.subscription(); sub.Scheduled != nil {
+		t.Errorf("billingd shows %+v scheduled; Stripe has nothing", sub.Scheduled)
 	}
 }

@@ -146,10 +146,24 @@ func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Ope
 		ttl = max(ttl, time.Duration(acct.Policy.ApprovalWindowSeconds)*time.Second)
 	}
 	c, err := s.store.IssueConfirmation(ctx, c, ttl, s.event(caller, op, EventTokenIssued, "", ""))
+	if errors.Is(err, ErrConflict) {
+		// Checked before the quote (Unsettled) and again, atomically, by
+		// the insert: the preview may have been made while another change
+		// committed its recovery point or was recorded.
+		return Confirmation{}, "", errQuoteOutdated(err)
+	}
 	if err != nil {
 		return Confirmation{}, "", storeError("issue confirmation", err)
 	}
 	return c, token, nil
+}
+
+// errQuoteOutdated: the subscription the quote was made from was changed,
+// or another change of it began executing, while the quote was made.
+func errQuoteOutdated(cause error) *Error {
+	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 5 * time.Second, Err: cause,
+		Message: "the subscription changed, or another change of it began, while this summary was being made; " +
+			"nothing was issued: retry shortly"}
 }
 
 // planChange resolves the plans of a request and checks its direction.

@@ -179,7 +179,8 @@ func appliedFrom(c Confirmation, state ProviderSubscription) AppliedChange {
 // scheduled change that c's first step released is scheduled again, as
 // after a refusal (afterRefusal), and the answer says what stands: the
 // person agreed to cancel it only as part of a change that was not made.
-// (Renewed first: the renewal made it; there is nothing to put back.)
+// A subscription on the scheduled change's price was renewed first: the
+// renewal made it, and there is nothing to put back.
 func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
 	now time.Time, state ProviderSubscription) (redemption, error) {
 	reason := reasonNotApplied
@@ -193,8 +194,16 @@ func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Con
 		return redemption{}, err
 	}
 	answer := errFailed(c)
-	if reason != reasonRenewedFirst && c.Terms.Cancels != nil && !c.Terms.AtPeriodEnd && s.scheduledFrom(state) == nil {
-		restored := s.restoreScheduled(ctx, c, acct, now, &state)
+	sc := c.Terms.Cancels
+	switch {
+	case sc == nil || c.Terms.AtPeriodEnd || s.scheduledFrom(state) != nil || reason == reasonRenewedFirst:
+	case state.PriceID == sc.PriceID:
+		answer.Message = strings.TrimSuffix(answer.Message, ".") + fmt.Sprintf("; the change to %s scheduled for %s "+
+			"took effect at the renewal.", s.planName(sc), day(sc.At))
+	default:
+		// On a price other than the one quoted (changed elsewhere), the
+		// change scheduled from it is not the one agreed to: not made again.
+		restored := state.PriceID == c.Terms.FromPriceID && s.restoreScheduled(ctx, c, acct, now, &state)
 		answer.Message = strings.TrimSuffix(answer.Message, ".") + "; " + s.scheduledStands(c, restored) + "."
 	}
 	_, err := s.recordProviderState(ctx, tx, acct, state, time.Time{})

@@ -24,7 +24,11 @@ type Store interface {
 	// confirmation of the same org, principal and operation. It writes the
 	// audit events: TOKEN_ISSUED for c and TOKEN_REVOKED (reason superseded)
 	// for each superseded confirmation, both made from the template event.
-	// It returns c with CreatedAt and ExpiresAt set.
+	// It returns c with CreatedAt and ExpiresAt set. It writes nothing and
+	// returns ErrConflict if, when it runs, a confirmation of the org is
+	// executing or the subscription's version is no longer
+	// c.Terms.SubscriptionVer: the quote may be of a state a change in
+	// flight has replaced.
 	IssueConfirmation(ctx context.Context, c Confirmation, ttl time.Duration, template AuditEvent) (Confirmation, error)
 
 	// InTx runs fn in one transaction: committed if fn returns nil, rolled

@@ -37,6 +37,7 @@ func RunStoreContract(t *testing.T, newStore MakeStore) {
 		{"record: executed with attempt, answer and a new subscription version", testRecordExecuted},
 		{"a transaction reads what it recorded", testReadsOwnRecord},
 		{"unsettled: seen by the other confirmations of the org and by the reconciler", testUnsettled},
+		{"issue re-checks that nothing executes and the version quoted is current", testIssueRechecks},
 		{"counts: recent activity and executed changes, on the store and in a transaction", testCounts},
 		{"audit log newest first, paged", testAuditPaging},
 		{"provider events are processed once", testEventsOnce},
@@ -335,6 +336,50 @@ func testUnsettled(t *testing.T, s billing.Store) {
 		}
 		return nil
 	})
+}
+
+// testIssueRechecks: a quote made while another change began executing, or
+// from a subscription version since replaced, is not issued, and nothing
+// (no superseding, no audit) is written.
+func testIssueRechecks(t *testing.T, s billing.Store) {
+	seed(t, s, "rck")
+	issue(t, s, Pending("rck", "alice", "cfm_exec", "tok-exec"))
+	issue(t, s, Pending("rck", "bob", "cfm_bob", "tok-bob"))
+	before, err := s.AuditEvents(ctx, "rck", 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	inTx(t, s, func(tx billing.Tx) error {
+		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_exec", Status: billing.StatusExecuting, Attempt: &zero})
+	})
+	_, err = s.IssueConfirmation(ctx, Pending("rck", "bob", "cfm_late", "tok-late"), time.Minute,
+		billing.AuditEvent{Event: billing.EventTokenIssued, Org: "rck", Principal: "bob", Outcome: "ok"})
+	if !errors.Is(err, billing.ErrConflict) {
+		t.Fatalf("issue while a change executes: %v, want ErrConflict", err)
+	}
+	inTx(t, s, func(tx billing.Tx) error {
+		sub := Account("rck").Subscription
+		sub.Plan = "scale"
+		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_exec", Status: billing.StatusExecuted, Attempt: &zero,
+			Subscription: &sub})
+	})
+	_, err = s.IssueConfirmation(ctx, Pending("rck", "bob", "cfm_stale", "tok-stale"), time.Minute,
+		billing.AuditEvent{Event: billing.EventTokenIssued, Org: "rck", Principal: "bob", Outcome: "ok"})
+	if !errors.Is(err, billing.ErrConflict) {
+		t.Fatalf("issue quoted from version 1 after version 2: %v, want ErrConflict", err)
+	}
+	list, err := s.PendingConfirmations(ctx, "rck", "bob")
+	if err != nil || len(list) != 1 || list[0].ID != "cfm_bob" {
+		t.Fatalf("bob's pending confirmations %+v, %v: want cfm_bob alone, not superseded", list, err)
+	}
+	after, err := s.AuditEvents(ctx, "rck", 100, 0)
+	if err != nil || len(after) != len(before) {
+		t.Fatalf("%d audit events after refused issues, %d before (%v)", len(after), len(before), err)
+	}
+	late := Pending("rck", "bob", "cfm_now", "tok-now")
+	late.Terms.SubscriptionVer = 2
+	issue(t, s, late)
 }
 
 func testCounts(t *testing.T, s billing.Store) {

@@ -142,6 +142,9 @@ func (s State) executing(org, except string) bool {
 func (s *Store) IssueConfirmation(_ context.Context, c billing.Confirmation, ttl time.Duration, template billing.AuditEvent) (billing.Confirmation, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.state.executing(c.Org, "") || s.state.Accounts[c.Org].Subscription.Version != c.Terms.SubscriptionVer {
+		return billing.Confirmation{}, fmt.Errorf("issue confirmation: %w", billing.ErrConflict)
+	}
 	for id, old := range s.state.Confirmations {
 		if old.Status == billing.StatusPending && old.Org == c.Org && old.Principal == c.Principal && old.Operation == c.Operation {
 			old.Status = billing.StatusSuperseded

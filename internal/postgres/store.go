@@ -142,11 +142,16 @@ func (s *Store) AccountForCall(ctx context.Context, org, principal string, windo
 // round trip, atomic on its own). The sub-statements of a WITH query run in
 // no guaranteed order, so the INSERT reads the count of superseded rows:
 // that forces the UPDATE to finish first, and the new row never meets the
-// old one in the one-pending-per-caller index.
+// old one in the one-pending-per-caller index. Nothing is written unless
+// (quotable) no confirmation of the org is executing and the subscription
+// is still at the version quoted ($15).
 const issueSQL = `
-WITH superseded AS (
+WITH quotable AS (
+	SELECT 1 FROM subscriptions WHERE org = $2 AND version = $15
+		AND NOT EXISTS (SELECT 1 FROM confirmations WHERE org = $2 AND status = 'executing')
+), superseded AS (
 	UPDATE confirmations SET status = 'superseded', finished_at = now()
-	WHERE org = $2 AND principal = $3 AND operation = $5 AND status = 'pending'
+	WHERE org = $2 AND principal = $3 AND operation = $5 AND status = 'pending' AND EXISTS (SELECT 1 FROM quotable)
 	RETURNING id
 ), issued AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
@@ -158,13 +163,13 @@ WITH superseded AS (
 		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond',
 		NULLIF($24, ''), $25, $26, $27,
 		$28, $29, $30, $31, $32, $33, $34, $35
-	FROM (SELECT count(*) FROM superseded) AS after_supersede
+	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
 	RETURNING created_at, expires_at
 ), audited AS (
 	INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
 	SELECT 'TOKEN_REVOKED', $2, $3, $4, $5, id, 'revoked', 'superseded', $21 FROM superseded
 	UNION ALL
-	SELECT $22, $2, $3, $4, $5, $1, $23, '', $21
+	SELECT $22, $2, $3, $4, $5, $1, $23, '', $21 FROM quotable
 )
 SELECT created_at, expires_at FROM issued`
 
@@ -182,14 +187,21 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 	// operation) first. Statements of one batch share an implicit transaction
 	// but each gets its own snapshot, so the issue statement, run once the
 	// lock is held, sees the pending confirmation the previous holder
-	// committed. One round trip in all.
+	// committed. It then waits for a second call that holds the subscription
+	// (FOR SHARE) to commit, so that the issue statement's snapshot sees a
+	// recovery point committed meanwhile. One round trip in all.
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
 		c.Org+"/"+c.Principal+"/"+string(c.Operation)) // a collision only serialises more
+	batch.Queue(`SELECT 1 FROM subscriptions WHERE org = $1 FOR SHARE`, c.Org)
 	batch.Queue(issueSQL, args...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&c.CreatedAt, &c.ExpiresAt)
 	})
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+	err := s.pool.SendBatch(ctx, batch).Close()
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.Confirmation{}, fmt.Errorf("issue confirmation: %w", billing.ErrConflict)
+	}
+	if err != nil {
 		return billing.Confirmation{}, fmt.Errorf("issue confirmation: %w", classify(err))
 	}
 	return c, nil
