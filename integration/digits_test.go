@@ -102,6 +102,13 @@ func TestCurrencyDigits(t *testing.T) {
 			}
 			wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "premium"}), &mp)
 			c.wantDigits(t, "MCP structuredContent details", mp.Details)
+			var mplans struct {
+				Plans []map[string]any `json:"plans"`
+			}
+			wantSuccess(t, callTool(t, cs, "list_plans", nil), &mplans)
+			for _, p := range mplans.Plans {
+				c.wantDigits(t, "MCP plan "+fmt.Sprint(p["id"]), p)
+			}
 
 			// The REST proposal was superseded by the MCP one: propose again.
 			q := h.propose(tok, "upgrade", "premium")
