@@ -68,6 +68,38 @@ func TestSummaryStatesEveryPart(t *testing.T) {
 			terms: Terms{SubtotalCents: 1500, TaxCents: 122, AmountDueCents: 1622},
 			want:  "Upgrade Acme from Pro (19 CHF/mo) to Scale (49 CHF/mo). Pro-rated to today: 15.00 CHF plus 1.22 CHF tax: 16.22 CHF due now; first full Scale charge on Dec 1, 2026.",
 		},
+		// Stripe's three-decimal currencies: 5120 in kwd is 5.120 KWD,
+		// not 51.20 (issue 27).
+		{
+			name: "kwd, three-decimal",
+			from: plan("pro", "Pro", 5000, "kwd"), to: plan("scale", "Scale", 12500, "kwd"),
+			terms: Terms{SubtotalCents: 4650, TaxCents: 470, AmountDueCents: 5120},
+			want:  "Upgrade Acme from Pro (5 KWD/mo) to Scale (12.500 KWD/mo). Pro-rated to today: 4.650 KWD plus 0.470 KWD tax: 5.120 KWD due now; first full Scale charge on Dec 1, 2026.",
+		},
+		{name: "bhd, three-decimal", from: plan("pro", "Pro", 5000, "bhd"), to: plan("scale", "Scale", 12500, "bhd"),
+			terms: Terms{AmountDueCents: 5120}, want: "Upgrade Acme from Pro (5 BHD/mo) to Scale (12.500 BHD/mo). Pro-rated to today: 5.120 BHD due now; first full Scale charge on Dec 1, 2026."},
+		{name: "jod, three-decimal", from: plan("pro", "Pro", 5000, "jod"), to: plan("scale", "Scale", 12500, "jod"),
+			terms: Terms{AmountDueCents: 5120}, want: "Upgrade Acme from Pro (5 JOD/mo) to Scale (12.500 JOD/mo). Pro-rated to today: 5.120 JOD due now; first full Scale charge on Dec 1, 2026."},
+		{name: "omr, three-decimal", from: plan("pro", "Pro", 5000, "omr"), to: plan("scale", "Scale", 12500, "omr"),
+			terms: Terms{AmountDueCents: 5120}, want: "Upgrade Acme from Pro (5 OMR/mo) to Scale (12.500 OMR/mo). Pro-rated to today: 5.120 OMR due now; first full Scale charge on Dec 1, 2026."},
+		{name: "tnd, three-decimal", from: plan("pro", "Pro", 5000, "tnd"), to: plan("scale", "Scale", 12500, "tnd"),
+			terms: Terms{AmountDueCents: 5120}, want: "Upgrade Acme from Pro (5 TND/mo) to Scale (12.500 TND/mo). Pro-rated to today: 5.120 TND due now; first full Scale charge on Dec 1, 2026."},
+		// Stripe's special cases: counted in hundredths, written whole.
+		{
+			name: "isk, hundredths written whole",
+			from: plan("pro", "Pro", 190000, "isk"), to: plan("scale", "Scale", 490000, "isk"),
+			terms: Terms{SubtotalCents: 40000, TaxCents: 10000, AmountDueCents: 50000},
+			want:  "Upgrade Acme from Pro (1,900 ISK/mo) to Scale (4,900 ISK/mo). Pro-rated to today: 400 ISK plus 100 ISK tax: 500 ISK due now; first full Scale charge on Dec 1, 2026.",
+		},
+		{name: "huf, hundredths written whole", from: plan("pro", "Pro", 190000, "huf"), to: plan("scale", "Scale", 490000, "huf"),
+			terms: Terms{AmountDueCents: 50000}, want: "Upgrade Acme from Pro (1,900 HUF/mo) to Scale (4,900 HUF/mo). Pro-rated to today: 500 HUF due now; first full Scale charge on Dec 1, 2026."},
+		{name: "twd, hundredths written whole", from: plan("pro", "Pro", 190000, "twd"), to: plan("scale", "Scale", 490000, "twd"),
+			terms: Terms{AmountDueCents: 50000}, want: "Upgrade Acme from Pro (NT$1,900/mo) to Scale (NT$4,900/mo). Pro-rated to today: NT$500 due now; first full Scale charge on Dec 1, 2026."},
+		// CLDR writes COP and IDR whole; Stripe counts them in hundredths.
+		{name: "cop, hundredths", from: plan("pro", "Pro", 190000, "cop"), to: plan("scale", "Scale", 490000, "cop"),
+			terms: Terms{AmountDueCents: 150000}, want: "Upgrade Acme from Pro (1,900 COP/mo) to Scale (4,900 COP/mo). Pro-rated to today: 1,500.00 COP due now; first full Scale charge on Dec 1, 2026."},
+		{name: "idr, hundredths", from: plan("pro", "Pro", 190000, "idr"), to: plan("scale", "Scale", 490000, "idr"),
+			terms: Terms{AmountDueCents: 150000}, want: "Upgrade Acme from Pro (1,900 IDR/mo) to Scale (4,900 IDR/mo). Pro-rated to today: 1,500.00 IDR due now; first full Scale charge on Dec 1, 2026."},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -92,6 +92,13 @@ func TestNewCatalogRejects(t *testing.T) {
 		{"empty interval", plansWith(func(p []Plan) []Plan { p[1].Interval = ""; return p }), "interval"},
 		{"interval case", plansWith(func(p []Plan) []Plan { p[1].Interval = "Month"; return p }), "interval"},
 		{"equal prices", plansWith(func(p []Plan) []Plan { p[2].AmountCents = 1900; return p }), "same price"},
+		{"kwd price not in tens of fils", plansWith(func(p []Plan) []Plan {
+			for i := range p {
+				p[i].Currency, p[i].AmountCents = "kwd", p[i].AmountCents*10
+			}
+			p[2].AmountCents = 49005
+			return p
+		}), "end in 0"},
 		{"equal zero prices", plansWith(func(p []Plan) []Plan { p[1].AmountCents = 0; return p }), "same price"},
 	}
 	for _, tt := range tests {

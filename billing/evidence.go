@@ -30,8 +30,11 @@ type ReceiptClaims struct {
 	// from AmountDueNowCents only if the provider invoiced otherwise.
 	QuotedAmountDueNowCents int64 `json:"quoted_amount_due_now_cents"`
 	// InvoiceID is the provider's invoice of AmountDueNowCents.
-	InvoiceID     string    `json:"invoice_id,omitempty"`
-	Currency      string    `json:"currency"`
+	InvoiceID string `json:"invoice_id,omitempty"`
+	Currency  string `json:"currency"`
+	// CurrencyDigits say how the amounts are counted (contract §6), so a
+	// receipt is read right without billingd's table.
+	CurrencyDigits
 	ProrationDate time.Time `json:"proration_date"`
 	// SummarySHA256 is the hex SHA-256 of the exact summary text the person
 	// was shown before agreeing.
@@ -163,7 +166,7 @@ func chargedFor(c Confirmation, applied AppliedChange) *Charged {
 		return nil
 	}
 	return &Charged{AmountDueNowCents: inv.AmountDueCents, QuotedAmountDueNowCents: c.Terms.AmountDueCents,
-		Currency: inv.Currency, InvoiceID: inv.ID}
+		Currency: inv.Currency, CurrencyDigits: DigitsOf(inv.Currency), InvoiceID: inv.ID}
 }
 
 // chargedNotice says, for the person, that the provider invoiced another
@@ -192,7 +195,7 @@ func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.T
 		Issuer: s.publicBaseURL, Subject: c.Principal, IssuedAt: executedAt.Unix(), Org: c.Org, Client: c.Client,
 		ConfirmationID: c.ID, Operation: c.Operation, From: c.Terms.FromPlan, To: c.Terms.ToPlan,
 		AmountDueNowCents: invoiced, QuotedAmountDueNowCents: c.Terms.AmountDueCents, InvoiceID: invoiceID,
-		Currency:      c.Terms.Currency,
+		Currency: c.Terms.Currency, CurrencyDigits: DigitsOf(c.Terms.Currency),
 		ProrationDate: c.Terms.ProrationDate.UTC(), SummarySHA256: SummaryHash(c.Summary), Approver: c.Approver,
 		StripeSubscriptionID: sub.StripeSubscriptionID, IdempotencyKey: idempotencyKey(c),
 		Livemode: c.Terms.Livemode, ExecutedAt: executedAt.UTC(),

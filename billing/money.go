@@ -10,12 +10,51 @@ import (
 	"golang.org/x/text/message"
 )
 
-// zeroDecimal lists the currencies Stripe counts in whole units rather than
-// hundredths (Stripe's "zero-decimal currencies").
-var zeroDecimal = map[string]bool{
-	"bif": true, "clp": true, "djf": true, "gnf": true, "jpy": true, "kmf": true, "krw": true, "mga": true,
-	"pyg": true, "rwf": true, "ugx": true, "vnd": true, "vuv": true, "xaf": true, "xof": true, "xpf": true,
+// CurrencyDigits say how amounts in a currency are counted and written
+// (contract §6). They go out with every amount (details, plans, receipts),
+// because a page cannot learn them from the browser: ICU's currency data
+// has 0 digits for ISK, HUF, COP and IDR, which Stripe counts in
+// hundredths, so a browser left to itself writes 100× the amount.
+type CurrencyDigits struct {
+	// Exponent is the number of digits of the minor unit as Stripe counts
+	// it: an amount of 5120 in kwd (exponent 3) is 5.120 KWD.
+	Exponent int `json:"currency_exponent"`
+	// WrittenWhole is true for Stripe's special cases, counted in
+	// hundredths but written by people without a fraction: a zero fraction
+	// is left out, so 50000 in isk is "500 ISK".
+	WrittenWhole bool `json:"currency_written_whole"`
 }
+
+// DigitsOf are the digits of a currency (an ISO code, any case), from
+// Stripe's currency table; 2 for every currency it does not list apart.
+func DigitsOf(code string) CurrencyDigits {
+	code = strings.ToLower(code)
+	switch {
+	case zeroDecimal[code]:
+		return CurrencyDigits{Exponent: 0}
+	case threeDecimal[code]:
+		return CurrencyDigits{Exponent: 3}
+	default:
+		return CurrencyDigits{Exponent: 2, WrittenWhole: writtenWhole[code]}
+	}
+}
+
+// Stripe's currency table, the one source of these digits in billingd.
+var (
+	// zeroDecimal: counted in whole units (Stripe's "zero-decimal
+	// currencies"). UGX stays here although Stripe counts UGX payouts in
+	// hundredths: billingd states charges, which Stripe counts whole.
+	zeroDecimal = map[string]bool{
+		"bif": true, "clp": true, "djf": true, "gnf": true, "jpy": true, "kmf": true, "krw": true, "mga": true,
+		"pyg": true, "rwf": true, "ugx": true, "vnd": true, "vuv": true, "xaf": true, "xof": true, "xpf": true,
+	}
+	// threeDecimal: counted in thousandths (Stripe requires the last digit
+	// to be 0, see NewCatalog).
+	threeDecimal = map[string]bool{"bhd": true, "jod": true, "kwd": true, "omr": true, "tnd": true}
+	// writtenWhole: Stripe's special cases, counted in hundredths although
+	// people write them in whole units.
+	writtenWhole = map[string]bool{"isk": true, "huf": true, "twd": true}
+)
 
 // symbol is the currency's symbol as English text writes it, from CLDR's
 // data in golang.org/x/text/currency ("$", "€", "¥", "₩", "CA$", "HK$"),
@@ -53,26 +92,34 @@ func formatPrice(p Plan) string {
 	return formatAmount(p.AmountCents, p.Currency, true) + unit
 }
 
-// formatAmount formats minor units; dropWholeCents turns "$19.00" into "$19".
-func formatAmount(minor int64, code string, dropWholeCents bool) string {
+// formatAmount formats minor units with the currency's digits (DigitsOf);
+// dropZeroFraction turns "$19.00" into "$19". A zero fraction is also left
+// out for a currency people write whole ("500 ISK"), and pages do the same
+// from the digits the server sends them (rest/web/common.js money).
+func formatAmount(minor int64, code string, dropZeroFraction bool) string {
 	code = strings.ToLower(code)
+	digits := DigitsOf(code)
 	sign := ""
 	if minor < 0 {
 		sign, minor = "-", -minor
 	}
-	var number string
-	if zeroDecimal[code] {
-		number = groupThousands(minor)
-	} else {
-		number = groupThousands(minor / 100)
-		if cents := minor % 100; cents != 0 || !dropWholeCents {
-			number += "." + twoDigits(cents)
-		}
+	unit := pow10(digits.Exponent)
+	number := groupThousands(minor / unit)
+	if fraction := minor % unit; digits.Exponent > 0 && (fraction != 0 || !(dropZeroFraction || digits.WrittenWhole)) {
+		number += "." + padDigits(fraction, digits.Exponent)
 	}
 	if sym, ok := symbol(code); ok {
 		return sign + sym + number
 	}
 	return sign + number + " " + strings.ToUpper(code)
+}
+
+func pow10(n int) int64 {
+	p := int64(1)
+	for range n {
+		p *= 10
+	}
+	return p
 }
 
 func groupThousands(n int64) string {
@@ -83,9 +130,8 @@ func groupThousands(n int64) string {
 	return s
 }
 
-func twoDigits(n int64) string {
-	if n < 10 {
-		return "0" + strconv.FormatInt(n, 10)
-	}
-	return strconv.FormatInt(n, 10)
+// padDigits writes n with leading zeros to width digits: 5 → "005".
+func padDigits(n int64, width int) string {
+	s := strconv.FormatInt(n, 10)
+	return strings.Repeat("0", width-len(s)) + s
 }

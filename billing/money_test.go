@@ -41,6 +41,29 @@ func TestFormatMoney(t *testing.T) {
 		{"unknown currency upper-case", 1250, "CHF", "12.50 CHF"},
 		{"unknown negative", -1250, "chf", "-12.50 CHF"},
 		{"unknown thousands", 123456789, "sek", "1,234,567.89 SEK"},
+		// Stripe's three-decimal currencies: counted in thousandths.
+		{"kwd thousandths", 5120, "kwd", "5.120 KWD"},
+		{"kwd upper-case", 5120, "KWD", "5.120 KWD"},
+		{"kwd whole keeps its fraction", 5000, "kwd", "5.000 KWD"},
+		{"kwd negative", -5120, "kwd", "-5.120 KWD"},
+		{"kwd thousands", 1234560, "kwd", "1,234.560 KWD"},
+		{"kwd below one", 50, "kwd", "0.050 KWD"},
+		{"bhd", 5120, "bhd", "5.120 BHD"},
+		{"jod", 5120, "jod", "5.120 JOD"},
+		{"omr", 5120, "omr", "5.120 OMR"},
+		{"tnd", 5120, "tnd", "5.120 TND"},
+		// Stripe's special cases: counted in hundredths, written whole.
+		{"isk in hundredths", 50000, "isk", "500 ISK"},
+		{"isk thousands", 12345600, "isk", "123,456 ISK"},
+		{"isk with a fraction keeps it", 50050, "isk", "500.50 ISK"},
+		{"huf in hundredths", 50000, "huf", "500 HUF"},
+		{"twd in hundredths", 50000, "twd", "NT$500"},
+		// Counted in hundredths by Stripe although CLDR writes them whole.
+		{"cop hundredths", 150000, "cop", "1,500.00 COP"},
+		{"idr hundredths", 150000, "idr", "1,500.00 IDR"},
+		// Zero-decimal, including UGX (whole units for charges).
+		{"ugx zero-decimal", 5000, "ugx", "5,000 UGX"},
+		{"krw small", 5, "krw", "₩5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,6 +95,11 @@ func TestFormatPrice(t *testing.T) {
 		{"jpy", plan(1900, "jpy", "month"), "¥1,900/mo"},
 		{"unknown currency", plan(1250, "chf", "month"), "12.50 CHF/mo"},
 		{"unknown currency whole", plan(1200, "chf", "year"), "12 CHF/yr"},
+		{"kwd", plan(5120, "kwd", "month"), "5.120 KWD/mo"},
+		{"kwd whole", plan(5000, "kwd", "month"), "5 KWD/mo"},
+		{"isk", plan(50000, "isk", "month"), "500 ISK/mo"},
+		{"huf", plan(50000, "huf", "year"), "500 HUF/yr"},
+		{"krw", plan(19000, "krw", "month"), "₩19,000/mo"},
 		{"default catalog pro", testPlan(t, "pro"), "$19/mo"},
 		{"default catalog scale", testPlan(t, "scale"), "$49/mo"},
 		{"default catalog free", testPlan(t, "free"), "$0/mo"},
@@ -82,5 +110,25 @@ func TestFormatPrice(t *testing.T) {
 				t.Errorf("formatPrice(%d %s %s) = %q, want %q", tt.plan.AmountCents, tt.plan.Currency, tt.plan.Interval, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestDigitsOf(t *testing.T) {
+	tests := []struct {
+		codes []string
+		want  CurrencyDigits
+	}{
+		{[]string{"jpy", "krw", "JPY", "bif", "clp", "djf", "gnf", "kmf", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf"}, CurrencyDigits{Exponent: 0}},
+		{[]string{"kwd", "bhd", "jod", "omr", "tnd", "KWD"}, CurrencyDigits{Exponent: 3}},
+		{[]string{"isk", "huf", "twd", "ISK"}, CurrencyDigits{Exponent: 2, WrittenWhole: true}},
+		// CLDR has 0 digits for COP and IDR; Stripe counts them in hundredths.
+		{[]string{"usd", "eur", "cop", "idr", "chf", "zzz"}, CurrencyDigits{Exponent: 2}},
+	}
+	for _, tt := range tests {
+		for _, code := range tt.codes {
+			if got := DigitsOf(code); got != tt.want {
+				t.Errorf("DigitsOf(%q) = %+v, want %+v", code, got, tt.want)
+			}
+		}
 	}
 }

@@ -59,6 +59,9 @@ func NewCatalog(plans []Plan) (Catalog, error) {
 			return Catalog{}, fmt.Errorf("plan %q: duplicate id", p.ID)
 		case p.AmountCents < 0:
 			return Catalog{}, fmt.Errorf("plan %q: negative amount", p.ID)
+		case DigitsOf(p.Currency).Exponent == 3 && p.AmountCents%10 != 0:
+			// Stripe refuses a three-decimal amount whose last digit is not 0.
+			return Catalog{}, fmt.Errorf("plan %q: Stripe counts %s in thousandths and takes only amounts that end in 0", p.ID, strings.ToUpper(p.Currency))
 		case p.Currency != sorted[0].Currency:
 			return Catalog{}, fmt.Errorf("plan %q: all plans must share one currency", p.ID)
 		case p.Interval != "month" && p.Interval != "year":

@@ -227,7 +227,8 @@ func detailsOf(t Terms) Details {
 	d := Details{
 		From: t.FromPlan, To: t.ToPlan,
 		AmountDueNowCents: t.AmountDueCents, CreditCents: t.CreditCents, Currency: t.Currency,
-		SubtotalCents: t.SubtotalCents, DiscountCents: t.DiscountCents, TaxCents: t.TaxCents,
+		CurrencyDigits: DigitsOf(t.Currency),
+		SubtotalCents:  t.SubtotalCents, DiscountCents: t.DiscountCents, TaxCents: t.TaxCents,
 		CreditAppliedCents: t.CreditAppliedCents,
 		EffectiveAt:        t.ProrationDate.UTC(), NextChargeAt: t.NextChargeAt.UTC(), Livemode: t.Livemode,
 		CancelsScheduledChange: scheduledView(t.Cancels),

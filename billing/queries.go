@@ -11,14 +11,16 @@ type PlanView struct {
 	Name        string `json:"name"`
 	AmountCents int64  `json:"amount_cents"`
 	Currency    string `json:"currency"`
-	Interval    string `json:"interval"`
+	CurrencyDigits
+	Interval string `json:"interval"`
 }
 
 // Plans lists the catalog, cheapest first.
 func (s *Service) Plans() []PlanView {
 	plans := make([]PlanView, 0, len(s.catalog.plans))
 	for _, p := range s.catalog.plans {
-		plans = append(plans, PlanView{ID: p.ID, Name: p.Name, AmountCents: p.AmountCents, Currency: p.Currency, Interval: p.Interval})
+		plans = append(plans, PlanView{ID: p.ID, Name: p.Name, AmountCents: p.AmountCents, Currency: p.Currency,
+			CurrencyDigits: DigitsOf(p.Currency), Interval: p.Interval})
 	}
 	return plans
 }

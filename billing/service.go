@@ -189,7 +189,8 @@ type Charged struct {
 	AmountDueNowCents       int64  `json:"amount_due_now_cents"`
 	QuotedAmountDueNowCents int64  `json:"quoted_amount_due_now_cents"`
 	Currency                string `json:"currency"`
-	InvoiceID               string `json:"invoice_id,omitempty"`
+	CurrencyDigits
+	InvoiceID string `json:"invoice_id,omitempty"`
 }
 
 // Proposed reports whether the result is a first-call proposal.

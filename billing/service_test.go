@@ -193,7 +193,8 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 		t.Errorf("summary =\n  %q\nwant\n  %q", res.Summary, upgradeSummary)
 	}
 	wantDetails := billing.Details{From: "pro", To: "scale", AmountDueNowCents: 1742, SubtotalCents: 1742, Currency: "usd",
-		EffectiveAt: dbNow.Truncate(time.Second), NextChargeAt: periodEnd, Livemode: true}
+		CurrencyDigits: billing.CurrencyDigits{Exponent: 2},
+		EffectiveAt:    dbNow.Truncate(time.Second), NextChargeAt: periodEnd, Livemode: true}
 	if res.Details == nil || *res.Details != wantDetails {
 		t.Errorf("details = %+v, want %+v", res.Details, wantDetails)
 	}

@@ -231,14 +231,17 @@ type Details struct {
 	AmountDueNowCents int64  `json:"amount_due_now_cents"`
 	// The parts of amount_due_now_cents (contract §6): subtotal, less
 	// discount, plus tax, less the customer's credit applied.
-	SubtotalCents      int64     `json:"subtotal_cents"`
-	DiscountCents      int64     `json:"discount_cents"`
-	TaxCents           int64     `json:"tax_cents"`
-	CreditAppliedCents int64     `json:"credit_applied_cents"`
-	CreditCents        int64     `json:"credit_cents,omitempty"`
-	Currency           string    `json:"currency"`
-	EffectiveAt        time.Time `json:"effective_at"`
-	NextChargeAt       time.Time `json:"next_charge_at"`
+	SubtotalCents      int64  `json:"subtotal_cents"`
+	DiscountCents      int64  `json:"discount_cents"`
+	TaxCents           int64  `json:"tax_cents"`
+	CreditAppliedCents int64  `json:"credit_applied_cents"`
+	CreditCents        int64  `json:"credit_cents,omitempty"`
+	Currency           string `json:"currency"`
+	// CurrencyDigits say how every amount here (next_charge's too) is
+	// counted and written: currency_exponent is always present.
+	CurrencyDigits
+	EffectiveAt  time.Time `json:"effective_at"`
+	NextChargeAt time.Time `json:"next_charge_at"`
 	// Livemode is false when the change is made with a test-mode key: no
 	// real money moves.
 	Livemode bool `json:"livemode"`

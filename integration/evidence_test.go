@@ -96,6 +96,7 @@ func TestReceipts(t *testing.T) {
 		Issuer: h.url, Subject: "alice", Org: "vector", Client: "test-agent", ConfirmationID: p.ConfirmationID,
 		Operation: billing.OpUpgrade, From: "pro", To: "scale", AmountDueNowCents: p.Details.AmountDueNowCents,
 		QuotedAmountDueNowCents: p.Details.AmountDueNowCents, Currency: "usd", SummarySHA256: hex.EncodeToString(sum[:]),
+		CurrencyDigits:       billing.CurrencyDigits{Exponent: 2},
 		StripeSubscriptionID: acct.Subscription.StripeSubscriptionID, Livemode: false,
 	}
 	got := c

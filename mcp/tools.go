@@ -129,7 +129,7 @@ func registerTools(s *sdk.Server, t tools) {
 	addTool(s, &sdk.Tool{
 		Name:        toolPlans,
 		Title:       "Plan catalog",
-		Description: "List the plans, cheapest first, with their prices (amount_cents is in the currency's smallest unit) and billing interval. Changes nothing.",
+		Description: "List the plans, cheapest first, with their prices (amount_cents is in the currency's minor unit as Stripe counts it; currency_exponent gives its digits: 5120 with 3 is 5.120) and billing interval. Changes nothing.",
 		Annotations: readOnlyAnnotations("Plan catalog"),
 	}, t.log, t.plans)
 	addTool(s, &sdk.Tool{

@@ -111,6 +111,43 @@ function el(tag, text, attrs) {
   return node;
 }
 
+// money writes an amount as billingd's summary writes it ("$17.42",
+// "¥1,900", "5.120 KWD", "500 ISK"). The amount is in the currency's minor
+// unit as Stripe counts it, and digits (an object with the server's
+// currency_exponent and currency_written_whole: details, a plan, a receipt)
+// say what that unit is. The browser's own currency data is never used for
+// the digits: it has 0 for ISK, HUF, COP and IDR, which Stripe counts in
+// hundredths. Without digits (a receipt signed before they were part of
+// it), the amount is written as the integer it is.
+function money(minor, currency, digits) {
+  const code = String(currency || "").toUpperCase();
+  const exponent = digits && digits.currency_exponent;
+  if (!Number.isInteger(exponent) || exponent < 0 || !Number.isSafeInteger(minor)) {
+    return `${minor} (${code} minor units)`;
+  }
+  const s = String(Math.abs(minor)).padStart(exponent + 1, "0");
+  const fraction = s.slice(s.length - exponent);
+  let number = s.slice(0, s.length - exponent).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  if (fraction && !(digits.currency_written_whole && /^0+$/.test(fraction))) {
+    number += "." + fraction;
+  }
+  const symbol = currencySymbol(code);
+  return (minor < 0 ? "-" : "") + (symbol ? symbol + number : `${number} ${code}`);
+}
+
+// currencySymbol is the currency's symbol as English text writes it ("$",
+// "€", "CA$"), or "" when it has only letters ("CHF", "KWD"): such amounts
+// are written with the code after the number, as the summary writes them.
+function currencySymbol(code) {
+  try {
+    const parts = new Intl.NumberFormat("en-US", { style: "currency", currency: code }).formatToParts(0);
+    const symbol = (parts.find((p) => p.type === "currency") || {}).value || "";
+    return /[^\p{L}\s]/u.test(symbol) ? symbol : "";
+  } catch (_) {
+    return "";
+  }
+}
+
 function when(iso) {
   const d = new Date(iso);
   return Number.isNaN(d.getTime()) ? String(iso) : d.toLocaleString();

@@ -17,18 +17,6 @@ const state = {
 
 // ---- Formatting ----------------------------------------------------------------
 
-function money(cents, currency) {
-  const code = String(currency || "").toUpperCase();
-  try {
-    // Amounts are in the currency's smallest unit: cents, but whole yen
-    // and won (zero-decimal currencies).
-    const format = new Intl.NumberFormat(undefined, { style: "currency", currency: code });
-    return format.format(cents / 10 ** format.resolvedOptions().maximumFractionDigits);
-  } catch (_) {
-    return `${(cents / 100).toFixed(2)} ${code}`;
-  }
-}
-
 function planName(id) {
   const plan = state.plans.find((p) => p.id === id);
   return plan ? plan.name : id;
@@ -127,7 +115,7 @@ function renderPlans() {
   const current = state.plans.find((p) => state.subscription && p.id === state.subscription.plan);
   const rows = state.plans.map((plan) => {
     const row = el("tr");
-    row.append(el("th", plan.name, { scope: "row" }), el("td", `${money(plan.amount_cents, plan.currency)} / ${plan.interval}`));
+    row.append(el("th", plan.name, { scope: "row" }), el("td", `${money(plan.amount_cents, plan.currency, plan)} / ${plan.interval}`));
     const cell = el("td");
     if (current && plan.id === current.id) {
       cell.append(el("span", "Current plan", { class: "current" }));
@@ -351,9 +339,9 @@ function proposalFacts(d) {
     return facts;
   }
   if (d.at === "period_end") {
-    facts.push(["Changes on", day(d.effective_at)], ["Due now", money(d.amount_due_now_cents, d.currency)]);
+    facts.push(["Changes on", day(d.effective_at)], ["Due now", money(d.amount_due_now_cents, d.currency, d)]);
     if (d.next_charge) {
-      facts.push([`Charged on ${day(d.next_charge_at || d.effective_at)}`, money(d.next_charge.amount_due_cents, d.currency)]);
+      facts.push([`Charged on ${day(d.next_charge_at || d.effective_at)}`, money(d.next_charge.amount_due_cents, d.currency, d)]);
     }
   }
   const cancels = d.cancels_scheduled_change;

@@ -99,12 +99,12 @@ function consentText(k) {
 // quotedText is every part of the amount the summary stated. total is the
 // amount they add up to: amount_due_now_cents of a quote, amount_due_cents
 // of a renewal's quoted_next_charge.
-function quotedText(q, currency, total = q.amount_due_now_cents) {
-  let text = money(q.subtotal_cents, currency);
-  if (q.discount_cents) text += ` − ${money(q.discount_cents, currency)} discount`;
-  if (q.tax_cents) text += ` + ${money(q.tax_cents, currency)} tax`;
-  if (q.credit_applied_cents) text += ` − ${money(q.credit_applied_cents, currency)} account credit`;
-  return `${text} = ${money(total, currency)}`;
+function quotedText(q, currency, digits, total = q.amount_due_now_cents) {
+  let text = money(q.subtotal_cents, currency, digits);
+  if (q.discount_cents) text += ` − ${money(q.discount_cents, currency, digits)} discount`;
+  if (q.tax_cents) text += ` + ${money(q.tax_cents, currency, digits)} tax`;
+  if (q.credit_applied_cents) text += ` − ${money(q.credit_applied_cents, currency, digits)} account credit`;
+  return `${text} = ${money(total, currency, digits)}`;
 }
 
 // receiptFacts are the claims shown, in order, with their labels. A change
@@ -128,15 +128,15 @@ function receiptFacts(c) {
     facts.push(["Takes effect", when(c.effective_at)]);
   }
   if (c.quoted_next_charge) {
-    facts.push(["Quoted for the renewal", quotedText(c.quoted_next_charge, c.currency, c.quoted_next_charge.amount_due_cents)]);
+    facts.push(["Quoted for the renewal", quotedText(c.quoted_next_charge, c.currency, c, c.quoted_next_charge.amount_due_cents)]);
   }
   if (c.cancels) {
     facts.push(["Cancels", `the change to ${c.cancels.to} scheduled for ${day(c.cancels.at)} (${c.cancels.confirmation_id})`]);
   }
   if (c.quoted) {
-    facts.push(["Quoted", quotedText(c.quoted, c.currency)]);
+    facts.push(["Quoted", quotedText(c.quoted, c.currency, c)]);
   }
-  facts.push(["Due now", money(c.amount_due_now_cents, c.currency)]);
+  facts.push(["Due now", money(c.amount_due_now_cents, c.currency, c)]);
   if (c.proration_date) {
     facts.push(["Proration date", when(c.proration_date)]);
   }
