@@ -31,8 +31,9 @@ import (
 //     made (or the renewal applied it).
 //  5. Every answer was true when given: "nothing was changed" / "not made"
 //     only if Stripe has no such change; a quote only from the
-//     subscription as it then was; no advice to retry with a token the
-//     caller does not hold.
+//     subscription as it then was, with its amount written in Stripe's
+//     digits (the sweep's catalog is in KWD: thousandths); no advice to
+//     retry with a token the caller does not hold.
 //  6. Every unknown outcome is settled within SETTLE_INTERVAL plus a bound,
 //     even while another row fails on every try (sweep.settle, sweep.poison).
 
@@ -335,6 +336,14 @@ func (sw *sweep) judgeQuote(sc *sweepCase, a sweepAnswer, cfms []sweepConfirmati
 	var p proposal
 	if json.Unmarshal(a.body, &p) != nil || p.ConfirmationID == "" {
 		return
+	}
+	if due := p.Details.AmountDueNowCents; due > 0 {
+		// Stripe counts KWD in thousandths: 17420 is 17.420 KWD.
+		written := fmt.Sprintf("%d.%03d KWD", due/1000, due%1000)
+		if p.Details.Exponent != 3 || !strings.Contains(p.Summary, written) {
+			sc.violate(5, "the %s call's summary %q does not state %d fils as %s (currency_exponent %d)", a.who,
+				p.Summary, due, written, p.Details.Exponent)
+		}
 	}
 	if !sc.dashboard && !sc.renewed && p.Details.From != a.stripePlan && p.Details.From != p.Details.To {
 		sc.violate(5, "the %s call quoted a change from %s while Stripe was on %s", a.who, p.Details.From, a.stripePlan)

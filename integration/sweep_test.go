@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -142,9 +143,38 @@ const (
 	sweepApplication = "billingd-sweep"
 )
 
+// The sweep's catalog is in Kuwaiti dinars, which Stripe counts in
+// thousandths (fils): every amount the person is shown must be written
+// with Stripe's three digits (oracle 5).
+const sweepCurrency = "kwd"
+
+var sweepPrices = map[string]int64{"free": 0, "pro": 19_000, "scale": 49_000}
+
+// sweepCatalog writes the sweep's catalog (PLANS_FILE): the default
+// catalog's plans and price ids, in KWD.
+func sweepCatalog(t *testing.T) string {
+	var plans []map[string]any
+	for _, id := range []string{"free", "pro", "scale"} {
+		plans = append(plans, map[string]any{"id": id, "name": strings.ToUpper(id[:1]) + id[1:], "amount_cents": sweepPrices[id],
+			"currency": sweepCurrency, "interval": "month", "stripe_price_id": "price_billingd_" + id})
+	}
+	data, err := json.Marshal(plans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "plans.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func newSweep(t *testing.T) *sweep {
-	h := newHarness(t, withPrivatePostgres(), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("CONFIRM_TTL", "30s"),
+	h := newHarness(t, withPrivatePostgres(), withEnv("PLANS_FILE", sweepCatalog(t)), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("CONFIRM_TTL", "30s"),
 		withEnv("STRIPE_TIMEOUT", sweepStripeTimeout.String()))
+	for id, amount := range sweepPrices {
+		h.fake.SetPrice("price_billingd_"+id, amount, sweepCurrency)
+	}
 	sw := &sweep{t: t, h: h, steps: map[string]int{}, unlisted: map[string]bool{}, listed: map[string]bool{}}
 	for _, path := range billing.Paths() {
 		for _, step := range path {
@@ -700,9 +730,17 @@ func (sw *sweep) report(cases []*sweepCase, all bool) {
 			fired++
 		}
 	}
-	sw.t.Logf("failpoint sweep: %d cases run (%d operations; the armed step reached in %d), %d distinct steps reached",
-		len(cases), len(sweepOps()), fired, len(sw.steps))
-	fmt.Printf("failpoint sweep: %d cases run, the armed step reached in %d\n", len(cases), fired)
+	line := fmt.Sprintf("failpoint sweep: %d cases run (%d operations × the steps each passes × %d faults%s; "+
+		"the armed step reached in %d), %d distinct steps reached", len(cases), len(sweepOps()), len(sweepFaults()),
+		map[bool]string{true: "", false: ", a fixed slice"}[os.Getenv("SWEEP") == "full"], fired, len(sw.steps))
+	sw.t.Log(line)
+	// go test shows a passing package's output only with -v: make test
+	// prints this line from the file it names.
+	if path := os.Getenv("SWEEP_REPORT"); path != "" {
+		if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
+			sw.t.Error(err)
+		}
+	}
 	for step := range sw.unlisted {
 		sw.t.Errorf("step %s is not in billing.Paths: the sweep would not arm it", step)
 	}
