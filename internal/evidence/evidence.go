@@ -228,9 +228,11 @@ func checkEvent(prev, e billing.ChainedEvent, org string, keys jose.JSONWebKeySe
 		return errors.New("the receipt is not the one bound into the chain: it was replaced")
 	}
 	// From chain version 2 on, billingd binds every executed change's
-	// receipt into the chain; one without is a stripped one.
+	// receipt into the chain; one without was stripped, or never signed
+	// (billingd logs "executed change recorded without a receipt" then):
+	// either way the change has no evidence, and verify says so.
 	if e.Event == billing.EventOperationExecuted && chainVersionOf(e) >= 2 && e.Receipt == "" {
-		return fmt.Errorf("an %s event of chain version %d carries no receipt: it was removed",
+		return fmt.Errorf("an %s event of chain version %d carries no receipt: it was removed, or never signed",
 			billing.EventOperationExecuted, chainVersionOf(e))
 	}
 	if e.Receipt == "" {
