@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -69,11 +70,34 @@ func SummaryHash(summary string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// ReceiptSigner turns claims into a signed receipt (a compact JWS). It is
-// declared here so that billing needs no JOSE library.
+// ReceiptSigner turns claims into a signed receipt, and a checkpoint into a
+// signed checkpoint (compact JWS, with the same keys). It is declared here
+// so that billing needs no JOSE library.
 type ReceiptSigner interface {
 	SignReceipt(ReceiptClaims) (string, error)
+	SignCheckpoint(Checkpoint) (string, error)
 }
+
+// Checkpoint is what a signed audit checkpoint states (contract §11): the
+// org's chain had event Seq with hash Hash at IssuedAt. Whoever keeps one
+// can show any later rewrite of the chain up to Seq, even one re-hashed
+// and re-chained, since the new chain no longer ends in Hash at Seq.
+type Checkpoint struct {
+	Org      string `json:"org"`
+	Seq      int64  `json:"seq"`
+	Hash     string `json:"hash"`
+	IssuedAt int64  `json:"iat"`
+}
+
+// ExportCheckpointLine is the last line of an audit export: the signed
+// checkpoint of its last event.
+type ExportCheckpointLine struct {
+	Checkpoint string `json:"checkpoint"`
+}
+
+// GenesisHash is the prev_hash of an org's first event, and the hash of
+// the checkpoint of an org without events.
+var GenesisHash = strings.Repeat("0", 64)
 
 // ChainedEvent is an audit event with its place in the org's hash chain, as
 // the export writes it: one JSON object per line, oldest first, with the
@@ -117,22 +141,36 @@ type ReceiptView struct {
 }
 
 // ExportAudit calls fn with each event of the caller's org, oldest first,
-// with its chain hashes and, for executed changes, the receipt. The caller
-// must hold billing:admin (checked by the transport, like AuditLog). An
-// error from fn stops the export and is returned as is.
-func (s *Service) ExportAudit(ctx context.Context, caller Caller, fn func(ChainedEvent) error) error {
+// with its chain hashes and, for executed changes, the receipt, and then
+// returns the signed checkpoint of the last event ("" when no signer is
+// configured: unit tests). The caller must hold billing:admin (checked by
+// the transport, like AuditLog). An error from fn stops the export and is
+// returned as is.
+func (s *Service) ExportAudit(ctx context.Context, caller Caller, fn func(ChainedEvent) error) (string, error) {
 	if s.evidence == nil {
-		return Errorf(CodeNotFound, "audit export is not available")
+		return "", Errorf(CodeNotFound, "audit export is not available")
 	}
+	head := Checkpoint{Org: caller.Org, Hash: GenesisHash}
 	var fnErr error
 	err := s.evidence.ExportAudit(ctx, caller.Org, func(e ChainedEvent) error {
+		head.Seq, head.Hash = e.Seq, e.Hash
 		fnErr = fn(e)
 		return fnErr
 	})
 	if err != nil && fnErr == nil {
-		return storeError("export audit log", err)
+		return "", storeError("export audit log", err)
 	}
-	return err
+	if err != nil || s.receipts == nil {
+		return "", err
+	}
+	// Signed after the last event was read, of exactly what was exported:
+	// the checkpoint states no more than the export shows.
+	head.IssuedAt = time.Now().Unix()
+	checkpoint, err := s.receipts.SignCheckpoint(head)
+	if err != nil {
+		return "", fmt.Errorf("sign audit checkpoint: %w", err)
+	}
+	return checkpoint, nil
 }
 
 // Receipt returns the receipt of one of the org's executed confirmations, to

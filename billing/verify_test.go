@@ -64,6 +64,8 @@ func (c *claimsSigner) SignReceipt(claims billing.ReceiptClaims) (string, error)
 	return "receipt", nil
 }
 
+func (c *claimsSigner) SignCheckpoint(billing.Checkpoint) (string, error) { return "checkpoint", nil }
+
 // TestStepUpReceiptCarriesVerification: a change verified by the caller's
 // step-up token has a receipt that says when, as one verified on the page
 // does (contract §11's verified_at).

@@ -212,20 +212,40 @@ func TestReceiptKeyRotation(t *testing.T) {
 	}
 }
 
-// TestSharedGeneratedReceiptKey: without RECEIPT_SIGNING_KEYS, replicas
-// publish and sign with the one key the first replica stored.
-func TestSharedGeneratedReceiptKey(t *testing.T) {
+// TestReplicasPublishEachOthersKeys: without RECEIPT_SIGNING_KEYS (test
+// mode) each replica signs with a key of its own, held in memory, and every
+// replica publishes every replica's key: a receipt and an export's
+// checkpoint made by one verify with the keys another publishes.
+func TestReplicasPublishEachOthersKeys(t *testing.T) {
 	h := newHarness(t)
 	r := h.replica()
 	a, b := h.receiptKeys(), r.receiptKeys()
-	if len(a.Keys) != 1 || len(b.Keys) != 1 || a.Keys[0].KeyID != b.Keys[0].KeyID {
-		t.Fatalf("replicas publish different keys: %s vs %s", a.Keys[0].KeyID, b.Keys[0].KeyID)
+	if len(a.Keys) != 2 || len(b.Keys) != 2 || a.Keys[0].KeyID == a.Keys[1].KeyID {
+		t.Fatalf("replicas publish %d and %d keys, want both replicas' keys", len(a.Keys), len(b.Keys))
 	}
 	h.createOrg("vector", "Vector Build", "pro")
 	_, jws := h.upgradeWithReceipt("vector", "alice")
 	if _, err := receipt.Verify(jws, b); err != nil {
 		t.Fatalf("the other replica's keys do not verify the receipt: %v", err)
 	}
+	rep, err := evidence.Verify(bytes.NewReader(r.exportAudit("vector")), a, evidence.Options{})
+	if err != nil || rep.Checkpoint == nil || rep.Receipts != 1 {
+		t.Fatalf("an export of one replica with the keys of the other: %+v, %v", rep, err)
+	}
+}
+
+// receiptKeyFile writes a new receipt signing key and returns its path.
+func receiptKeyFile(t *testing.T) string {
+	t.Helper()
+	pemData, err := receipt.GenerateKeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "receipt.pem")
+	if err := os.WriteFile(path, pemData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // exportAudit fetches the org's audit export.
@@ -253,8 +273,12 @@ func TestAuditExportAndVerify(t *testing.T) {
 
 	export := h.exportAudit("vector")
 	lines := strings.Split(strings.TrimSuffix(string(export), "\n"), "\n")
+	var last billing.ExportCheckpointLine
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Checkpoint == "" {
+		t.Fatalf("the export does not end with its checkpoint: %s", lines[len(lines)-1])
+	}
 	var events []billing.ChainedEvent
-	for _, l := range lines {
+	for _, l := range lines[:len(lines)-1] {
 		var e billing.ChainedEvent
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
 			t.Fatalf("export line %q: %v", l, err)
@@ -359,7 +383,8 @@ func TestTestModeStated(t *testing.T) {
 		t.Fatalf("MCP test mode: %q, livemode %t", mp.Summary, mp.Details.Livemode)
 	}
 
-	live := newHarness(t, withEnv("STRIPE_SECRET_KEY", "sk_live_billingd")) // stripe-mock refuses live keys
+	live := newHarness(t, withEnv("STRIPE_SECRET_KEY", "sk_live_billingd"), // stripe-mock refuses live keys
+		withEnv("RECEIPT_SIGNING_KEYS", receiptKeyFile(t)))
 	live.createOrg("vector", "Vector Build", "pro")
 	lp := live.propose(live.user("vector", "alice"), "upgrade", "scale")
 	if strings.Contains(lp.Summary, "Test mode") || !lp.Details.Livemode {
@@ -434,7 +459,7 @@ func TestReceiptAfterSettling(t *testing.T) {
 	}
 	var export bytes.Buffer
 	export.Write(h.exportAudit("settled"))
-	rep, err := evidence.Verify(&export, h.receiptKeys())
+	rep, err := evidence.Verify(&export, h.receiptKeys(), evidence.Options{})
 	if err != nil || rep.Receipts != 1 {
 		t.Fatalf("export after settling: %+v, %v", rep, err)
 	}
@@ -452,6 +477,7 @@ func TestModeBoundIntoToken(t *testing.T) {
 		live.env[k] = v
 	}
 	live.env["STRIPE_SECRET_KEY"] = "sk_live_billingd"
+	live.env["RECEIPT_SIGNING_KEYS"] = receiptKeyFile(t)
 	r := live.replica()
 	wantStatus(t, r.confirm(tok, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "consent_token_mismatch")
 	h.wantStripeChanges(acct, 0)
@@ -468,8 +494,8 @@ func TestAuditExportStreamsLongChains(t *testing.T) {
 	if err := h.app.Store.AppendAudit(context.Background(), events...); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := evidence.Verify(bytes.NewReader(h.exportAudit("long")), jose.JSONWebKeySet{})
-	if err != nil || rep.Events != 600 {
+	rep, err := evidence.Verify(bytes.NewReader(h.exportAudit("long")), h.receiptKeys(), evidence.Options{})
+	if err != nil || rep.Events != 600 || rep.Checkpoint == nil || rep.Checkpoint.Seq != 600 {
 		t.Fatalf("long export: %+v, %v", rep, err)
 	}
 }
@@ -497,7 +523,7 @@ func TestReceiptBoundIntoChain(t *testing.T) {
 		t.Fatal("no exported line carries the upgrade's receipt")
 	}
 	verify := func(ls []string) (evidence.Report, error) {
-		return evidence.Verify(strings.NewReader(strings.Join(ls, "\n")+"\n"), keys)
+		return evidence.Verify(strings.NewReader(strings.Join(ls, "\n")+"\n"), keys, evidence.Options{})
 	}
 	if rep, err := verify(lines); err != nil || rep.Receipts != 2 {
 		t.Fatalf("the export: %+v, %v", rep, err)
@@ -539,5 +565,129 @@ func TestReceiptBoundIntoChain(t *testing.T) {
 		if rep, err := verify(edited(tc.edit)); !errors.As(err, &le) || le.Line != executed+1 {
 			t.Errorf("%s: verified %+v, %v; want an error naming line %d", tc.name, rep, err, executed+1)
 		}
+	}
+}
+
+// TestRechainedExportFails is issue 28's forgery: whoever can write the
+// database or edit an export rewrites an executed change's consent from
+// person_session to verified_sign_in, re-signs its receipt with a key of
+// their own, and re-hashes and re-chains every line as billingd does; or
+// strips the receipts and turns the events back into chain version 1.
+// billingd audit verify fails on both against the signed checkpoint, fails
+// on an export without its checkpoint unless --allow-unsigned, and fails on
+// an executed change of chain version 3 that carries no receipt.
+func TestRechainedExportFails(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("vector", "Vector Build", "pro")
+	h.upgradeWithReceipt("vector", "alice")
+	lines := strings.Split(strings.TrimSuffix(string(h.exportAudit("vector")), "\n"), "\n")
+	events, checkpoint := lines[:len(lines)-1], lines[len(lines)-1]
+	if !strings.HasPrefix(checkpoint, `{"checkpoint":"`) {
+		t.Fatalf("the export ends with %s", checkpoint)
+	}
+	dir := t.TempDir()
+	jwks, _ := json.Marshal(h.receiptKeys())
+	jwksFile := filepath.Join(dir, "jwks.json")
+	if err := os.WriteFile(jwksFile, jwks, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stolen, err := receipt.ParsePrivateKeyPEM(mustKeyPEM(t)) // not a published key
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := receipt.KeySigner(stolen)
+	forger, _ := receipt.NewKeys(signer)
+	c := cli{t: t, bin: billingdBinary(t), env: []string{"PATH=" + os.Getenv("PATH")}}
+	verify := func(name string, content []string, args ...string) (string, int) {
+		t.Helper()
+		file := filepath.Join(dir, name+".jsonl")
+		if err := os.WriteFile(file, []byte(strings.Join(content, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, code := c.run(append([]string{"audit", "verify", "--jwks", jwksFile, file}, args...)...)
+		return stdout + stderr, code
+	}
+	if out, code := verify("honest", lines); code != 0 || !strings.Contains(out, "checkpoint signed at") {
+		t.Fatalf("the honest export: exit %d: %s", code, out)
+	}
+	raised := rechain(t, events, func(e *billing.ChainedEvent) {
+		if e.Event != billing.EventOperationExecuted {
+			return
+		}
+		claims, err := receipt.Verify(e.Receipt, h.receiptKeys())
+		if err != nil || e.Consent == nil || e.Consent.Method != billing.ConsentPersonSession {
+			t.Fatalf("executed line: consent %+v, %v", e.Consent, err)
+		}
+		e.Consent = &billing.Consent{Method: billing.ConsentVerifiedSignIn, HumanPresent: billing.HumanVerified}
+		claims.Consent = e.Consent
+		if e.Receipt, err = forger.SignReceipt(claims); err != nil {
+			t.Fatal(err)
+		}
+		e.ReceiptSHA256 = evidence.ReceiptSHA256(e.Receipt)
+	})
+	stripped := rechain(t, events, func(e *billing.ChainedEvent) { e.Consent, e.Receipt, e.ReceiptSHA256 = nil, "", "" })
+	noReceipt := rechain(t, events, func(e *billing.ChainedEvent) { e.Receipt, e.ReceiptSHA256 = "", "" })
+	for _, tc := range []struct {
+		name    string
+		content []string
+		args    []string
+		want    string
+	}{
+		{"consent raised, receipt re-signed, re-chained", append(raised, checkpoint), nil, "not among the published keys"},
+		{"receipts stripped, version 1, re-chained", append(stripped, checkpoint), nil, "the chain was rewritten"},
+		{"no checkpoint", events, nil, "checkpoint is missing"},
+		{"version 3 without its receipt", noReceipt, []string{"--allow-unsigned"}, "carries no receipt"},
+	} {
+		if out, code := verify(strings.ReplaceAll(tc.name, " ", "_"), tc.content, tc.args...); code == 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: exit %d: %s; want %q", tc.name, code, out, tc.want)
+		}
+	}
+	// Unsigned exports are checked on request, for what the chain alone
+	// shows: which is not a rewrite (docs/evidence.md).
+	if out, code := verify("unsigned", events, "--allow-unsigned"); code != 0 || !strings.Contains(out, "UNSIGNED") {
+		t.Errorf("--allow-unsigned: exit %d: %s", code, out)
+	}
+}
+
+// rechain edits exported event lines and recomputes every hash and
+// prev_hash with billingd's own encoding, as a forger would.
+func rechain(t *testing.T, lines []string, edit func(*billing.ChainedEvent)) []string {
+	t.Helper()
+	prev := evidence.GenesisHash
+	out := make([]string, 0, len(lines))
+	for _, l := range lines {
+		var e billing.ChainedEvent
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatal(err)
+		}
+		edit(&e)
+		e.PrevHash = prev
+		e.Hash = evidence.Hash(e)
+		prev = e.Hash
+		line, _ := json.Marshal(e)
+		out = append(out, string(line))
+	}
+	return out
+}
+
+func mustKeyPEM(t *testing.T) []byte {
+	t.Helper()
+	data, err := receipt.GenerateKeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestLiveKeyWithoutReceiptKeysRefused: with a live Stripe key and no
+// RECEIPT_SIGNING_KEYS, billingd serve refuses to start, naming the
+// variable (contract §11, key custody).
+func TestLiveKeyWithoutReceiptKeysRefused(t *testing.T) {
+	c := cli{t: t, bin: billingdBinary(t), env: []string{"PATH=" + os.Getenv("PATH"),
+		"DATABASE_URL=postgres://127.0.0.1:1/none", "STRIPE_SECRET_KEY=sk_live_billingd",
+		"OAUTH_ISSUER=https://issuer.example", "LISTEN_ADDR=127.0.0.1:0", "METRICS_ADDR=off"}}
+	_, stderr, code := c.run("serve")
+	if code == 0 || !strings.Contains(stderr, "RECEIPT_SIGNING_KEYS") {
+		t.Fatalf("serve with a live key and no receipt keys: exit %d: %s", code, stderr)
 	}
 }

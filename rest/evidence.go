@@ -2,6 +2,7 @@ package rest
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -10,8 +11,10 @@ import (
 )
 
 // auditExport streams the org's hash-chained audit log as JSON Lines, oldest
-// first. Once the first line is sent the status is 200; a failure after that
-// aborts the connection, so that a cut-off export never looks complete.
+// first, and ends it with the signed checkpoint of its last event
+// ({"checkpoint": JWS}). Once the first line is sent the status is 200; a
+// failure after that aborts the connection, so that a cut-off export never
+// looks complete (nor can it end in a checkpoint).
 func (s *server) auditExport(c echo.Context) error {
 	resp := c.Response()
 	enc := json.NewEncoder(resp)
@@ -21,7 +24,7 @@ func (s *server) auditExport(c echo.Context) error {
 		resp.Header().Set("Cache-Control", "no-store")
 		resp.WriteHeader(http.StatusOK)
 	}
-	err := s.Service.ExportAudit(c.Request().Context(), callerOf(c), func(e billing.ChainedEvent) error {
+	checkpoint, err := s.Service.ExportAudit(c.Request().Context(), callerOf(c), func(e billing.ChainedEvent) error {
 		if lines == 0 {
 			start()
 		}
@@ -40,7 +43,10 @@ func (s *server) auditExport(c echo.Context) error {
 	case lines == 0:
 		start()
 	}
-	return nil
+	if checkpoint == "" {
+		return nil
+	}
+	return enc.Encode(billing.ExportCheckpointLine{Checkpoint: checkpoint})
 }
 
 // receipt answers a confirmation's signed receipt.
@@ -58,6 +64,10 @@ func (s *server) receiptKeys(c echo.Context) error {
 	if s.ReceiptKeys == nil {
 		return billing.Errorf(billing.CodeNotFound, "no receipt keys are published")
 	}
+	keys, err := s.ReceiptKeys(c.Request().Context())
+	if err != nil {
+		return fmt.Errorf("receipt keys: %w", err)
+	}
 	c.Response().Header().Set("Cache-Control", "public, max-age=300")
-	return c.JSON(http.StatusOK, s.ReceiptKeys)
+	return c.JSON(http.StatusOK, keys)
 }

@@ -40,9 +40,10 @@ type Config struct {
 	// Observer, when set, is told about every handshake call. Requests are
 	// measured by the edge (internal/httpedge).
 	Observer Observer
-	// ReceiptKeys is the JWKS of the receipt verification keys, served at
-	// /.well-known/jwks.json.
-	ReceiptKeys any
+	// ReceiptKeys returns the JWKS of the receipt verification keys,
+	// served at /.well-known/jwks.json. A function: replicas without key
+	// files publish keys registered by each other (internal/receipt).
+	ReceiptKeys func(context.Context) (any, error)
 	// SignIn signs people in on the pages (OIDC); nil: no sign-in.
 	SignIn SignIn
 	// Sessions keeps sign-ins and page sessions.

@@ -15,10 +15,11 @@ import (
 	"github.com/billingd/billingd/internal/evidence"
 )
 
-const auditSynopsis = "audit verify [--jwks URL|FILE] FILE|-"
+const auditSynopsis = "audit verify [--jwks URL|FILE] [--allow-unsigned] FILE|-"
 
-// auditCmd checks an audit export offline: the hash chain, and every receipt
-// in it against the published receipt keys.
+// auditCmd checks an audit export offline: the hash chain, every receipt in
+// it, and the signed checkpoint that ends it, against the published receipt
+// keys.
 func auditCmd(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 || args[0] != "verify" {
 		return fmt.Errorf("%w: %s", errUsage, auditSynopsis)
@@ -26,6 +27,8 @@ func auditCmd(ctx context.Context, e env, args []string) error {
 	fs := flags(e, "audit verify", auditSynopsis)
 	jwksFrom := fs.String("jwks", "", "the receipt keys: a URL (…/.well-known/jwks.json) or a JWKS file "+
 		"(default: PUBLIC_BASE_URL/.well-known/jwks.json when PUBLIC_BASE_URL is set)")
+	allowUnsigned := fs.Bool("allow-unsigned", false, "accept an export without its signed checkpoint "+
+		"(checks the chain alone, which does not show a rewritten, re-chained export)")
 	// Flags may come before or after the file.
 	rest := args[1:]
 	var files []string
@@ -58,12 +61,17 @@ func auditCmd(ctx context.Context, e env, args []string) error {
 		defer f.Close()
 		in = f
 	}
-	rep, err := evidence.Verify(in, keys)
+	rep, err := evidence.Verify(in, keys, evidence.Options{AllowUnsigned: *allowUnsigned})
 	if err != nil {
 		return fmt.Errorf("audit verify: %w", err)
 	}
 	fmt.Fprintf(e.stdout, "verified: org %s, %d events, %d receipts; head seq %d hash %s\n",
 		rep.Org, rep.Events, rep.Receipts, rep.HeadSeq, rep.HeadHash)
+	if cp := rep.Checkpoint; cp != nil {
+		fmt.Fprintf(e.stdout, "  checkpoint signed at %s\n", time.Unix(cp.IssuedAt, 0).UTC().Format(time.RFC3339))
+	} else {
+		fmt.Fprintln(e.stdout, "  UNSIGNED: no checkpoint; a rewritten, re-chained export would also verify")
+	}
 	for _, x := range rep.Executed {
 		when := ""
 		if x.EffectiveAt != nil {

@@ -49,9 +49,9 @@ type App struct {
 	Executions *pgxpool.Pool
 	Log        *slog.Logger
 	Metrics    *telemetry.Metrics
-	// Receipts signs receipts; its public keys are served at
-	// /.well-known/jwks.json.
-	Receipts *receipt.Keys
+	// Receipts signs receipts and audit checkpoints; its published keys
+	// are served at /.well-known/jwks.json.
+	Receipts *receipt.Set
 	verifier *auth.Verifier
 	// signIn signs people in on the pages; nil without OIDC_CLIENT_ID.
 	signIn rest.SignIn
@@ -79,6 +79,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 		if err := cfg.Require("STRIPE_SECRET_KEY"); err != nil {
 			return nil, err
 		}
+	}
+	if err := cfg.CheckReceiptKeyCustody(); err != nil {
+		return nil, err
 	}
 	a := &App{Config: cfg, Log: opts.Logger}
 	if a.Log == nil {
@@ -128,6 +131,11 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	return a, nil
 }
 
+// publishedReceiptKeys is the JWKS served at /.well-known/jwks.json.
+func (a *App) publishedReceiptKeys(ctx context.Context) (any, error) {
+	return a.Receipts.Published(ctx)
+}
+
 // startupError is err, or the issuer mismatch in it alone: its message
 // names OAUTH_ISSUER and says what to set it to, which is all an operator
 // needs.
@@ -145,7 +153,7 @@ func (a *App) edge() http.Handler {
 	api := rest.New(rest.Config{
 		Service: a.Service, Verifier: a.verifier, PublicBaseURL: a.Config.PublicBaseURL, Issuer: a.verifier.Issuer(),
 		ParseWebhook: webhookParser(a.Config.StripeWebhookSecret), Ready: a.Store.Ready, Logger: a.Log,
-		Observer: a.Metrics, ReceiptKeys: a.Receipts.JWKS(),
+		Observer: a.Metrics, ReceiptKeys: a.publishedReceiptKeys,
 		SignIn: a.signIn, Sessions: a.Store, SignInLimits: a.Config.SignInLimits, TokenPaste: a.Config.DevTokenPaste,
 		TrustedProxies: a.Config.TrustedProxies,
 	})

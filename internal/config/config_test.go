@@ -510,3 +510,24 @@ func TestLoadPersonClients(t *testing.T) {
 		t.Errorf("PersonClients %q", c.PersonClients)
 	}
 }
+
+// TestLiveKeyNeedsReceiptKeys: with a live Stripe key, serve refuses to
+// start without RECEIPT_SIGNING_KEYS, naming it (contract §11, key custody).
+func TestLiveKeyNeedsReceiptKeys(t *testing.T) {
+	for _, tt := range []struct {
+		key, files string
+		refused    bool
+	}{
+		{"sk_live_abc", "", true}, {"rk_live_abc", "", true},
+		{"sk_live_abc", "/keys/a.pem", false}, {"sk_test_abc", "", false}, {"rk_test_abc", "", false},
+	} {
+		cfg, err := Load(env(map[string]string{"STRIPE_SECRET_KEY": tt.key, "RECEIPT_SIGNING_KEYS": tt.files}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cfg.CheckReceiptKeyCustody()
+		if tt.refused != (err != nil) || err != nil && !strings.Contains(err.Error(), "RECEIPT_SIGNING_KEYS") {
+			t.Errorf("%s with %q: %v", tt.key, tt.files, err)
+		}
+	}
+}

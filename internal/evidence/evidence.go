@@ -1,7 +1,14 @@
 // Package evidence checks what billingd exports for disputes, offline: the
 // per-org hash chain of the audit log (the same canonical encoding the
-// database computes in migration 000006) and the signed receipts inline in
-// it. It is what `billingd audit verify` runs.
+// database computes in migration 000006), the signed receipts inline in it,
+// and the signed checkpoint that ends it. It is what `billingd audit
+// verify` runs.
+//
+// The chain alone shows edits to an export, not a rewrite: whoever can
+// write the database (or edit an export) can re-hash and re-chain every
+// line. The checkpoint, signed with keys the database does not hold, is
+// what makes a rewrite show: the rewritten chain no longer ends in the
+// signed hash.
 package evidence
 
 import (
@@ -15,7 +22,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
@@ -25,7 +31,7 @@ import (
 )
 
 // GenesisHash is the prev_hash of an org's first event.
-var GenesisHash = strings.Repeat("0", 64)
+var GenesisHash = billing.GenesisHash
 
 // chainVersion names the canonical encoding; a new encoding gets a new name.
 // Version 2 appends the receipt's SHA-256 to version 1's record; version
@@ -98,6 +104,9 @@ type Report struct {
 	// with one recorded elsewhere (an earlier export, a ticket) to show that.
 	HeadSeq  int64
 	HeadHash string
+	// Checkpoint is the export's signed checkpoint, which names the head;
+	// nil when the export had none and unsigned exports were allowed.
+	Checkpoint *billing.Checkpoint
 	// Executed lists the executed changes whose receipts verified, in
 	// chain order, with how the person agreed to each.
 	Executed []Executed
@@ -146,14 +155,22 @@ func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e
 // maxLine bounds one exported line (an event with its receipt).
 const maxLine = 1 << 20
 
-// Verify reads an export (JSON Lines, oldest first) and checks that it is one
-// unbroken chain of one org starting at its first event, that every hash is
-// the hash of its line, and that every receipt is signed by one of keys and
-// describes the event it is attached to, and that an event whose receipt
-// is bound into the chain (receipt_sha256, chain version 2) carries exactly
-// that receipt. The first problem is returned as a
-// *LineError.
-func Verify(r io.Reader, keys jose.JSONWebKeySet) (Report, error) {
+// Options changes what Verify accepts.
+type Options struct {
+	// AllowUnsigned accepts an export without its checkpoint line (one
+	// from a billingd before checkpoints, or cut before its end). Such an
+	// export shows edits, not a rewrite.
+	AllowUnsigned bool
+}
+
+// Verify reads an export (JSON Lines, oldest first, then the checkpoint
+// line) and checks that it is one unbroken chain of one org starting at its
+// first event, that every hash is the hash of its line, that every receipt
+// is signed by one of keys and describes the event it is attached to, that
+// an executed change of chain version 2 or later carries its receipt, and
+// that the export ends with a checkpoint signed by one of keys naming its
+// last event. The first problem is returned as a *LineError.
+func Verify(r io.Reader, keys jose.JSONWebKeySet, opts Options) (Report, error) {
 	var rep Report
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), maxLine)
@@ -164,27 +181,23 @@ func Verify(r io.Reader, keys jose.JSONWebKeySet) (Report, error) {
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			return rep, &LineError{line, "empty line"}
 		}
+		if rep.Checkpoint != nil {
+			return rep, &LineError{line, "a line after the checkpoint: the checkpoint must end the export"}
+		}
+		if cp, ok := decodeCheckpoint(sc.Bytes()); ok {
+			claims, err := checkCheckpoint(cp, rep, keys)
+			if err != nil {
+				return rep, &LineError{line, err.Error()}
+			}
+			rep.Checkpoint = &claims
+			continue
+		}
 		e, err := decodeLine(sc.Bytes())
 		if err != nil {
 			return rep, &LineError{line, err.Error()}
 		}
-		if reason := checkLink(prev, e, rep.Org); reason != "" {
-			return rep, &LineError{line, reason}
-		}
-		if e.ReceiptSHA256 != "" && e.Receipt == "" {
-			return rep, &LineError{line, "the receipt bound into the chain is missing: it was removed"}
-		}
-		if e.ReceiptSHA256 != "" && ReceiptSHA256(e.Receipt) != e.ReceiptSHA256 {
-			return rep, &LineError{line, "the receipt is not the one bound into the chain: it was replaced"}
-		}
-		if e.Receipt != "" {
-			claims, err := checkReceipt(e, keys)
-			if err != nil {
-				return rep, &LineError{line, err.Error()}
-			}
-			rep.Receipts++
-			rep.Executed = append(rep.Executed, Executed{Seq: e.Seq, ConfirmationID: e.ConfirmationID,
-				Operation: e.Operation, Consent: e.Consent, EffectiveAt: claims.EffectiveAt})
+		if err := checkEvent(prev, e, rep.Org, keys, &rep); err != nil {
+			return rep, &LineError{line, err.Error()}
 		}
 		rep.Org, rep.Events, rep.HeadSeq, rep.HeadHash = e.Org, rep.Events+1, e.Seq, e.Hash
 		prev = e
@@ -195,7 +208,87 @@ func Verify(r io.Reader, keys jose.JSONWebKeySet) (Report, error) {
 	if line == 0 {
 		return rep, errors.New("the export is empty")
 	}
+	if rep.Checkpoint == nil && !opts.AllowUnsigned {
+		return rep, &LineError{line + 1, "the signed checkpoint is missing: the export was cut, or is " +
+			"unsigned (--allow-unsigned accepts it, checking the chain alone)"}
+	}
 	return rep, nil
+}
+
+// checkEvent checks one event line after prev, and its receipt, adding the
+// receipt to rep.
+func checkEvent(prev, e billing.ChainedEvent, org string, keys jose.JSONWebKeySet, rep *Report) error {
+	if reason := checkLink(prev, e, org); reason != "" {
+		return errors.New(reason)
+	}
+	if e.ReceiptSHA256 != "" && e.Receipt == "" {
+		return errors.New("the receipt bound into the chain is missing: it was removed")
+	}
+	if e.ReceiptSHA256 != "" && ReceiptSHA256(e.Receipt) != e.ReceiptSHA256 {
+		return errors.New("the receipt is not the one bound into the chain: it was replaced")
+	}
+	// From chain version 2 on, billingd binds every executed change's
+	// receipt into the chain; one without was stripped, or never signed
+	// (billingd logs "executed change recorded without a receipt" then):
+	// either way the change has no evidence, and verify says so.
+	if e.Event == billing.EventOperationExecuted && chainVersionOf(e) >= 2 && e.Receipt == "" {
+		return fmt.Errorf("an %s event of chain version %d carries no receipt: it was removed, or never signed",
+			billing.EventOperationExecuted, chainVersionOf(e))
+	}
+	if e.Receipt == "" {
+		return nil
+	}
+	claims, err := checkReceipt(e, keys)
+	if err != nil {
+		return err
+	}
+	rep.Receipts++
+	rep.Executed = append(rep.Executed, Executed{Seq: e.Seq, ConfirmationID: e.ConfirmationID,
+		Operation: e.Operation, Consent: e.Consent, EffectiveAt: claims.EffectiveAt})
+	return nil
+}
+
+// chainVersionOf is the version of the canonical encoding Hash uses for e.
+func chainVersionOf(e billing.ChainedEvent) int {
+	switch {
+	case e.Consent != nil:
+		return 3
+	case e.ReceiptSHA256 != "":
+		return 2
+	}
+	return 1
+}
+
+// decodeCheckpoint reads a checkpoint line; ok is false for any other line.
+func decodeCheckpoint(data []byte) (string, bool) {
+	var cp billing.ExportCheckpointLine
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cp); err != nil || cp.Checkpoint == "" || dec.More() {
+		return "", false
+	}
+	return cp.Checkpoint, true
+}
+
+// checkCheckpoint verifies a checkpoint and that it names the head of the
+// chain read so far.
+func checkCheckpoint(jws string, rep Report, keys jose.JSONWebKeySet) (billing.Checkpoint, error) {
+	c, err := receipt.VerifyCheckpoint(jws, keys)
+	if err != nil {
+		return c, fmt.Errorf("checkpoint: %w", err)
+	}
+	head := rep.HeadHash
+	if rep.Events == 0 {
+		head = GenesisHash
+	}
+	switch {
+	case rep.Org != "" && c.Org != rep.Org:
+		return c, errors.New("the checkpoint is of another org")
+	case c.Seq != rep.HeadSeq || c.Hash != head:
+		return c, fmt.Errorf("the checkpoint signed seq %d hash %s, but the chain ends at seq %d hash %s: "+
+			"the chain was rewritten, or cut, after it was signed", c.Seq, c.Hash, rep.HeadSeq, head)
+	}
+	return c, nil
 }
 
 func decodeLine(data []byte) (billing.ChainedEvent, error) {

@@ -41,6 +41,9 @@ func chain(t *testing.T, keys *receipt.Keys, n int) []string {
 	return lines
 }
 
+// unsigned lets the tests of the chain alone go without checkpoints.
+var unsigned = Options{AllowUnsigned: true}
+
 func testKeys(t *testing.T) *receipt.Keys {
 	t.Helper()
 	pemData, err := receipt.GenerateKeyPEM()
@@ -51,7 +54,11 @@ func testKeys(t *testing.T) *receipt.Keys {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := receipt.NewKeys(key)
+	signer, err := receipt.KeySigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := receipt.NewKeys(signer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +96,7 @@ func TestVerify(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep, err := Verify(strings.NewReader(strings.Join(tt.lines, "\n")+"\n"), tt.jwks)
+			rep, err := Verify(strings.NewReader(strings.Join(tt.lines, "\n")+"\n"), tt.jwks, unsigned)
 			if tt.wantLine == 0 {
 				if err != nil || rep.Events != 5 || rep.Receipts != 1 || rep.HeadSeq != 5 {
 					t.Fatalf("Verify = %+v, %v", rep, err)
@@ -102,7 +109,7 @@ func TestVerify(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Verify(strings.NewReader(""), keys.JWKS()); err == nil {
+	if _, err := Verify(strings.NewReader(""), keys.JWKS(), unsigned); err == nil {
 		t.Fatal("an empty export verified")
 	}
 }
@@ -166,7 +173,7 @@ func TestVerifyConsent(t *testing.T) {
 		line, _ := json.Marshal(e)
 		return string(line) + "\n"
 	}
-	rep, err := Verify(strings.NewReader(build(relayed, relayed)), keys.JWKS())
+	rep, err := Verify(strings.NewReader(build(relayed, relayed)), keys.JWKS(), unsigned)
 	if err != nil || len(rep.Executed) != 1 || rep.Executed[0].Consent == nil || rep.Executed[0].Consent.Method != billing.ConsentAgentRelayed {
 		t.Fatalf("Verify = %+v, %v", rep, err)
 	}
@@ -178,7 +185,7 @@ func TestVerifyConsent(t *testing.T) {
 		"consent dropped from the event": build(nil, relayed),
 		"consent added to the event":     build(relayed, nil),
 	} {
-		if _, err := Verify(strings.NewReader(line), keys.JWKS()); err == nil || !strings.Contains(err.Error(), "different consents") {
+		if _, err := Verify(strings.NewReader(line), keys.JWKS(), unsigned); err == nil || !strings.Contains(err.Error(), "different consents") {
 			t.Errorf("%s: %v, want the receipt to disagree", name, err)
 		}
 	}
@@ -201,5 +208,130 @@ func TestHashPinnedV3(t *testing.T) {
 	const want = "13ad0eb6d060e5cc8de1489168b79e29512b3ca15b2bd8553b711818a0dbd9b5" // also SQL audit_event_hash_v3's answer
 	if got := Hash(e); got != want {
 		t.Fatalf("Hash = %s, want %s", got, want)
+	}
+}
+
+// signed ends lines with the checkpoint of their last event, signed by keys.
+func signed(t *testing.T, keys *receipt.Keys, lines []string) []string {
+	t.Helper()
+	var last billing.ChainedEvent
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatal(err)
+	}
+	jws, err := keys.SignCheckpoint(billing.Checkpoint{Org: last.Org, Seq: last.Seq, Hash: last.Hash, IssuedAt: 1764000000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := json.Marshal(billing.ExportCheckpointLine{Checkpoint: jws})
+	return append(append([]string(nil), lines...), string(line))
+}
+
+// rechain is what whoever can write the database, or edit an export, can
+// do without any key: change events, then recompute every hash and
+// prev_hash from the first line on, exactly as billingd does (Hash), so
+// that the chain itself is whole again. The checkpoint line, if any, is
+// kept as it was.
+func rechain(t *testing.T, lines []string, edit func(*billing.ChainedEvent)) []string {
+	t.Helper()
+	out := make([]string, 0, len(lines))
+	prev := GenesisHash
+	for _, l := range lines {
+		if _, ok := decodeCheckpoint([]byte(l)); ok {
+			out = append(out, l)
+			continue
+		}
+		var e billing.ChainedEvent
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatal(err)
+		}
+		edit(&e)
+		e.PrevHash = prev
+		e.Hash = Hash(e)
+		prev = e.Hash
+		line, _ := json.Marshal(e)
+		out = append(out, string(line))
+	}
+	return out
+}
+
+// TestVerifyCheckpoint: an export ends with a checkpoint signed with the
+// receipt keys; without it verify fails unless unsigned exports are
+// allowed, and a chain rewritten, re-hashed and re-chained after it no
+// longer ends where the checkpoint says.
+func TestVerifyCheckpoint(t *testing.T) {
+	keys := testKeys(t)
+	forger := testKeys(t) // a key that is not published
+	good := chain(t, keys, 5)
+	rcpt := receiptOf(t, good[2])
+	consent := &billing.Consent{Method: billing.ConsentPersonSession, HumanPresent: billing.HumanAttested}
+	withConsent := rechain(t, good, func(e *billing.ChainedEvent) {
+		if e.Event == billing.EventOperationExecuted {
+			jws, err := keys.SignReceipt(billing.ReceiptClaims{Org: "acme", Subject: "alice", ConfirmationID: "cfm_1",
+				Operation: billing.OpUpgrade, Consent: consent})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Consent, e.Receipt, e.ReceiptSHA256 = consent, jws, ReceiptSHA256(jws)
+		}
+	})
+	tests := []struct {
+		name     string
+		lines    []string
+		opts     Options
+		wantLine int // 0: valid
+		want     string
+	}{
+		{"signed", signed(t, keys, good), Options{}, 0, ""},
+		{"unsigned", good, Options{}, 6, "checkpoint is missing"},
+		{"unsigned, allowed", good, unsigned, 0, ""},
+		// A rewrite of an event, re-hashed and re-chained: the chain is whole
+		// but ends elsewhere than the checkpoint says.
+		{"rewritten and re-chained", rechain(t, signed(t, keys, good), func(e *billing.ChainedEvent) {
+			if e.Seq == 2 {
+				e.Principal = "mallory"
+			}
+		}), Options{}, 6, "rewritten"},
+		// The issue's forgery: consent raised, receipt re-signed with a key
+		// that is not published, chain rebuilt.
+		{"consent raised, receipt re-signed", rechain(t, signed(t, keys, withConsent), func(e *billing.ChainedEvent) {
+			if e.Event == billing.EventOperationExecuted {
+				e.Consent = &billing.Consent{Method: billing.ConsentVerifiedSignIn, HumanPresent: billing.HumanVerified}
+				jws, err := forger.SignReceipt(billing.ReceiptClaims{Org: "acme", Subject: "alice", ConfirmationID: "cfm_1",
+					Operation: billing.OpUpgrade, Consent: e.Consent})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.Receipt, e.ReceiptSHA256 = jws, ReceiptSHA256(jws)
+			}
+		}), Options{}, 3, "not among the published keys"},
+		// Receipts stripped and the event turned back into chain version 1:
+		// every line checks, the checkpoint does not.
+		{"receipts stripped, version 1, re-chained", rechain(t, signed(t, keys, withConsent), func(e *billing.ChainedEvent) {
+			e.Consent, e.Receipt, e.ReceiptSHA256 = nil, "", ""
+		}), Options{}, 6, "rewritten"},
+		{"receipt stripped from a version 3 event", rechain(t, withConsent, func(e *billing.ChainedEvent) {
+			e.Receipt, e.ReceiptSHA256 = "", ""
+		}), unsigned, 3, "carries no receipt"},
+		{"cut after the checkpoint was signed", append(append([]string(nil), good[:4]...), signed(t, keys, good)[5]),
+			Options{}, 5, "rewritten, or cut"},
+		{"checkpoint of an unpublished key", signed(t, forger, good), Options{}, 6, "not among the published keys"},
+		{"a receipt as the checkpoint", append(append([]string(nil), good...), `{"checkpoint":"`+rcpt+`"}`),
+			Options{}, 6, "typ"},
+		{"a line after the checkpoint", append(signed(t, keys, good), good[4]), Options{}, 7, "after the checkpoint"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, err := Verify(strings.NewReader(strings.Join(tt.lines, "\n")+"\n"), keys.JWKS(), tt.opts)
+			if tt.wantLine == 0 {
+				if err != nil || rep.Events != 5 || (tt.opts.AllowUnsigned != (rep.Checkpoint == nil)) {
+					t.Fatalf("Verify = %+v, %v", rep, err)
+				}
+				return
+			}
+			var le *LineError
+			if !errors.As(err, &le) || le.Line != tt.wantLine || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Verify error %v, want one naming line %d: %s", err, tt.wantLine, tt.want)
+			}
+		})
 	}
 }

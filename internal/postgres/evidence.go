@@ -67,22 +67,57 @@ func queueReceipt(batch *pgx.Batch, r *billing.StoredReceipt) {
 		r.ConfirmationID, r.Org, r.Principal, r.Summary, r.Receipt)
 }
 
-// sharedKeyName is the receipt_keys row of the generated key.
-const sharedKeyName = "generated"
+// RegisterReceiptKey implements receipt.PublicKeyStore.
+func (s *Store) RegisterReceiptKey(ctx context.Context, kid string, jwk []byte) error {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO receipt_public_keys (kid, jwk) VALUES ($1, $2)
+		ON CONFLICT (kid) DO NOTHING`, kid, string(jwk)); err != nil {
+		return fmt.Errorf("register receipt key: %w", classify(err))
+	}
+	return nil
+}
 
-// SharedReceiptKey implements receipt.SharedKeyStore. Two statements on
-// purpose: INSERT … ON CONFLICT waits for a concurrent first replica's
-// insert to commit, and the SELECT after it, with a snapshot of its own,
-// then reads the winner's key.
-func (s *Store) SharedReceiptKey(ctx context.Context, candidatePEM []byte) ([]byte, error) {
-	if _, err := s.pool.Exec(ctx, `INSERT INTO receipt_keys (name, private_key_pem) VALUES ($1, $2)
-		ON CONFLICT (name) DO NOTHING`, sharedKeyName, string(candidatePEM)); err != nil {
-		return nil, fmt.Errorf("store receipt key: %w", classify(err))
+// ReceiptPublicKeys implements receipt.PublicKeyStore, newest first.
+func (s *Store) ReceiptPublicKeys(ctx context.Context) ([][]byte, error) {
+	rows, err := s.pool.Query(ctx, `SELECT jwk::text FROM receipt_public_keys ORDER BY created_at DESC, kid`)
+	if err != nil {
+		return nil, fmt.Errorf("read receipt keys: %w", classify(err))
 	}
-	var stored string
-	if err := s.pool.QueryRow(ctx, `SELECT private_key_pem FROM receipt_keys WHERE name = $1`, sharedKeyName).
-		Scan(&stored); err != nil {
-		return nil, fmt.Errorf("read receipt key: %w", classify(err))
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]byte, error) {
+		var jwk string
+		err := r.Scan(&jwk)
+		return []byte(jwk), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read receipt keys: %w", classify(err))
 	}
-	return []byte(stored), nil
+	return keys, nil
+}
+
+// RetireStoredPrivateKeys implements receipt.PublicKeyStore. The rows are
+// locked, so that replicas starting together retire each key once; a row
+// whose PEM does not parse is deleted too: it verifies nothing, and it is
+// still a secret.
+func (s *Store) RetireStoredPrivateKeys(ctx context.Context, toPublic func(pem []byte) (string, []byte, error)) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT name, private_key_pem FROM receipt_keys FOR UPDATE`)
+		if err != nil {
+			return fmt.Errorf("read stored receipt keys: %w", classify(err))
+		}
+		pems, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Name, PEM string }])
+		if err != nil {
+			return fmt.Errorf("read stored receipt keys: %w", classify(err))
+		}
+		for _, p := range pems {
+			if kid, jwk, err := toPublic([]byte(p.PEM)); err == nil {
+				if _, err := tx.Exec(ctx, `INSERT INTO receipt_public_keys (kid, jwk) VALUES ($1, $2)
+					ON CONFLICT (kid) DO NOTHING`, kid, string(jwk)); err != nil {
+					return fmt.Errorf("keep public receipt key: %w", classify(err))
+				}
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM receipt_keys WHERE name = $1`, p.Name); err != nil {
+				return fmt.Errorf("delete stored receipt key: %w", classify(err))
+			}
+		}
+		return nil
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billingd/billingd/billing"
@@ -79,7 +81,11 @@ func TestChainHashGoMatchesSQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := receipt.NewKeys(key)
+	signer, err := receipt.KeySigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := receipt.NewKeys(signer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,12 +122,25 @@ func TestChainHashGoMatchesSQL(t *testing.T) {
 	}
 	// A round trip through the export's JSON keeps every hashed byte.
 	var buf bytes.Buffer
-	for _, e := range events {
+	stripped := 0 // the first line of an executed change with a consent and no receipt
+	for i, e := range events {
 		line, _ := json.Marshal(e)
+		var back billing.ChainedEvent
+		if err := json.Unmarshal(line, &back); err != nil || evidence.Hash(back) != e.Hash {
+			t.Errorf("event %d: the hash changed through JSON (%v)", i, err)
+		}
 		buf.Write(append(line, '\n'))
+		if stripped == 0 && e.Event == billing.EventOperationExecuted && e.Consent != nil && e.Receipt == "" {
+			stripped = i + 1
+		}
 	}
-	if _, err := evidence.Verify(&buf, keys.JWKS()); err != nil {
-		t.Fatalf("Verify(export): %v", err)
+	// The synthetic executed changes above have a consent (chain version 3)
+	// and no receipt: what an export stripped of its receipts looks like.
+	// Verify checks every line before and refuses that one.
+	_, err = evidence.Verify(&buf, keys.JWKS(), evidence.Options{AllowUnsigned: true})
+	var le *evidence.LineError
+	if !errors.As(err, &le) || le.Line != stripped || !strings.Contains(err.Error(), "carries no receipt") {
+		t.Fatalf("Verify(export) = %v, want line %d to carry no receipt", err, stripped)
 	}
 	// A consent changed, added or removed is caught.
 	for name, edit := range map[string]func(*billing.ChainedEvent){
@@ -210,7 +229,7 @@ func TestChainConcurrentWriters(t *testing.T) {
 		line, _ := json.Marshal(e)
 		buf.Write(append(line, '\n'))
 	}
-	rep, err := evidence.Verify(&buf, jose.JSONWebKeySet{})
+	rep, err := evidence.Verify(&buf, jose.JSONWebKeySet{}, evidence.Options{AllowUnsigned: true}) // the store exports no checkpoint
 	if err != nil {
 		t.Fatalf("chain of concurrent writers: %v", err)
 	}
@@ -219,27 +238,37 @@ func TestChainConcurrentWriters(t *testing.T) {
 	}
 }
 
-// TestSharedReceiptKeyRace: replicas starting together all end up with the
-// one stored key.
-func TestSharedReceiptKeyRace(t *testing.T) {
+// TestReplicasStartingTogetherPublishEveryKey: replicas starting together
+// each sign with a key of their own, made in memory, and every one of them
+// publishes all of their public keys, so a receipt from any replica
+// verifies against the keys any replica serves.
+func TestReplicasStartingTogetherPublishEveryKey(t *testing.T) {
 	db := testenv.NewDatabase(t)
 	store := postgres.NewStore(db.Pool)
+	ctx := context.Background()
+	sets := make([]*receipt.Set, 8)
 	var wg sync.WaitGroup
-	kids := make([]string, 8)
-	for i := range kids {
+	for i := range sets {
 		wg.Go(func() {
-			k, err := receipt.Load(context.Background(), nil, store)
+			k, err := receipt.Load(ctx, nil, store)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			kids[i] = k.JWKS().Keys[0].KeyID
+			sets[i] = k
 		})
 	}
 	wg.Wait()
-	for _, kid := range kids {
-		if kid != kids[0] {
-			t.Fatalf("replicas use different keys: %v", kids)
+	if t.Failed() {
+		return
+	}
+	for i, set := range sets {
+		published, err := set.Published(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(published.Keys) < len(sets) {
+			t.Fatalf("replica %d publishes %d keys, want all %d", i, len(published.Keys), len(sets))
 		}
 	}
 }
@@ -269,5 +298,80 @@ func TestChainHashInlined(t *testing.T) {
 	}
 	if p := plan.String(); strings.Contains(p, "audit_event_hash(") || strings.Contains(p, "audit_event_hash_v2(") || strings.Contains(p, "audit_chain_field(") || !strings.Contains(p, "sha256(") {
 		t.Fatalf("the hash functions are called, not inlined:\n%s", p)
+	}
+}
+
+// TestNoSigningKeyInDatabase: whoever reads the database cannot sign
+// (contract §11, key custody). A key an older billingd stored is retired
+// when billingd starts (its public half kept, so its receipts still
+// verify), a process without key files registers only its public key, and
+// after a receipt is signed no column of any table holds a private key.
+func TestNoSigningKeyInDatabase(t *testing.T) {
+	db := testenv.NewDatabase(t)
+	store := postgres.NewStore(db.Pool)
+	ctx := context.Background()
+	oldPEM, err := receipt.GenerateKeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As a billingd before migration 000015 left it.
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE receipt_keys DISABLE TRIGGER receipt_keys_retired;
+		INSERT INTO receipt_keys (name, private_key_pem) VALUES ('generated', '`+string(oldPEM)+`');
+		ALTER TABLE receipt_keys ENABLE TRIGGER receipt_keys_retired`); err != nil {
+		t.Fatal(err)
+	}
+	oldPriv, _ := receipt.ParsePrivateKeyPEM(oldPEM)
+	oldSigner, _ := receipt.KeySigner(oldPriv)
+	oldKeys, _ := receipt.NewKeys(oldSigner)
+	oldReceipt, _ := oldKeys.SignReceipt(billing.ReceiptClaims{Org: "acme", ConfirmationID: "c0"})
+
+	keys, err := receipt.Load(ctx, nil, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := keys.SignReceipt(billing.ReceiptClaims{Org: "acme", Subject: "alice", ConfirmationID: "c1", Operation: billing.OpUpgrade})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO receipts (confirmation_id, org, principal, summary, receipt)
+		VALUES ('c1', 'acme', 'alice', 'Upgrade', $1)`, jws); err != nil {
+		t.Fatal(err)
+	}
+	published, err := keys.Published(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{jws, oldReceipt} {
+		if _, err := receipt.Verify(r, published); err != nil {
+			t.Fatalf("published keys do not verify a receipt: %v", err)
+		}
+	}
+	// Every text-like column of every table, read as text.
+	cols, err := db.Pool.Query(ctx, `SELECT table_name, column_name FROM information_schema.columns
+		WHERE table_schema = 'public' AND data_type IN ('text', 'jsonb', 'json', 'character varying', 'bytea')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(cols, pgx.RowToStructByPos[struct{ Table, Column string }])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range names {
+		var n int
+		q := fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s::text LIKE '%%PRIVATE KEY%%' OR %s::text ~ '"d"\s*:'`,
+			pgx.Identifier{c.Table}.Sanitize(), pgx.Identifier{c.Column}.Sanitize(), pgx.Identifier{c.Column}.Sanitize())
+		if err := db.Pool.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatalf("%s.%s: %v", c.Table, c.Column, err)
+		}
+		if n != 0 {
+			t.Errorf("%s.%s holds a private key in %d rows", c.Table, c.Column, n)
+		}
+	}
+	// billingd cannot store one again, nor a private JWK.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO receipt_keys (name, private_key_pem) VALUES ('again', 'x')`); err == nil {
+		t.Error("a key was stored in receipt_keys")
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO receipt_public_keys (kid, jwk) VALUES ('k', '{"kty":"EC","d":"x"}')`); err == nil {
+		t.Error("a private JWK was stored")
 	}
 }

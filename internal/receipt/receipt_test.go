@@ -39,7 +39,7 @@ func keysFrom(t *testing.T, pems ...[]byte) *Keys {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k
+	return k.Keys
 }
 
 func claims() billing.ReceiptClaims {
@@ -122,7 +122,11 @@ func headerKID(t *testing.T, token string) string {
 
 func TestEd25519AndForeignKeys(t *testing.T) {
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
-	k, err := NewKeys(priv)
+	signer, err := KeySigner(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := NewKeys(signer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,25 +143,131 @@ func TestEd25519AndForeignKeys(t *testing.T) {
 	}
 }
 
-type memoryStore struct{ stored []byte }
+func writeFile(path string, data []byte) error { return os.WriteFile(path, data, 0o600) }
 
-func (m *memoryStore) SharedReceiptKey(_ context.Context, candidate []byte) ([]byte, error) {
-	if m.stored == nil {
-		m.stored = candidate
-	}
-	return m.stored, nil
+// kmsSigner stands for a key in a KMS or an HSM: billingd sees only its
+// public key and asks it to sign; it counts the requests.
+type kmsSigner struct {
+	key   jose.OpaqueSigner
+	kid   string
+	calls int
 }
 
-func TestSharedKey(t *testing.T) {
-	store := &memoryStore{}
+func (k *kmsSigner) Public() *jose.JSONWebKey {
+	p := k.key.Public()
+	p.KeyID = k.kid
+	return p
+}
+func (k *kmsSigner) Algs() []jose.SignatureAlgorithm { return k.key.Algs() }
+func (k *kmsSigner) SignPayload(payload []byte, alg jose.SignatureAlgorithm) ([]byte, error) {
+	k.calls++
+	return k.key.SignPayload(payload, alg)
+}
+
+// TestOpaqueSigner: a Signer that only signs (a KMS or an HSM) signs
+// receipts and checkpoints under its own key id, and the two kinds cannot
+// be passed off as each other.
+func TestOpaqueSigner(t *testing.T) {
+	priv, err := ParsePrivateKeyPEM(newKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := KeySigner(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kms := &kmsSigner{key: inner, kid: "projects/p/keys/receipts/1"}
+	k, err := NewKeys(kms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcpt, _ := k.SignReceipt(claims())
+	cp, err := k.SignCheckpoint(billing.Checkpoint{Org: "acme", Seq: 3, Hash: "h", IssuedAt: 1})
+	if err != nil || kms.calls != 2 || headerKID(t, rcpt) != kms.kid {
+		t.Fatalf("calls %d, kid %s, err %v", kms.calls, headerKID(t, rcpt), err)
+	}
+	if got, err := VerifyCheckpoint(cp, k.JWKS()); err != nil || got.Seq != 3 || got.Org != "acme" {
+		t.Fatalf("VerifyCheckpoint = %+v, %v", got, err)
+	}
+	if _, err := Verify(cp, k.JWKS()); err == nil {
+		t.Fatal("a checkpoint verified as a receipt")
+	}
+	if _, err := VerifyCheckpoint(rcpt, k.JWKS()); err == nil {
+		t.Fatal("a receipt verified as a checkpoint")
+	}
+}
+
+// memoryStore is a PublicKeyStore in memory, with one private key stored
+// by an older billingd.
+type memoryStore struct {
+	public  map[string][]byte
+	private [][]byte
+}
+
+func (m *memoryStore) RegisterReceiptKey(_ context.Context, kid string, jwk []byte) error {
+	m.public[kid] = jwk
+	return nil
+}
+
+func (m *memoryStore) ReceiptPublicKeys(context.Context) ([][]byte, error) {
+	var out [][]byte
+	for _, v := range m.public {
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (m *memoryStore) RetireStoredPrivateKeys(_ context.Context, toPublic func([]byte) (string, []byte, error)) error {
+	for _, p := range m.private {
+		kid, jwk, err := toPublic(p)
+		if err != nil {
+			return err
+		}
+		m.public[kid] = jwk
+	}
+	m.private = nil
+	return nil
+}
+
+// TestGeneratedKeys: without key files each process signs with a key of
+// its own and stores only its public half; every process publishes every
+// registered key, and a key an older billingd stored is retired to its
+// public half, so its receipts still verify.
+func TestGeneratedKeys(t *testing.T) {
+	oldPEM := newKey(t)
+	oldPriv, _ := ParsePrivateKeyPEM(oldPEM)
+	oldSigner, _ := KeySigner(oldPriv)
+	oldKeys, _ := NewKeys(oldSigner)
+	oldReceipt, _ := oldKeys.SignReceipt(claims())
+
+	store := &memoryStore{public: map[string][]byte{}, private: [][]byte{oldPEM}}
 	a, err := Load(context.Background(), nil, store)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := Load(context.Background(), nil, store)
-	if a.JWKS().Keys[0].KeyID != b.JWKS().Keys[0].KeyID {
-		t.Fatal("two loads of the shared key differ")
+	if len(store.private) != 0 || len(store.public) != 3 {
+		t.Fatalf("stored: %d private, %d public keys", len(store.private), len(store.public))
+	}
+	for _, jwk := range store.public {
+		if strings.Contains(string(jwk), `"d"`) {
+			t.Fatalf("a private key was stored: %s", jwk)
+		}
+	}
+	published, err := b.Published(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromA, _ := a.SignReceipt(claims())
+	for _, r := range []string{fromA, oldReceipt} {
+		if _, err := Verify(r, published); err != nil {
+			t.Fatalf("another process's receipt: %v", err)
+		}
+	}
+	// With key files, only the files' keys are published: a key someone
+	// registered in the database signs nothing that verifies.
+	files := keysFrom(t, newKey(t))
+	if _, err := Verify(fromA, files.JWKS()); err == nil {
+		t.Fatal("a registered key verified against the key files' set")
 	}
 }
-
-func writeFile(path string, data []byte) error { return os.WriteFile(path, data, 0o600) }
