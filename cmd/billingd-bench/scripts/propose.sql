@@ -26,9 +26,13 @@ SELECT o.id, o.name, o.stripe_customer_id,
 \endpipeline
 \startpipeline
 SELECT pg_advisory_xact_lock(hashtextextended(:principal, 0));
-WITH superseded AS (
+SELECT 1 FROM subscriptions WHERE org = :org FOR SHARE;
+WITH quotable AS (
+	SELECT 1 FROM subscriptions WHERE org = :org AND version = :version
+		AND NOT EXISTS (SELECT 1 FROM confirmations WHERE org = :org AND status = 'executing')
+), superseded AS (
 	UPDATE confirmations SET status = 'superseded', finished_at = now()
-	WHERE org = :org AND principal = :principal AND operation = :operation AND status = 'pending'
+	WHERE org = :org AND principal = :principal AND operation = :operation AND status = 'pending' AND EXISTS (SELECT 1 FROM quotable)
 	RETURNING id
 ), issued AS (
 	INSERT INTO confirmations (id, token_hash, org, principal, client, operation, status,
@@ -40,13 +44,13 @@ WITH superseded AS (
 		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
 		NULLIF(:approval, ''), :agent, :verify_required, :livemode,
 		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents, :at_period_end, :no_renewal, :no_cancels, :sub_status
-	FROM (SELECT count(*) FROM superseded) AS after_supersede
+	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
 	RETURNING created_at, expires_at
 ), audited AS (
 	INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id)
 	SELECT 'TOKEN_REVOKED', :org, :principal, :client, :operation, id, 'revoked', 'superseded', :request_id FROM superseded
 	UNION ALL
-	SELECT :ev_issued, :org, :principal, :client, :operation, :cid, :ok, '', :request_id
+	SELECT :ev_issued, :org, :principal, :client, :operation, :cid, :ok, '', :request_id FROM quotable
 )
 SELECT created_at, expires_at FROM issued;
 \endpipeline
