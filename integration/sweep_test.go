@@ -130,7 +130,6 @@ type sweep struct {
 	steps    map[string]int // how often each step was reached, by any case
 	unlisted map[string]bool
 	listed   map[string]bool
-	mcpReach map[string]bool
 }
 
 const (
