@@ -94,7 +94,7 @@ func TestReceipts(t *testing.T) {
 	sum := sha256.Sum256([]byte(p.Summary))
 	want := billing.ReceiptClaims{
 		Issuer: h.url, Subject: "alice", Org: "vector", Client: "test-agent", ConfirmationID: p.ConfirmationID,
-		Operation: billing.OpUpgrade, From: "pro", To: "scale", AmountDueNowCents: p.Details.AmountDueNowCents,
+		Operation: billing.OpUpgrade, From: "pro", To: "scale", AmountDueNowCents: new(p.Details.AmountDueNowCents),
 		QuotedAmountDueNowCents: p.Details.AmountDueNowCents, Currency: "usd", SummarySHA256: hex.EncodeToString(sum[:]),
 		StripeSubscriptionID: acct.Subscription.StripeSubscriptionID, Livemode: false,
 	}
@@ -512,7 +512,7 @@ func TestReceiptBoundIntoChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims.AmountDueNowCents++
+	claims.AmountDueNowCents = new(*claims.AmountDueNowCents + 1)
 	other, err := h.app.Receipts.SignReceipt(claims)
 	if err != nil {
 		t.Fatal(err)

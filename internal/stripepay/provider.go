@@ -451,9 +451,17 @@ func invoiceOf(inv *stripe.Invoice) *billing.Invoice {
 	if inv == nil || inv.ID == "" || inv.Currency == "" {
 		return nil
 	}
-	out := &billing.Invoice{ID: inv.ID, AmountDueCents: inv.AmountDue, Currency: string(inv.Currency)}
+	out := &billing.Invoice{ID: inv.ID, AmountDueCents: inv.AmountDue, Currency: string(inv.Currency),
+		BillingReason: string(inv.BillingReason), Created: unixTime(inv.Created)}
 	if inv.SubscriptionDetails != nil {
 		out.ConfirmationID = inv.SubscriptionDetails.Metadata[MetadataConfirmationID]
+	}
+	if inv.Lines != nil {
+		for _, l := range inv.Lines.Data {
+			if l.Proration && l.Period != nil && l.Price != nil {
+				out.Prorations = append(out.Prorations, billing.ProrationLine{PriceID: l.Price.ID, Start: unixTime(l.Period.Start)})
+			}
+		}
 	}
 	return out
 }
