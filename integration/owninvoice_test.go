@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +67,19 @@ func TestSettledAfterRenewalNeverStatesTheRenewal(t *testing.T) {
 	if !claims.AmountInvoicedUnknown || claims.AmountDueNowCents != nil || claims.InvoiceID != "" {
 		t.Fatalf("receipt states %d invoiced (invoice %q, unknown %t): want it unknown", deref(claims.AmountDueNowCents),
 			claims.InvoiceID, claims.AmountInvoicedUnknown)
+	}
+
+	// billingd audit verify says so of the receipt, in words.
+	dir := t.TempDir()
+	jwks, _ := json.Marshal(h.receiptKeys())
+	jwksFile, exportFile := filepath.Join(dir, "jwks.json"), filepath.Join(dir, "export.jsonl")
+	if os.WriteFile(jwksFile, jwks, 0o600) != nil || os.WriteFile(exportFile, h.exportAudit("renewed"), 0o600) != nil {
+		t.Fatal("write the export")
+	}
+	c := cli{t: t, bin: billingdBinary(t), env: []string{"PATH=" + os.Getenv("PATH")}}
+	stdout, stderr, code := c.run("audit", "verify", "--jwks", jwksFile, exportFile)
+	if code != 0 || !strings.Contains(stdout, p.ConfirmationID+" upgrade_plan, amount invoiced: unknown: consent ") {
+		t.Fatalf("audit verify: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
 
