@@ -165,7 +165,7 @@ func (s *Service) Receipt(ctx context.Context, caller Caller, confirmationID str
 // cannot identify (invoiceOf) is charged an amount unknown: never the
 // quote, nor a later invoice's.
 func chargedFor(c Confirmation, applied AppliedChange) *Charged {
-	if c.Operation != OpUpgrade || keepsPlan(c.Terms) || c.Terms.AtPeriodEnd {
+	if !chargesNow(c) {
 		return nil
 	}
 	inv := applied.Invoice

@@ -25,6 +25,13 @@ func lastClaims(t *testing.T, s *claimsSigner) billing.ReceiptClaims {
 // invoice when it is read back (given the confirmation), and settles it.
 // It returns the recorded answer and the receipt's claims.
 func settledWithLatestInvoice(t *testing.T, latest func(c billing.Confirmation) *billing.Invoice) (billing.ChangeResult, billing.ReceiptClaims) {
+	return settledWith(t, latest, nil, nil)
+}
+
+// settledWith is settledWithLatestInvoice with listed as the subscription's
+// invoices Stripe lists (given the confirmation; nil: none), or listErr.
+func settledWith(t *testing.T, latest func(c billing.Confirmation) *billing.Invoice,
+	listed func(c billing.Confirmation) []billing.Invoice, listErr error) (billing.ChangeResult, billing.ReceiptClaims) {
 	t.Helper()
 	f := newHandshakeFixture(t)
 	signer := &claimsSigner{}
@@ -41,7 +48,12 @@ func settledWithLatestInvoice(t *testing.T, latest func(c billing.Confirmation) 
 	wantCode(t, err, billing.CodeUpstreamUnavailable)
 	// Applied after all; its answer was lost.
 	f.provider.ReadState.PriceID, f.provider.ReadState.ConfirmationID = "price_billingd_scale", p.ConfirmationID
-	f.provider.ReadState.LatestInvoice = latest(f.confirmation(t, p.ConfirmationID))
+	c := f.confirmation(t, p.ConfirmationID)
+	f.provider.ReadState.LatestInvoice = latest(c)
+	if listed != nil {
+		f.provider.Invoices = listed(c)
+	}
+	f.provider.ListErr = listErr
 	f.store.Advance(time.Second)
 	if n, err := f.svc.SettleUnknownOutcomes(context.Background(), time.Millisecond, 10); err != nil || n != 1 {
 		t.Fatalf("settled %d: %v", n, err)
@@ -150,4 +162,55 @@ func (p noInvoiceProvider) ApplyPlanChange(ctx context.Context, change billing.P
 	applied, err := p.Provider.ApplyPlanChange(ctx, change, key)
 	applied.Invoice = nil
 	return applied, err
+}
+
+// ownProrationInvoice is the invoice Stripe made for c's upgrade.
+func ownProrationInvoice(c billing.Confirmation) billing.Invoice {
+	return billing.Invoice{ID: "in_7", AmountDueCents: 2096, Currency: "usd", ConfirmationID: c.ID,
+		BillingReason: billing.BillingReasonUpdate, Created: c.AttemptedAt,
+		Prorations: []billing.ProrationLine{{PriceID: c.Terms.FromPriceID, Start: c.Terms.ProrationDate},
+			{PriceID: c.Terms.ToPriceID, Start: c.Terms.ProrationDate}}}
+}
+
+// TestSettledAfterRenewalFindsTheOwnInvoice (issue 27): the latest invoice
+// is the renewal's; the change's own is found among the subscription's
+// invoices since its recovery point and stated. Listed invoices that are
+// not its own (the renewal, one made before the attempt) are never taken
+// for it, and a failed listing leaves the amount unknown.
+func TestSettledAfterRenewalFindsTheOwnInvoice(t *testing.T) {
+	tests := []struct {
+		name    string
+		listed  func(c billing.Confirmation) []billing.Invoice
+		listErr error
+		want    string // invoice id; "": unknown
+	}{
+		{"renewal then own", func(c billing.Confirmation) []billing.Invoice {
+			return []billing.Invoice{*renewalOf(c), ownProrationInvoice(c)}
+		}, nil, "in_7"},
+		{"renewal alone", func(c billing.Confirmation) []billing.Invoice { return []billing.Invoice{*renewalOf(c)} }, nil, ""},
+		{"own made before the attempt", func(c billing.Confirmation) []billing.Invoice {
+			own := ownProrationInvoice(c)
+			own.Created = c.AttemptedAt.Add(-time.Hour)
+			return []billing.Invoice{*renewalOf(c), own}
+		}, nil, ""},
+		{"listing fails", func(c billing.Confirmation) []billing.Invoice {
+			return []billing.Invoice{*renewalOf(c), ownProrationInvoice(c)}
+		}, fmt.Errorf("list: %w", billing.ErrUnavailable), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, claims := settledWith(t, renewalOf, tt.listed, tt.listErr)
+			ch := res.Charged
+			if tt.want == "" {
+				if !ch.AmountInvoicedUnknown || ch.InvoiceID != "" || !claims.AmountInvoicedUnknown || claims.AmountDueNowCents != nil {
+					t.Fatalf("charged %+v, receipt %+v: want the amount unknown", ch, claims)
+				}
+				return
+			}
+			if ch.AmountInvoicedUnknown || ch.InvoiceID != tt.want || ch.AmountDueNowCents == nil || *ch.AmountDueNowCents != 2096 ||
+				claims.InvoiceID != tt.want || claims.AmountDueNowCents == nil || *claims.AmountDueNowCents != 2096 {
+				t.Fatalf("charged %+v, receipt %+v: want %s's 2096", ch, claims, tt.want)
+			}
+		})
+	}
 }

@@ -232,5 +232,10 @@ type PaymentProvider interface {
 	PreviewPlanChange(ctx context.Context, change PlanChange) (Preview, error)
 	ApplyPlanChange(ctx context.Context, change PlanChange, idempotencyKey string) (AppliedChange, error)
 	ReadSubscription(ctx context.Context, subscriptionID string) (ProviderSubscription, error)
+	// SubscriptionInvoices lists the subscription's invoices created at or
+	// after since, newest first (one page): how a change settled after the
+	// fact finds its own invoice when the latest is a later one (a
+	// renewal's).
+	SubscriptionInvoices(ctx context.Context, subscriptionID string, since time.Time) ([]Invoice, error)
 	CreateCustomer(ctx context.Context, c NewCustomer, idempotencyKey string) (CreatedCustomer, error)
 }

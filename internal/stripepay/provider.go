@@ -466,6 +466,30 @@ func invoiceOf(inv *stripe.Invoice) *billing.Invoice {
 	return out
 }
 
+// SubscriptionInvoices lists the subscription's invoices created at or
+// after since, newest first (Stripe's order), one page of at most 20: a
+// change settled after the fact looks for its own among them.
+func (p *Provider) SubscriptionInvoices(ctx context.Context, subscriptionID string, since time.Time) ([]billing.Invoice, error) {
+	params := &stripe.InvoiceListParams{Subscription: stripe.String(subscriptionID),
+		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}}
+	params.Limit = stripe.Int64(20)
+	params.Single = true // one page: the change's invoice is among the first
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
+	params.Context = ctx
+	it := p.api.Invoices.List(params)
+	var out []billing.Invoice
+	for it.Next() {
+		if inv := invoiceOf(it.Invoice()); inv != nil {
+			out = append(out, *inv)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, classify("list invoices", err)
+	}
+	return out, nil
+}
+
 // ReadSubscription reads the subscription as Stripe has it now, with its
 // latest invoice and its schedule: before a change is sent, to settle one
 // whose outcome is unknown, and on a webhook.
