@@ -115,6 +115,10 @@ func TestReceipts(t *testing.T) {
 		t.Fatalf("receipt's consent %+v", c.Consent)
 	}
 	got.Quoted, got.Consent = nil, nil
+	if got.AmountDueNowCents == nil || *got.AmountDueNowCents != *want.AmountDueNowCents {
+		t.Fatalf("receipt's amount %v, want %d", got.AmountDueNowCents, *want.AmountDueNowCents)
+	}
+	got.AmountDueNowCents, want.AmountDueNowCents = nil, nil // pointers: compared above
 	if got != want {
 		t.Fatalf("receipt claims\n got %+v\nwant %+v", got, want)
 	}
