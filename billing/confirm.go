@@ -418,10 +418,9 @@ func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Co
 	sub = subscriptionAfter(c, sub, applied)
 	sub.SyncedAt = now
 	result := ChangeResult{OK: true, Subscription: viewOf(sub), Charged: chargedFor(c, applied)}
-	if ch := result.Charged; ch != nil && ch.AmountDueNowCents != ch.QuotedAmountDueNowCents {
-		result.Notice = chargedNotice(*ch)
-		s.log.Warn("invoiced amount differs from the quote", "confirmation_id", c.ID,
-			"quoted", ch.QuotedAmountDueNowCents, "invoiced", ch.AmountDueNowCents)
+	if result.Notice = chargedNotice(result.Charged); result.Notice != "" {
+		s.log.Warn("invoiced amount differs from the quote or is unknown", "confirmation_id", c.ID,
+			"quoted", result.Charged.QuotedAmountDueNowCents, "invoice_id", result.Charged.InvoiceID)
 	}
 	// The change was made: a receipt that cannot be signed must not stop it
 	// being recorded.

@@ -25,8 +25,13 @@ type ReceiptClaims struct {
 	To             string    `json:"to"`
 	// AmountDueNowCents is what the provider invoiced at once for the
 	// change (an upgrade's own invoice; 0 for a change that invoiced
-	// nothing at once), never only what was quoted.
-	AmountDueNowCents int64 `json:"amount_due_now_cents"`
+	// nothing at once), never only what was quoted. nil (absent) when
+	// billingd could not identify the upgrade's own invoice
+	// (AmountInvoicedUnknown).
+	AmountDueNowCents *int64 `json:"amount_due_now_cents,omitempty"`
+	// AmountInvoicedUnknown: the change was made, but billingd could not
+	// identify the invoice the provider made for it (contract §6).
+	AmountInvoicedUnknown bool `json:"amount_invoiced_unknown,omitempty"`
 	// QuotedAmountDueNowCents is the amount the summary stated; it differs
 	// from AmountDueNowCents only if the provider invoiced otherwise.
 	QuotedAmountDueNowCents int64 `json:"quoted_amount_due_now_cents"`
@@ -196,21 +201,39 @@ func (s *Service) Receipt(ctx context.Context, caller Caller, confirmationID str
 
 // chargedFor is what the provider invoiced at once for c's change, as
 // applied: an upgrade's own invoice. nil when the change invoiced nothing
-// at once (a downgrade credits the next invoice) or the provider did not
-// name the invoice.
+// at once (a downgrade credits the next invoice, a keep or a change at the
+// period's end charges nothing now). An upgrade whose own invoice billingd
+// cannot identify (invoiceOf) is charged an amount unknown: never the
+// quote, nor a later invoice's.
 func chargedFor(c Confirmation, applied AppliedChange) *Charged {
-	inv := applied.Invoice
-	if c.Operation != OpUpgrade || inv == nil {
+	if !chargesNow(c) {
 		return nil
 	}
-	return &Charged{AmountDueNowCents: inv.AmountDueCents, QuotedAmountDueNowCents: c.Terms.AmountDueCents,
+	inv := applied.Invoice
+	if inv == nil {
+		return &Charged{QuotedAmountDueNowCents: c.Terms.AmountDueCents, Currency: c.Terms.Currency,
+			CurrencyDigits: DigitsOf(c.Terms.Currency), AmountInvoicedUnknown: true}
+	}
+	amount := inv.AmountDueCents
+	return &Charged{AmountDueNowCents: &amount, QuotedAmountDueNowCents: c.Terms.AmountDueCents,
 		Currency: inv.Currency, CurrencyDigits: DigitsOf(inv.Currency), InvoiceID: inv.ID}
 }
 
 // chargedNotice says, for the person, that the provider invoiced another
-// amount than the one quoted.
-func chargedNotice(ch Charged) string {
-	return "The payment provider invoiced " + formatMoney(ch.AmountDueNowCents, ch.Currency) + " for this change, not the " +
+// amount than the one quoted, or that billingd does not know what it
+// invoiced; "" when the invoice says what was quoted.
+func chargedNotice(ch *Charged) string {
+	switch {
+	case ch == nil:
+		return ""
+	case ch.AmountInvoicedUnknown:
+		return "The change was made, but billingd could not identify the invoice the payment provider made for it: " +
+			"the amount invoiced is unknown (" + formatMoney(ch.QuotedAmountDueNowCents, ch.Currency) +
+			" was quoted). Tell the user to check the invoice."
+	case *ch.AmountDueNowCents == ch.QuotedAmountDueNowCents:
+		return ""
+	}
+	return "The payment provider invoiced " + formatMoney(*ch.AmountDueNowCents, ch.Currency) + " for this change, not the " +
 		formatMoney(ch.QuotedAmountDueNowCents, ch.Currency) + " quoted (invoice " + ch.InvoiceID +
 		"): tax, discounts or account credit changed between the quote and the change. Tell the user."
 }
@@ -223,17 +246,20 @@ func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.T
 	if s.receipts == nil {
 		return nil, nil
 	}
-	// Without an invoice named (a change that invoices nothing at once),
-	// what is due now is what was quoted: 0 for a downgrade.
-	invoiced, invoiceID := c.Terms.AmountDueCents, ""
+	// A change that invoices nothing at once is due what was quoted: 0
+	// for a downgrade. An upgrade states its own invoice, or that its
+	// amount is unknown.
+	quoted := c.Terms.AmountDueCents
+	invoiced, invoiceID, unknown := &quoted, "", false
 	if charged != nil {
-		invoiced, invoiceID = charged.AmountDueNowCents, charged.InvoiceID
+		invoiced, invoiceID, unknown = charged.AmountDueNowCents, charged.InvoiceID, charged.AmountInvoicedUnknown
 	}
 	claims := ReceiptClaims{
 		Issuer: s.publicBaseURL, Subject: c.Principal, IssuedAt: executedAt.Unix(), Org: c.Org, Client: c.Client,
 		ConfirmationID: c.ID, Operation: c.Operation, From: c.Terms.FromPlan, To: c.Terms.ToPlan,
 		AmountDueNowCents: invoiced, QuotedAmountDueNowCents: c.Terms.AmountDueCents, InvoiceID: invoiceID,
-		Currency: c.Terms.Currency, CurrencyDigits: DigitsOf(c.Terms.Currency),
+		AmountInvoicedUnknown: unknown,
+		Currency:              c.Terms.Currency, CurrencyDigits: DigitsOf(c.Terms.Currency),
 		ProrationDate: c.Terms.ProrationDate.UTC(), SummarySHA256: SummaryHash(c.Summary), Approver: c.Approver,
 		StripeSubscriptionID: sub.StripeSubscriptionID, IdempotencyKey: idempotencyKey(c),
 		Livemode: c.Terms.Livemode, ExecutedAt: executedAt.UTC(),

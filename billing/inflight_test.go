@@ -87,6 +87,10 @@ func (p providers) ReadSubscription(ctx context.Context, id string) (billing.Pro
 	return p[id].ReadSubscription(ctx, id)
 }
 
+func (p providers) SubscriptionInvoices(ctx context.Context, id string, since time.Time) ([]billing.Invoice, error) {
+	return p[id].SubscriptionInvoices(ctx, id, since)
+}
+
 func (p providers) CreateCustomer(ctx context.Context, c billing.NewCustomer, key string) (billing.CreatedCustomer, error) {
 	return billing.CreatedCustomer{}, fmt.Errorf("not implemented")
 }

@@ -123,18 +123,66 @@ type Invoice struct {
 	Currency       string
 	// ConfirmationID is the confirmation named in the subscription's
 	// metadata when the invoice was made (Stripe's
-	// subscription_details.metadata): the change it invoiced.
+	// subscription_details.metadata). Only a hint: every later invoice
+	// (a renewal's) inherits the same metadata.
 	ConfirmationID string
+	// BillingReason is why the provider made the invoice: BillingReasonUpdate
+	// for a change's own invoice, "subscription_cycle" for a renewal's.
+	BillingReason string
+	Created       time.Time // when the provider made it, by the provider's clock
+	// Prorations are its proration lines.
+	Prorations []ProrationLine
 }
 
-// invoiceOf returns inv if it invoiced c's change, nil otherwise: a
-// subscription's latest invoice, read back later, may be a renewal's or
-// another change's.
+// ProrationLine is a proration line of an invoice: the price it prorates
+// and where its period starts, which is the proration date of the change
+// that made it.
+type ProrationLine struct {
+	PriceID string
+	Start   time.Time
+}
+
+// BillingReasonUpdate is the billing reason of the invoice a subscription
+// update makes at once (Stripe's "subscription_update").
+const BillingReasonUpdate = "subscription_update"
+
+// invoiceSkew is how far the provider's clock may be behind the database's
+// when an invoice's creation is compared with a recovery point.
+const invoiceSkew = 5 * time.Minute
+
+// invoiceOf returns inv if it is the invoice the provider made for c's
+// change, nil otherwise: a subscription's latest invoice, read back later,
+// may be a renewal's (which carries the same metadata) or another change's.
+// It is c's own only if an update made it (BillingReasonUpdate), within
+// c's last attempt (not before its recovery point, less invoiceSkew, nor
+// after the quoted period's end), and it prorates c's prices from the
+// proration date c quoted.
 func invoiceOf(inv *Invoice, c Confirmation) *Invoice {
-	if inv == nil || inv.ConfirmationID != c.ID {
+	if inv == nil || inv.ConfirmationID != c.ID || inv.BillingReason != BillingReasonUpdate || inv.Created.IsZero() {
+		return nil
+	}
+	if !c.AttemptedAt.IsZero() && inv.Created.Before(c.AttemptedAt.Add(-invoiceSkew)) {
+		return nil
+	}
+	if end := c.Terms.NextChargeAt; !end.IsZero() && inv.Created.After(end) {
+		return nil
+	}
+	if !proratesChange(inv.Prorations, c.Terms) {
 		return nil
 	}
 	return inv
+}
+
+// proratesChange reports whether lines prorate the change t quotes: a
+// line for its new or its old price whose period starts at its proration
+// date.
+func proratesChange(lines []ProrationLine, t Terms) bool {
+	for _, l := range lines {
+		if (l.PriceID == t.ToPriceID || l.PriceID == t.FromPriceID) && l.Start.Equal(t.ProrationDate) {
+			return true
+		}
+	}
+	return false
 }
 
 // NewCustomer asks for a customer with a subscription to one price.
@@ -184,5 +232,10 @@ type PaymentProvider interface {
 	PreviewPlanChange(ctx context.Context, change PlanChange) (Preview, error)
 	ApplyPlanChange(ctx context.Context, change PlanChange, idempotencyKey string) (AppliedChange, error)
 	ReadSubscription(ctx context.Context, subscriptionID string) (ProviderSubscription, error)
+	// SubscriptionInvoices lists the subscription's invoices created at or
+	// after since, newest first (one page): how a change settled after the
+	// fact finds its own invoice when the latest is a later one (a
+	// renewal's).
+	SubscriptionInvoices(ctx context.Context, subscriptionID string, since time.Time) ([]Invoice, error)
 	CreateCustomer(ctx context.Context, c NewCustomer, idempotencyKey string) (CreatedCustomer, error)
 }

@@ -186,11 +186,15 @@ type ChangeResult struct {
 // Charged is the amount the provider invoiced for an executed change, with
 // the amount quoted beside it.
 type Charged struct {
-	AmountDueNowCents       int64  `json:"amount_due_now_cents"`
+	// AmountDueNowCents is the amount of the change's own invoice
+	// (InvoiceID); nil when billingd could not identify that invoice
+	// (AmountInvoicedUnknown).
+	AmountDueNowCents       *int64 `json:"amount_due_now_cents,omitempty"`
 	QuotedAmountDueNowCents int64  `json:"quoted_amount_due_now_cents"`
 	Currency                string `json:"currency"`
 	CurrencyDigits
-	InvoiceID string `json:"invoice_id,omitempty"`
+	InvoiceID             string `json:"invoice_id,omitempty"`
+	AmountInvoicedUnknown bool   `json:"amount_invoiced_unknown,omitempty"`
 }
 
 // Proposed reports whether the result is a first-call proposal.

@@ -58,7 +58,7 @@ func newHandshakeFixture(t *testing.T) handshakeFixture {
 	t.Helper()
 	store := billingtest.NewStore(dbNow, testAccount())
 	provider := &billingtest.Provider{Preview: billing.Preview{AmountDueNowCents: 1742, ProrationCents: 1742, Currency: "usd"}, PeriodEnd: periodEnd,
-		ReadState: billingtest.StateOf(testAccount())}
+		ReadState: billingtest.StateOf(testAccount()), Clock: func() time.Time { return dbNow }}
 	svc, err := billing.NewService(billing.Config{Store: store, Payments: provider, Catalog: testCatalog(t, billing.DefaultPlans()), TokenTTL: time.Minute,
 		Livemode: true})
 	if err != nil {

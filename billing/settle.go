@@ -160,6 +160,7 @@ func (s *Service) attemptOver(c Confirmation, now time.Time) bool {
 func (s *Service) recordAppliedAtProvider(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
 	now time.Time, state ProviderSubscription, seen time.Time) (redemption, error) {
 	applied := appliedFrom(c, state)
+	applied.Invoice = s.ownInvoice(ctx, c, acct.Subscription.StripeSubscriptionID, applied.Invoice)
 	r, err := s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
 	if err != nil {
 		return r, err

@@ -94,7 +94,7 @@ func TestReceipts(t *testing.T) {
 	sum := sha256.Sum256([]byte(p.Summary))
 	want := billing.ReceiptClaims{
 		Issuer: h.url, Subject: "alice", Org: "vector", Client: "test-agent", ConfirmationID: p.ConfirmationID,
-		Operation: billing.OpUpgrade, From: "pro", To: "scale", AmountDueNowCents: p.Details.AmountDueNowCents,
+		Operation: billing.OpUpgrade, From: "pro", To: "scale", AmountDueNowCents: new(p.Details.AmountDueNowCents),
 		QuotedAmountDueNowCents: p.Details.AmountDueNowCents, Currency: "usd", SummarySHA256: hex.EncodeToString(sum[:]),
 		CurrencyDigits:       billing.CurrencyDigits{Exponent: 2},
 		StripeSubscriptionID: acct.Subscription.StripeSubscriptionID, Livemode: false,
@@ -117,6 +117,10 @@ func TestReceipts(t *testing.T) {
 		t.Fatalf("receipt's consent %+v", c.Consent)
 	}
 	got.Quoted, got.Consent = nil, nil
+	if got.AmountDueNowCents == nil || *got.AmountDueNowCents != *want.AmountDueNowCents {
+		t.Fatalf("receipt's amount %v, want %d", got.AmountDueNowCents, *want.AmountDueNowCents)
+	}
+	got.AmountDueNowCents, want.AmountDueNowCents = nil, nil // pointers: compared above
 	if got != want {
 		t.Fatalf("receipt claims\n got %+v\nwant %+v", got, want)
 	}
@@ -544,7 +548,7 @@ func TestReceiptBoundIntoChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims.AmountDueNowCents++
+	claims.AmountDueNowCents = new(*claims.AmountDueNowCents + 1)
 	other, err := h.app.Receipts.SignReceipt(claims)
 	if err != nil {
 		t.Fatal(err)

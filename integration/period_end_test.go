@@ -100,7 +100,7 @@ func TestPeriodEndDowngradeScheduledKeptAndApplied(t *testing.T) {
 	if err != nil {
 		t.Fatalf("receipt: %v", err)
 	}
-	if claims.At != "period_end" || claims.EffectiveAt == nil || !claims.EffectiveAt.Equal(periodEnd) || claims.AmountDueNowCents != 0 ||
+	if claims.At != "period_end" || claims.EffectiveAt == nil || !claims.EffectiveAt.Equal(periodEnd) || claims.AmountDueNowCents == nil || *claims.AmountDueNowCents != 0 ||
 		claims.To != "pro" {
 		t.Fatalf("receipt claims %+v: want the scheduled change, effective %s, nothing charged now", claims, periodEnd)
 	}

@@ -40,6 +40,13 @@ type Provider struct {
 	// InvoiceDelta is added to the previewed amount on the invoice of every
 	// change charged at once: tax or a discount that moved after the quote.
 	InvoiceDelta int64
+	// Invoices are the subscription's invoices, newest first, as
+	// SubscriptionInvoices lists them; ListErr fails it instead.
+	Invoices []billing.Invoice
+	ListErr  error
+	// Clock dates the invoices it makes (their Created), as Stripe's clock
+	// would; nil leaves them undated.
+	Clock func() time.Time
 
 	mu       sync.Mutex
 	invoices int
@@ -109,11 +116,37 @@ func (p *Provider) ApplyPlanChange(_ context.Context, change billing.PlanChange,
 	if change.ChargeNow {
 		p.invoices++
 		r.Invoice = &billing.Invoice{ID: fmt.Sprintf("in_%d", p.invoices), AmountDueCents: p.Preview.AmountDueNowCents + p.InvoiceDelta,
-			Currency: p.Preview.Currency, ConfirmationID: change.ConfirmationID}
+			Currency: p.Preview.Currency, ConfirmationID: change.ConfirmationID, BillingReason: billing.BillingReasonUpdate,
+			Created: p.now(), Prorations: []billing.ProrationLine{{PriceID: change.FromPriceID, Start: change.ProrationDate},
+				{PriceID: change.NewPriceID, Start: change.ProrationDate}}}
 		p.ReadState.LatestInvoice = r.Invoice
 	}
 	p.done[key] = r
 	return r, nil
+}
+
+func (p *Provider) now() time.Time {
+	if p.Clock == nil {
+		return time.Time{}
+	}
+	return p.Clock()
+}
+
+// SubscriptionInvoices implements billing.PaymentProvider: the Invoices
+// created at or after since, or ListErr.
+func (p *Provider) SubscriptionInvoices(_ context.Context, _ string, since time.Time) ([]billing.Invoice, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ListErr != nil {
+		return nil, p.ListErr
+	}
+	var out []billing.Invoice
+	for _, inv := range p.Invoices {
+		if !inv.Created.Before(since) {
+			out = append(out, inv)
+		}
+	}
+	return out, nil
 }
 
 // ReadSubscription implements billing.PaymentProvider: it answers ReadState,

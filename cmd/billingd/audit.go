@@ -77,6 +77,9 @@ func auditCmd(ctx context.Context, e env, args []string) error {
 		if x.EffectiveAt != nil {
 			when = ", scheduled for " + x.EffectiveAt.UTC().Format(time.RFC3339)
 		}
+		if invoiced := evidence.InvoicedText(x); invoiced != "" {
+			when += ", " + invoiced
+		}
 		fmt.Fprintf(e.stdout, "  seq %d %s %s%s: consent %s\n", x.Seq, x.ConfirmationID, x.Operation, when,
 			evidence.ConsentText(x.Consent))
 	}

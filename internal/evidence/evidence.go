@@ -123,6 +123,18 @@ type Executed struct {
 	// EffectiveAt is when a change scheduled for the period's end takes
 	// effect (the receipt's effective_at); nil for a change made at once.
 	EffectiveAt *time.Time
+	// AmountInvoicedUnknown: the receipt says billingd could not identify
+	// the invoice the provider made for the change (contract §6).
+	AmountInvoicedUnknown bool
+}
+
+// InvoicedText describes what a receipt states was invoiced, for people:
+// "" unless the amount is unknown, which must never read as an amount.
+func InvoicedText(x Executed) string {
+	if x.AmountInvoicedUnknown {
+		return "amount invoiced: unknown"
+	}
+	return ""
 }
 
 // ConsentText describes a consent for people: "agent_relayed (human
@@ -244,7 +256,8 @@ func checkEvent(prev, e billing.ChainedEvent, org string, keys jose.JSONWebKeySe
 	}
 	rep.Receipts++
 	rep.Executed = append(rep.Executed, Executed{Seq: e.Seq, ConfirmationID: e.ConfirmationID,
-		Operation: e.Operation, Consent: e.Consent, EffectiveAt: claims.EffectiveAt})
+		Operation: e.Operation, Consent: e.Consent, EffectiveAt: claims.EffectiveAt,
+		AmountInvoicedUnknown: claims.AmountInvoicedUnknown})
 	return nil
 }
 

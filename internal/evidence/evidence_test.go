@@ -119,7 +119,7 @@ func TestVerify(t *testing.T) {
 func otherReceipt(t *testing.T, keys *receipt.Keys) string {
 	t.Helper()
 	jws, err := keys.SignReceipt(billing.ReceiptClaims{Org: "acme", Subject: "alice", ConfirmationID: "cfm_1",
-		Operation: billing.OpUpgrade, AmountDueNowCents: 1})
+		Operation: billing.OpUpgrade, AmountDueNowCents: new(int64(1))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func keysFrom(t *testing.T, pems ...[]byte) *Keys {
 
 func claims() billing.ReceiptClaims {
 	return billing.ReceiptClaims{Issuer: "https://billing.example", Subject: "alice", Org: "acme",
-		ConfirmationID: "c1", Operation: billing.OpUpgrade, From: "pro", To: "scale", AmountDueNowCents: 1742,
+		ConfirmationID: "c1", Operation: billing.OpUpgrade, From: "pro", To: "scale", AmountDueNowCents: new(int64(1742)),
 		Currency: "usd", SummarySHA256: billing.SummaryHash("Upgrade …"), ExecutedAt: time.Unix(1700000000, 0).UTC()}
 }
 

@@ -456,11 +456,43 @@ func invoiceOf(inv *stripe.Invoice) *billing.Invoice {
 	if inv == nil || inv.ID == "" || inv.Currency == "" {
 		return nil
 	}
-	out := &billing.Invoice{ID: inv.ID, AmountDueCents: inv.AmountDue, Currency: string(inv.Currency)}
+	out := &billing.Invoice{ID: inv.ID, AmountDueCents: inv.AmountDue, Currency: string(inv.Currency),
+		BillingReason: string(inv.BillingReason), Created: unixTime(inv.Created)}
 	if inv.SubscriptionDetails != nil {
 		out.ConfirmationID = inv.SubscriptionDetails.Metadata[MetadataConfirmationID]
 	}
+	if inv.Lines != nil {
+		for _, l := range inv.Lines.Data {
+			if l.Proration && l.Period != nil && l.Price != nil {
+				out.Prorations = append(out.Prorations, billing.ProrationLine{PriceID: l.Price.ID, Start: unixTime(l.Period.Start)})
+			}
+		}
+	}
 	return out
+}
+
+// SubscriptionInvoices lists the subscription's invoices created at or
+// after since, newest first (Stripe's order), one page of at most 20: a
+// change settled after the fact looks for its own among them.
+func (p *Provider) SubscriptionInvoices(ctx context.Context, subscriptionID string, since time.Time) ([]billing.Invoice, error) {
+	params := &stripe.InvoiceListParams{Subscription: stripe.String(subscriptionID),
+		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}}
+	params.Limit = stripe.Int64(20)
+	params.Single = true // one page: the change's invoice is among the first
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
+	params.Context = ctx
+	it := p.api.Invoices.List(params)
+	var out []billing.Invoice
+	for it.Next() {
+		if inv := invoiceOf(it.Invoice()); inv != nil {
+			out = append(out, *inv)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, classify("list invoices", err)
+	}
+	return out, nil
 }
 
 // ReadSubscription reads the subscription as Stripe has it now, with its

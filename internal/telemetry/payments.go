@@ -49,6 +49,13 @@ func (p *observedPayments) ReadSubscription(ctx context.Context, subscriptionID 
 	return state, err
 }
 
+func (p *observedPayments) SubscriptionInvoices(ctx context.Context, subscriptionID string, since time.Time) ([]billing.Invoice, error) {
+	start := time.Now()
+	invoices, err := p.next.SubscriptionInvoices(ctx, subscriptionID, since)
+	p.observe(ctx, "list_invoices", start, err)
+	return invoices, err
+}
+
 func (p *observedPayments) CreateCustomer(ctx context.Context, c billing.NewCustomer, idempotencyKey string) (billing.CreatedCustomer, error) {
 	start := time.Now()
 	created, err := p.next.CreateCustomer(ctx, c, idempotencyKey)

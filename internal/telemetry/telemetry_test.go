@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -53,6 +54,10 @@ func (p answeringProvider) ApplyPlanChange(context.Context, billing.PlanChange, 
 
 func (p answeringProvider) ReadSubscription(context.Context, string) (billing.ProviderSubscription, error) {
 	return billing.ProviderSubscription{}, p.err
+}
+
+func (p answeringProvider) SubscriptionInvoices(context.Context, string, time.Time) ([]billing.Invoice, error) {
+	return nil, p.err
 }
 
 func (p answeringProvider) CreateCustomer(context.Context, billing.NewCustomer, string) (billing.CreatedCustomer, error) {

@@ -136,7 +136,13 @@ function receiptFacts(c) {
   if (c.quoted) {
     facts.push(["Quoted", quotedText(c.quoted, c.currency, c)]);
   }
-  facts.push(["Due now", money(c.amount_due_now_cents, c.currency, c)]);
+  if (c.amount_invoiced_unknown) {
+    // billingd could not identify the change's own invoice: no amount is
+    // stated as invoiced, neither the quote nor a later invoice's.
+    facts.push(["Amount invoiced", "unknown: billingd could not identify the invoice Stripe made for this change"]);
+  } else {
+    facts.push(["Due now", money(c.amount_due_now_cents, c.currency, c)]);
+  }
   if (c.proration_date) {
     facts.push(["Proration date", when(c.proration_date)]);
   }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -34,7 +35,7 @@ func TestUpdateInvoicesAndReadsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if state.LatestInvoice == nil || *state.LatestInvoice != *applied.Invoice || state.PriceID != priceScale ||
+	if state.LatestInvoice == nil || !reflect.DeepEqual(state.LatestInvoice, applied.Invoice) || state.PriceID != priceScale ||
 		state.ConfirmationID != "" || state.Items != 1 || state.Quantity != 1 {
 		t.Fatalf("read back %+v", state)
 	}

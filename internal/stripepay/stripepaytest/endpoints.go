@@ -1,8 +1,10 @@
 package stripepaytest
 
 import (
+	"cmp"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -163,6 +165,34 @@ func (s *Server) getSubscription(r *http.Request) (any, error) {
 		return nil, errNoSuch(http.StatusNotFound, "id", "subscription", id)
 	}
 	return s.toSubscriptionJSON(sub, r), nil
+}
+
+// listInvoices: GET /v1/invoices?subscription=…[&created[gte]=…][&limit=…],
+// newest first as Stripe lists them, one page.
+func (s *Server) listInvoices(r *http.Request) (any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	subID := r.Form.Get("subscription")
+	since, _ := strconv.ParseInt(r.Form.Get("created[gte]"), 10, 64)
+	limit, err := strconv.Atoi(r.Form.Get("limit"))
+	if err != nil || limit <= 0 || limit > 100 {
+		limit = 10
+	}
+	var out []invoiceJSON
+	for _, inv := range s.invoices {
+		if (subID == "" || inv.Subscription == subID) && inv.Created >= since {
+			out = append(out, inv)
+		}
+	}
+	slices.SortFunc(out, func(a, b invoiceJSON) int { // newest first
+		if a.Created != b.Created {
+			return cmp.Compare(b.Created, a.Created)
+		}
+		return compareIDs(b.ID, a.ID)
+	})
+	list := newList("/v1/invoices", out[:min(limit, len(out))])
+	list.HasMore = len(out) > limit
+	return list, nil
 }
 
 // createPreview: POST /v1/invoices/create_preview for a change to an

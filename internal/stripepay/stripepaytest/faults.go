@@ -12,6 +12,7 @@ const (
 	UpdateSubscription Endpoint = "POST /v1/subscriptions/{id}"
 	GetSubscription    Endpoint = "GET /v1/subscriptions/{id}"
 	CreatePreview      Endpoint = "POST /v1/invoices/create_preview"
+	ListInvoices       Endpoint = "GET /v1/invoices"
 	CreateSchedule     Endpoint = "POST /v1/subscription_schedules"
 	UpdateSchedule     Endpoint = "POST /v1/subscription_schedules/{id}"
 	GetSchedule        Endpoint = "GET /v1/subscription_schedules/{id}"

@@ -31,6 +31,7 @@ func (s *Server) routes() http.Handler {
 	handle(UpdateSubscription, s.updateSubscription)
 	handle(GetSubscription, s.getSubscription)
 	handle(CreatePreview, s.createPreview)
+	handle(ListInvoices, s.listInvoices)
 	handle(CreateSchedule, s.createSchedule)
 	handle(UpdateSchedule, s.updateSchedule)
 	handle(GetSchedule, s.getSchedule)
