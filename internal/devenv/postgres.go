@@ -443,3 +443,14 @@ func (p *Postgres) Restart(ctx context.Context) error {
 
 // Stop stops the server.
 func (p *Postgres) Stop() error { return stopPostgres(p.proc) }
+
+// Remove stops the server and deletes the cluster: its data directory and,
+// as root, the directory of its own it was given (rootHome), which is not
+// below the test's directory.
+func (p *Postgres) Remove() error {
+	err := p.Stop()
+	if rmErr := os.RemoveAll(p.c.home); err == nil {
+		err = rmErr
+	}
+	return err
+}

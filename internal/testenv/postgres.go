@@ -199,7 +199,7 @@ func PrivateDatabase(t testing.TB) (*Database, *devenv.Postgres) {
 	if err != nil {
 		missing(t, "no private PostgreSQL cluster: %v", err)
 	}
-	t.Cleanup(func() { _ = pg.Stop() })
+	t.Cleanup(func() { _ = pg.Remove() })
 	m, err := postgres.NewMigrator(pg.URL())
 	if err != nil {
 		t.Fatalf("migrate the private cluster: %v", err)
