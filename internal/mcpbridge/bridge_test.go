@@ -148,3 +148,23 @@ func startBridge(t *testing.T, rawURL string) (sdk.Transport, chan error) {
 	}()
 	return &sdk.IOTransport{Reader: clientIn, Writer: clientOut}, done
 }
+
+// TestRelaySessionEnded: a session the server ended (billingd closes idle
+// ones) is a lost connection: the call gets an error naming BILLINGD_URL at
+// once and the bridge ends, so the host starts a new one.
+func TestRelaySessionEnded(t *testing.T) {
+	server := sdk.NewServer(&sdk.Implementation{Name: "test", Version: "1"}, nil)
+	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server },
+		&sdk.StreamableHTTPOptions{SessionTimeout: 50 * time.Millisecond}))
+	defer srv.Close()
+	cs, done := connectThroughBridge(t, srv.URL, nil)
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cs.ListTools(ctx, nil); err == nil || !strings.Contains(err.Error(), "BILLINGD_URL") {
+		t.Fatalf("a call after the session ended: %v", err)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "BILLINGD_URL") {
+		t.Fatalf("bridge error %v", err)
+	}
+}
