@@ -56,10 +56,13 @@ const (
 // answer an elicitation, but its stream's first event (that request) comes
 // at once.
 const (
-	dialTimeout           = 10 * time.Second
-	responseHeaderTimeout = 2 * time.Minute
-	drainTimeout          = 10 * time.Second
+	dialTimeout  = 10 * time.Second
+	drainTimeout = 10 * time.Second
 )
+
+// responseHeaderTimeout bounds the wait for a response's first bytes; a
+// variable so that a test need not wait minutes.
+var responseHeaderTimeout = 2 * time.Minute
 
 // Config is what the bridge needs: the two variables and the agent's pipes.
 type Config struct {
@@ -157,6 +160,7 @@ func (b *bridge) serverTransport() *sdk.StreamableClientTransport {
 		TLSHandshakeTimeout:   dialTimeout,
 		ResponseHeaderTimeout: responseHeaderTimeout,
 		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true, // a custom dialer turns it off otherwise
 	}
 	b.headers.base = base
 	return &sdk.StreamableClientTransport{

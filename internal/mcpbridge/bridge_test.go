@@ -143,6 +143,8 @@ func startBridge(t *testing.T, rawURL string) (sdk.Transport, chan error) {
 	go func() {
 		err := Run(context.Background(), Config{URL: u, Token: "tok", In: toBridge, Out: fromBridge,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		// As the process's exit would: the client's writes and reads fail.
+		toBridge.Close()
 		fromBridge.Close()
 		done <- err
 	}()
@@ -167,4 +169,32 @@ func TestRelaySessionEnded(t *testing.T) {
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "BILLINGD_URL") {
 		t.Fatalf("bridge error %v", err)
 	}
+}
+
+// TestRelaySilentServer: a call whose response does not start in time gets
+// an error naming BILLINGD_URL, and the session goes on: the next call works.
+func TestRelaySilentServer(t *testing.T) {
+	defer func(d time.Duration) { responseHeaderTimeout = d }(responseHeaderTimeout)
+	responseHeaderTimeout = 200 * time.Millisecond
+	server := sdk.NewServer(&sdk.Implementation{Name: "test", Version: "1"}, nil)
+	release := make(chan struct{})
+	defer close(release)
+	type in struct{}
+	sdk.AddTool(server, &sdk.Tool{Name: "hang"}, func(context.Context, *sdk.CallToolRequest, in) (*sdk.CallToolResult, any, error) {
+		<-release
+		return &sdk.CallToolResult{}, nil, nil
+	})
+	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil))
+	defer srv.Close()
+	cs, _ := connectThroughBridge(t, srv.URL, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "hang", Arguments: map[string]any{}}); err == nil ||
+		!strings.Contains(err.Error(), "BILLINGD_URL") || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("a call the server never answers: %v", err)
+	}
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatalf("the next call: %v", err)
+	}
+	_ = cs.Close()
 }

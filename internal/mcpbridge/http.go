@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -125,8 +126,10 @@ const codeSDKRejected = -32005
 
 // fatal reports whether a failed write ends the bridge, and why: a token
 // refused with 401 stays refused (the variable cannot change under a running
-// process), and a server that cannot be reached has lost the session. Other
-// failures (a 403 scope refusal, a 503) answer only their call.
+// process), and a server that cannot be reached, or dropped the connection,
+// has lost the session. Other failures answer only their call: a 403 scope
+// refusal, a 503, and a response whose headers did not come in time (a
+// long-lived stream a server holds back; the next call may well work).
 func (b *bridge) fatal(err error) error {
 	var r *refusal
 	if errors.As(err, &r) {
@@ -136,10 +139,14 @@ func (b *bridge) fatal(err error) error {
 		return nil
 	}
 	var network *url.Error
-	if errors.As(err, &network) {
-		return errors.New(oneLine(b.describe(err)))
+	if !errors.As(err, &network) {
+		return nil
 	}
-	return nil
+	var op *net.OpError
+	if network.Timeout() && !(errors.As(err, &op) && op.Op == "dial") {
+		return nil
+	}
+	return errors.New(oneLine(b.describe(err)))
 }
 
 // describe names BILLINGD_URL and the reason without the SDK's framing.
