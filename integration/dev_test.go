@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/devenv"
@@ -88,6 +91,16 @@ func TestDev(t *testing.T) {
 		if out := dev.stdout.String(); !strings.Contains(out, `"url": "`+base+`/mcp"`) || !strings.Contains(out, `"BILLINGD_ACCESS_TOKEN": "ey`) {
 			t.Errorf("MCP client configurations missing:\n%s", out)
 		}
+		// Issue 28: what billingd dev prints is pasted into agents'
+		// configurations; it holds tokens, never the server's secrets.
+		for _, secret := range []string{"postgres://", "postgresql://", "sk_test_", "sk_live_", "whsec_"} {
+			if strings.Contains(dev.stdout.String()+dev.stderr.String(), secret) {
+				t.Errorf("billingd dev printed %q:\nstdout:\n%s\nstderr:\n%s", secret, dev.stdout.String(), dev.stderr.String())
+			}
+		}
+		t.Run("the printed stdio configuration works as printed", func(t *testing.T) {
+			runPrintedStdio(t, dev.stdout.String())
+		})
 		dev.signal(t, syscall.SIGINT)
 		if err := dev.wait(t); err != nil {
 			t.Fatalf("billingd dev after SIGINT: %v\nstderr:\n%s", err, dev.stderr.String())
@@ -277,6 +290,43 @@ func (d *devProcess) noneLeft(t *testing.T, dir string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// runPrintedStdio starts the mcp stdio entry billingd dev printed, with
+// exactly its command, arguments and environment (BILLINGD_URL and
+// BILLINGD_ACCESS_TOKEN, nothing else), and reads the subscription with it.
+func runPrintedStdio(t *testing.T, out string) {
+	t.Helper()
+	_, after, ok := strings.Cut(out, "or over stdio")
+	_, after, _ = strings.Cut(after, "\n\n")
+	var cfg struct {
+		MCPServers map[string]struct {
+			Command string
+			Args    []string
+			Env     map[string]string
+		} `json:"mcpServers"`
+	}
+	if err := json.NewDecoder(strings.NewReader(after)).Decode(&cfg); !ok || err != nil {
+		t.Fatalf("no stdio configuration in the welcome text (%v):\n%s", err, out)
+	}
+	entry := cfg.MCPServers["billingd"]
+	if len(entry.Env) != 2 || entry.Env["BILLINGD_URL"] == "" || entry.Env["BILLINGD_ACCESS_TOKEN"] == "" {
+		t.Fatalf("stdio entry environment %v: want BILLINGD_URL and BILLINGD_ACCESS_TOKEN only", entry.Env)
+	}
+	cmd := exec.Command(entry.Command, entry.Args...)
+	for k, v := range entry.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var logs lockedBuffer
+	cmd.Stderr = &logs
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "dev-test", Version: "1"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect with the printed stdio entry: %v\n%s", err, logs.String())
+	}
+	defer cs.Close()
+	wantSuccess(t, callTool(t, cs, "get_subscription", nil), nil)
 }
 
 // devEnv is an environment with nothing configured but the listen address:

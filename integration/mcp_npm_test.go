@@ -17,21 +17,39 @@ import (
 const npmClientDir = "npmclient"
 
 // TestMCPNpmClient runs the official npm SDK's client (protocol 2025-11-25)
-// against the real server: connect with a bearer token, list the tools, the
-// two-call upgrade, a replay of the spent token, and a read.
+// against the real server, over Streamable HTTP and over billingd mcp stdio
+// (its StdioClientTransport starts the bridge with BILLINGD_URL and
+// BILLINGD_ACCESS_TOKEN only): connect with a bearer token, list the tools,
+// the two-call upgrade, a replay of the spent token, and a read.
 func TestMCPNpmClient(t *testing.T) {
 	t.Parallel()
 	node := nodeWithSDK(t)
 	h := newHarness(t)
-	h.createOrg("npm", "Npm Works", "pro")
+	for _, transport := range []string{"http", "stdio"} {
+		t.Run(transport, func(t *testing.T) {
+			org := "npm-" + transport
+			h.createOrg(org, "Npm Works", "pro")
+			env := []string{"BILLINGD_MCP_URL=" + h.url + "/mcp",
+				"BILLINGD_ACCESS_TOKEN=" + h.mcpToken(org, "alice", "npm-agent", "billing:read", "billing:write"),
+				"BILLINGD_PLAN=scale"}
+			if transport == "stdio" {
+				// The server's secrets in the client's environment must not
+				// matter: the bridge neither gets nor needs them.
+				env = append(env, "BILLINGD_MCP_COMMAND="+billingdBinary(t),
+					"DATABASE_URL=postgres://nobody@127.0.0.1:1/nothing", "STRIPE_SECRET_KEY=sk_live_not_a_key")
+			}
+			runNpmClient(t, node, h, org, env)
+		})
+	}
+}
 
+// runNpmClient runs client.mjs with env and checks what it saw.
+func runNpmClient(t *testing.T, node string, h *harness, org string, env []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "client.mjs")
 	cmd.Dir = npmClientDir
-	cmd.Env = append(os.Environ(), "BILLINGD_MCP_URL="+h.url+"/mcp",
-		"BILLINGD_ACCESS_TOKEN="+h.mcpToken("npm", "alice", "npm-agent", "billing:read", "billing:write"),
-		"BILLINGD_PLAN=scale")
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -83,7 +101,7 @@ func TestMCPNpmClient(t *testing.T) {
 	if !strings.Contains(string(out.Subscription.StructuredContent), `"plan":"scale"`) {
 		t.Fatalf("subscription: %+v", out.Subscription)
 	}
-	wantEvents(t, h.auditEvents("npm"), "TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_EXECUTED") // the replay executes nothing
+	wantEvents(t, h.auditEvents(org), "TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_EXECUTED") // the replay executes nothing
 }
 
 // nodeWithSDK returns the node binary when it and the npm client's packages

@@ -22,11 +22,11 @@
 // (req.Extra.TokenInfo), never through an argument. Over Streamable HTTP
 // (Handler) the bearer check REST uses too (internal/httpedge) verifies the
 // bearer token with internal/auth, and a scope gate answers a tools/call the token's scopes do
-// not cover with 403 insufficient_scope so that clients can step up. Over
-// stdio (ServeStdio) the identity is one access token, verified at start
-// exactly like a bearer token and attached to every call. Each tool checks
-// its scope and the token's expiry again, so neither transport relies on the
-// other's checks.
+// not cover with 403 insufficient_scope so that clients can step up. Each
+// tool checks its scope and the token's expiry again, so no tool relies on
+// the gate. Local agents on stdio reach this same endpoint through billingd
+// mcp stdio (internal/mcpbridge), which holds only the server's URL and the
+// agent's token.
 //
 // MCP sessions carry no authority: a confirmation is bound to the org and
 // principal in billing's store, so it survives reconnects, other replicas and

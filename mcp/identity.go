@@ -57,8 +57,8 @@ const requestIDHeader = "X-Request-Id"
 // callerOf is the caller of a tool call, from the token info the transport
 // attached and nothing else. It checks the token's expiry and the tool's
 // scope itself: over HTTP the bearer middleware and the scope gate checked
-// them already, but a stdio session lives longer than its token, and a check
-// in the tool cannot be bypassed by a request the gate misread.
+// them already, but a session lives longer than the token that opened it,
+// and a check in the tool cannot be bypassed by a request the gate misread.
 func callerOf(req *sdk.CallToolRequest, scope string) (billing.Caller, error) {
 	// Every MCP call is an agent's, for the org's policy (caller: "agent").
 	caller := billing.Caller{RequestID: requestIDOf(req.Extra), Agent: true}
@@ -87,7 +87,7 @@ func callerOf(req *sdk.CallToolRequest, scope string) (billing.Caller, error) {
 }
 
 // requestIDOf is the request id the HTTP layer chose (see withRequestID), or
-// a new one for a call that came without (stdio).
+// a new one for a call that came without (a handler not behind the edge).
 func requestIDOf(extra *sdk.RequestExtra) string {
 	if extra != nil && extra.Header != nil {
 		if id := extra.Header.Get(requestIDHeader); id != "" {

@@ -28,7 +28,7 @@ type Config struct {
 	// /.well-known/oauth-protected-resource/mcp.
 	PublicBaseURL string
 	// Logger receives one line per tool call and the causes of internal
-	// errors. Over stdio it must not write to stdout.
+	// errors.
 	Logger *slog.Logger
 	// RequestStateKey seals the request state of elicitations on protocol
 	// 2026-07-28 (MCP_REQUEST_STATE_KEY, at least MinRequestStateKeyBytes).
@@ -101,8 +101,8 @@ func newServer(cfg Config, states stateSealer) *sdk.Server {
 // stateSealerFor is the sealer of cfg.RequestStateKey or, when none is
 // configured, of a random key for this process. Over HTTP, replicas cannot
 // open each other's states then, which the log says once, at the first
-// state sealed (not at start: billingd mcp stdio builds the HTTP handler
-// too, and is one process that needs no shared key).
+// state sealed (not at start: a single replica that never meets a
+// 2026-07-28 elicitation has nothing to warn about).
 func stateSealerFor(cfg Config) stateSealer {
 	ephemeral := len(cfg.RequestStateKey) == 0
 	states, err := newStateSealer(orRandom(cfg.RequestStateKey))

@@ -2,18 +2,23 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 
-	"github.com/billingd/billingd/internal/app"
-	"github.com/billingd/billingd/mcp"
+	"github.com/billingd/billingd/internal/mcpbridge"
 )
 
-// mcpCmd serves the MCP tools over stdin/stdout for a local agent. The caller
-// is BILLINGD_ACCESS_TOKEN, verified like a bearer token before anything is
-// served; stdout carries only the protocol, logs go to stderr.
+// mcpCmd is MCP over stdin/stdout for a local agent: a bridge to a running
+// billingd's /mcp (internal/mcpbridge). It reads BILLINGD_URL and
+// BILLINGD_ACCESS_TOKEN and nothing else, so an agent's MCP configuration
+// holds no database URL and no Stripe key (contract §2). stdout carries only
+// the protocol; logs go to stderr.
 func mcpCmd(ctx context.Context, e env, args []string) error {
-	fs := flags(e, "mcp stdio", "mcp stdio   (the caller is the access token in BILLINGD_ACCESS_TOKEN)")
+	fs := flags(e, "mcp stdio", "mcp stdio\n\n"+
+		"MCP over stdio for a local agent, relayed to a running billingd's /mcp with the agent's\n"+
+		"access token. It needs only these two variables and reads no other:\n"+
+		"  BILLINGD_URL           the server's PUBLIC_BASE_URL (https, or http to a loopback host)\n"+
+		"  BILLINGD_ACCESS_TOKEN  the agent's bearer token\n")
 	stdio := len(args) > 0 && args[0] == "stdio"
 	if stdio {
 		args = args[1:]
@@ -25,22 +30,15 @@ func mcpCmd(ctx context.Context, e env, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("%w: mcp stdio", errUsage)
 	}
-	token := e.getenv("BILLINGD_ACCESS_TOKEN")
-	if token == "" {
-		// Checked before connecting anywhere; ServeStdio verifies the value.
-		return errors.New("BILLINGD_ACCESS_TOKEN is required: an access token for this server")
-	}
-	cfg, err := loadConfig(e, "DATABASE_URL", "STRIPE_SECRET_KEY", "OAUTH_ISSUER")
+	u, err := mcpbridge.ParseURL(e.getenv("BILLINGD_URL"))
 	if err != nil {
 		return err
 	}
-	// The schema belongs to serve and migrate: an agent's tool process, of
-	// which a machine may run many, never migrates it.
-	cfg.MigrateOnStart = false
-	a, err := app.New(ctx, cfg, app.Options{LogOutput: e.stderr})
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	return mcp.ServeStdio(ctx, a.MCPConfig(), token, e.stdin, e.stdout)
+	return mcpbridge.Run(ctx, mcpbridge.Config{
+		URL:    u,
+		Token:  e.getenv("BILLINGD_ACCESS_TOKEN"),
+		In:     e.stdin,
+		Out:    e.stdout,
+		Logger: slog.New(slog.NewTextHandler(e.stderr, nil)),
+	})
 }

@@ -10,7 +10,12 @@
 //
 // Environment: BILLINGD_MCP_URL (http://host:port/mcp),
 // BILLINGD_ACCESS_TOKEN (bearer token), BILLINGD_PLAN (plan to upgrade to).
+// With BILLINGD_MCP_COMMAND (the billingd binary) it connects over stdio
+// instead, the way a local agent does: the SDK starts `billingd mcp stdio`
+// with BILLINGD_URL (BILLINGD_MCP_URL without /mcp) and BILLINGD_ACCESS_TOKEN
+// as its only variables besides the SDK's few safe defaults (PATH, HOME, …).
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 function need(name) {
@@ -33,14 +38,30 @@ function summarize(result) {
   };
 }
 
+// connectTo is the transport to billingd: Streamable HTTP, or stdio through
+// the bridge when BILLINGD_MCP_COMMAND names the binary.
+function connectTo(url, token) {
+  const command = process.env.BILLINGD_MCP_COMMAND;
+  if (!command) {
+    return new StreamableHTTPClientTransport(url, {
+      requestInit: { headers: { Authorization: `Bearer ${token}` } },
+    });
+  }
+  const transport = new StdioClientTransport({
+    command, args: ["mcp", "stdio"], stderr: "inherit",
+    env: { BILLINGD_URL: url.href.replace(/\/mcp$/, ""), BILLINGD_ACCESS_TOKEN: token },
+  });
+  // Only HTTP transports are told the negotiated version; record it here too.
+  transport.setProtocolVersion = (version) => { transport.protocolVersion = version; };
+  return transport;
+}
+
 async function main() {
   const url = new URL(need("BILLINGD_MCP_URL"));
   const token = need("BILLINGD_ACCESS_TOKEN");
   const to = need("BILLINGD_PLAN");
 
-  const transport = new StreamableHTTPClientTransport(url, {
-    requestInit: { headers: { Authorization: `Bearer ${token}` } },
-  });
+  const transport = connectTo(url, token);
   const client = new Client({ name: "billingd-npm-e2e", version: "1.0.0" });
   await client.connect(transport);
   try {

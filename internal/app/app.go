@@ -189,7 +189,7 @@ func HTTPServer(cfg config.Config, handler http.Handler) *http.Server {
 	}
 }
 
-// MCPConfig is what the MCP tools need, at /mcp and in billingd mcp stdio.
+// MCPConfig is what the MCP tools need at /mcp.
 func (a *App) MCPConfig() mcp.Config {
 	return mcp.Config{Service: a.Service, Verifier: a.verifier, PublicBaseURL: a.Config.PublicBaseURL, Logger: a.Log,
 		RequestStateKey: []byte(a.Config.MCPRequestStateKey), Observer: a.Metrics, ReplicaID: a.Config.MCPReplicaID}

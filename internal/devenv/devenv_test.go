@@ -3,6 +3,7 @@ package devenv
 import (
 	"encoding/json"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -141,8 +142,18 @@ func TestPrintWelcome(t *testing.T) {
 		}
 		mustJSON(t, e.mcpOverStdio, &stdioCfg)
 		s := stdioCfg.MCPServers["billingd"]
-		if strings.Join(s.Args, " ") != "mcp stdio" || s.Env["DATABASE_URL"] != cfg.DatabaseURL || s.Env["BILLINGD_ACCESS_TOKEN"] != "tok" {
-			t.Errorf("stdio entry: %+v", s)
+		want := map[string]string{"BILLINGD_URL": "http://127.0.0.1:18080", "BILLINGD_ACCESS_TOKEN": "tok"}
+		if strings.Join(s.Args, " ") != "mcp stdio" || !maps.Equal(s.Env, want) {
+			t.Errorf("stdio entry: %+v, want only the environment %v", s, want)
+		}
+	})
+	t.Run("no database URL or Stripe key", func(t *testing.T) {
+		// Whatever reads an agent's configuration, pasted from here, may
+		// use it: the welcome hands out tokens, never the server's secrets.
+		for _, secret := range []string{cfg.DatabaseURL, cfg.StripeSecretKey, "postgres://", "sk_test_", "sk_live_"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("the welcome text contains %q:\n%s", secret, text)
+			}
 		}
 	})
 	t.Run("the agent token", func(t *testing.T) {

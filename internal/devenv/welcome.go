@@ -81,25 +81,19 @@ func (e *Env) mcpOverHTTP(token string) (string, error) {
 		Headers: map[string]string{"Authorization": "Bearer " + token}})
 }
 
-// mcpOverStdio is an mcpServers entry that starts this binary's mcp stdio
-// with the configuration of this session.
+// mcpOverStdio is an mcpServers entry that starts this binary's mcp stdio, a
+// bridge to this server's /mcp. Its environment is the two variables the
+// bridge reads and nothing else: an agent that can read its own
+// configuration must find no database URL and no Stripe key there
+// (contract §2).
 func (e *Env) mcpOverStdio(token string) (string, error) {
 	bin, err := os.Executable()
 	if err != nil {
 		bin = "billingd"
 	}
 	env := map[string]string{
-		"DATABASE_URL":          e.Config.DatabaseURL,
-		"STRIPE_SECRET_KEY":     e.Config.StripeSecretKey,
-		"OAUTH_ISSUER":          e.Config.OAuthIssuer,
-		"PUBLIC_BASE_URL":       e.Config.PublicBaseURL,
+		"BILLINGD_URL":          e.Config.PublicBaseURL,
 		"BILLINGD_ACCESS_TOKEN": token,
-	}
-	if e.Config.StripeAPIBase != "" {
-		env["STRIPE_API_BASE"] = e.Config.StripeAPIBase
-	}
-	if e.Config.OAuthOrgClaim != devissuer.DefaultOrgClaim {
-		env["OAUTH_ORG_CLAIM"] = e.Config.OAuthOrgClaim
 	}
 	return mcpServers(mcpStdioServer{Command: bin, Args: []string{"mcp", "stdio"}, Env: env})
 }
@@ -176,7 +170,7 @@ MCP client configuration (.mcp.json, ~/.cursor/mcp.json, ...), over HTTP:
 
 {{.MCPOverHTTP}}
 
-or over stdio (works while billingd dev runs):
+or over stdio, through this server (works while billingd dev runs):
 
 {{.MCPOverStdio}}
 
