@@ -295,8 +295,28 @@ func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, 
 	if message != "" {
 		return redemption{outcome: Errorf(CodeTokenMismatch, "%s", message)}, s.revokeAsDrift(ctx, tx, caller, c)
 	}
+	if refused, err := s.policyAgainBeforeSend(ctx, tx, caller, &c, acct, now); refused != nil || err != nil {
+		return redemption{outcome: refused}, err
+	}
 	s.at(ctx, StepSend, &c)
 	return s.send(ctx, tx, caller, c, acct, now, attached, attempt == 0, withheld)
+}
+
+// policyAgainBeforeSend decides the org's policy once more, as it is now,
+// under the locks the request is sent under: the policy may have turned
+// while the recovery point committed. Saving a policy takes the
+// subscription's lock (Tx.SavePolicy), so from here to the commit it cannot
+// turn again: nothing reaches the provider that the policy no longer
+// allows. A change that now needs approval or verification goes back to
+// pending, as before its second call (nothing was sent); one now denied is
+// revoked.
+func (s *Service) policyAgainBeforeSend(ctx context.Context, tx Tx, caller Caller, c *Confirmation, acct Account,
+	now time.Time) (refused error, err error) {
+	refused, err = s.policyAtExecution(ctx, tx, caller, c, acct.Policy, now)
+	if err != nil || refused == nil || ErrorCode(refused) == CodeOperationDenied {
+		return refused, err
+	}
+	return refused, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusPending})
 }
 
 // settledLater marks an error that came after a recovery point: the

@@ -256,14 +256,15 @@ func (sw *sweep) receipt(id string) string {
 	return r
 }
 
-// sentAfterDecision: the steps from which a change's consent was already
-// decided for the request that follows (the policy at execution, or the
-// settler's consentHolds): a policy that turns there cannot stop that
-// request, only every later one.
+// sentAfterDecision: the steps from which a change's consent was decided,
+// under the subscription's lock, for the request that follows (the policy
+// once more before the send, or the settler's consentHolds): a policy
+// that turns there (it waits for that lock) cannot stop that request, only
+// every later one.
 var sentAfterDecision = map[string]bool{
-	"second_call/check_at_provider": true, "second_call/recovery_point": true, "second_call/send": true,
-	"second_call/record": true, "second_call/commit": true, "settle/read_back": true, "settle/resend": true,
-	"settle/commit": true, "period_end/release": true, "period_end/schedule_create": true, "period_end/phases": true,
+	"second_call/send": true, "second_call/record": true, "second_call/commit": true,
+	"settle/read_back": true, "settle/resend": true, "settle/commit": true,
+	"period_end/release": true, "period_end/schedule_create": true, "period_end/phases": true,
 	"period_end/keep": true, "period_end/restore": true,
 }
 
