@@ -302,14 +302,15 @@ func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, 
 	return s.send(ctx, tx, caller, c, acct, now, attached, attempt == 0, withheld)
 }
 
-// policyAgainBeforeSend decides the org's policy once more, as it is now,
-// under the locks the request is sent under: the policy may have turned
-// while the recovery point committed. Saving a policy takes the
-// subscription's lock (Tx.SavePolicy), so from here to the commit it cannot
-// turn again: nothing reaches the provider that the policy no longer
-// allows. A change that now needs approval or verification goes back to
-// pending, as before its second call (nothing was sent); one now denied is
-// revoked.
+// policyAgainBeforeSend decides the org's policy once more, as the
+// relock read it, right before the request leaves: the policy may have
+// turned while the change was checked at the provider and the recovery
+// point committed, and a deny saved by then must stop it. (Saving a policy
+// takes no lock a change holds across Stripe, so an admin never waits for
+// Stripe: a policy saved while the request is on its way applies from the
+// next decision on.) A change that now needs approval or verification
+// goes back to pending, as before its second call (nothing was sent); one
+// now denied is revoked.
 func (s *Service) policyAgainBeforeSend(ctx context.Context, tx Tx, caller Caller, c *Confirmation, acct Account,
 	now time.Time) (refused error, err error) {
 	refused, err = s.policyAtExecution(ctx, tx, caller, c, acct.Policy, now)

@@ -110,9 +110,10 @@ type Tx interface {
 	// LockPending locks the org's pending confirmations.
 	LockPending(ctx context.Context, org string) ([]Confirmation, error)
 
-	// SavePolicy replaces the org's policy, once it holds the org's
-	// subscription's lock: while a step holds it (deciding or sending a
-	// change), the policy it decided under cannot change.
+	// SavePolicy replaces the org's policy. It takes no lock a change
+	// holds while the provider answers (an admin never waits for Stripe):
+	// a change decides the policy once more right before its request
+	// leaves (confirm.go, policyAgainBeforeSend).
 	SavePolicy(ctx context.Context, org string, p Policy, by string) error
 
 	// MarkEventProcessed records a provider event id; false if it was

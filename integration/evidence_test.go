@@ -619,7 +619,8 @@ func TestRechainedExportFails(t *testing.T) {
 			return
 		}
 		claims, err := receipt.Verify(e.Receipt, h.receiptKeys())
-		if err != nil || e.Consent == nil || e.Consent.Method != billing.ConsentPersonSession {
+		// The change was an agent's (agent_relayed); the forger raises it.
+		if err != nil || e.Consent == nil || e.Consent.Method == billing.ConsentVerifiedSignIn {
 			t.Fatalf("executed line: consent %+v, %v", e.Consent, err)
 		}
 		e.Consent = &billing.Consent{Method: billing.ConsentVerifiedSignIn, HumanPresent: billing.HumanVerified}

@@ -353,7 +353,7 @@ func TestReadEndpoints(t *testing.T) {
 	tok := h.token("read", "rita", "billing:read")
 	r := h.do("GET", "/api/billing/plans", tok, nil)
 	wantStatus(t, r, http.StatusOK, "")
-	if !strings.Contains(string(r.Body), `{"id":"pro","name":"Pro","amount_cents":1900,"currency":"usd","interval":"month"}`) ||
+	if !strings.Contains(string(r.Body), `{"id":"pro","name":"Pro","amount_cents":1900,"currency":"usd","currency_exponent":2,"currency_written_whole":false,"interval":"month"}`) ||
 		strings.Contains(string(r.Body), "price_") {
 		t.Fatalf("plans: %s", r.Body)
 	}

@@ -260,11 +260,10 @@ func (sw *sweep) receipt(id string) string {
 	return r
 }
 
-// sentAfterDecision: the steps from which a change's consent was decided,
-// under the subscription's lock, for the request that follows (the policy
-// once more before the send, or the settler's consentHolds): a policy
-// that turns there (it waits for that lock) cannot stop that request, only
-// every later one.
+// sentAfterDecision: the steps from which a change's consent was decided
+// for the request that follows (the policy once more right before the
+// send, or the settler's consentHolds): a policy that turns there cannot
+// stop that request, only every later one.
 var sentAfterDecision = map[string]bool{
 	"second_call/send": true, "second_call/record": true, "second_call/commit": true,
 	"settle/read_back": true, "settle/resend": true, "settle/commit": true,

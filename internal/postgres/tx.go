@@ -491,10 +491,6 @@ func (t *storeTx) SavePolicy(_ context.Context, org string, p billing.Policy, by
 		return err
 	}
 	batch := &pgx.Batch{}
-	// The subscription's lock first (the one lock order): a policy is
-	// saved only once no change of the org is being decided or sent, and
-	// every step that holds the lock sees the policy it executes under.
-	batch.Queue(`SELECT 1 FROM subscriptions WHERE org = $1 FOR UPDATE`, org)
 	batch.Queue(`INSERT INTO org_policies (org, policy, updated_by) VALUES ($1, $2, $3)
 		ON CONFLICT (org) DO UPDATE SET policy = excluded.policy, updated_by = excluded.updated_by, updated_at = now()`,
 		org, data, by)
