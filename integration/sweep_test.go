@@ -476,6 +476,15 @@ func sweepOps() []sweepOp {
 				sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.DeclineCard)
 				sw.handshake(sc, "upgrade", "scale", "")
 			}},
+		{name: "upgrade cancelling a scheduled downgrade, Stripe 5xx, settled by a replica", plan: "pro",
+			setup: func(sw *sweep, sc *sweepCase) { sw.scheduleThrough(sc, "free") },
+			run: func(sw *sweep, sc *sweepCase) {
+				sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.ServerError)
+				if p, ok := sw.firstCall(sc, "upgrade", "scale", ""); ok {
+					sw.call(sc, "second", sw.replicas[0].url, "POST", "/api/billing/upgrade", sc.payer,
+						map[string]string{"to": "scale", "confirm_token": p.ConfirmToken}, p.ConfirmationID, true)
+				}
+			}},
 		{name: "allow", plan: "pro", otherOp: "upgrade", otherTo: "scale",
 			setup: func(sw *sweep, sc *sweepCase) {
 				sw.setupCall("PUT", "/api/billing/policy", sw.h.admin(sc.org, "policy-admin"),
