@@ -194,7 +194,10 @@ func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Con
 	}
 	answer := errFailed(c)
 	if reason != reasonRenewedFirst && c.Terms.Cancels != nil && !c.Terms.AtPeriodEnd && s.scheduledFrom(state) == nil {
-		restored := s.restoreScheduled(ctx, c, acct, now, &state)
+		restored, err := s.putBack(ctx, tx, c, acct, now, &state)
+		if err != nil {
+			return redemption{}, err
+		}
 		answer.Message = strings.TrimSuffix(answer.Message, ".") + "; " + s.scheduledStands(c, restored) + "."
 	}
 	_, err := s.recordProviderState(ctx, tx, acct, state, time.Time{})
