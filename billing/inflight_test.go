@@ -281,3 +281,30 @@ func TestOwedRestoreAfterANewerChangeIsNotMade(t *testing.T) {
 		t.Errorf("restore %+v, want settled without a restore", c.Restore)
 	}
 }
+
+// TestOwedRestoreAfterAFailedReadBack: the read-back after the declined
+// change fails, so billingd's copy still shows the scheduled change while
+// Stripe has released it: the restore is owed all the same, and the
+// settler puts it back rather than taking billingd's stale copy for it.
+func TestOwedRestoreAfterAFailedReadBack(t *testing.T) {
+	f := newScaleFixture(t)
+	first := f.cancellingChange(t)
+	f.provider.ReadState.Schedule = nil // the release was made
+	f.provider.ApplyErrs = []error{fmt.Errorf("card: %w", billing.ErrPaymentDeclined)}
+	f.provider.ReadErrs = []error{nil, billing.ErrUnavailable} // the check passes; the read-back after the refusal fails
+	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+	wantCode(t, err, billing.CodePaymentFailed)
+	if c := f.confirmation(t, first.ConfirmationID); !c.Restore.Owed {
+		t.Fatalf("restore %+v, want owed", c.Restore)
+	}
+	f.store.Advance(time.Minute)
+	if _, err := f.svc.RestoreReleasedChanges(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if at := f.provider.ReadState.Schedule; !at.Scheduled() || at.NextPriceID != "price_billingd_pro" {
+		t.Errorf("at the provider: %+v, want the Pro change scheduled again", at)
+	}
+	if c := f.confirmation(t, first.ConfirmationID); c.Restore.Settled != "restored" {
+		t.Errorf("restore %+v, want settled as restored", c.Restore)
+	}
+}

@@ -39,7 +39,6 @@ const restoreTries = 5
 const (
 	restoreDone            = "restored"
 	restoreScheduledAgain  = "scheduled_at_provider"
-	restoreScheduledHere   = "scheduled_in_billingd"
 	restoreOpaque          = "schedule_changed_elsewhere"
 	restorePlanMoved       = "plan_changed"
 	restoreChangedSince    = "changed_since"
@@ -161,8 +160,14 @@ func (s *Service) retryRestore(ctx context.Context, tx Tx, c Confirmation, acct 
 		return err
 	}
 	if why != restoreSettledNoReason {
+		// billingd's copy may still show the change (the read-back after
+		// the refusal failed): it is recorded as the provider has it.
 		s.log.Info("a released scheduled change is no longer owed", "confirmation_id", c.ID, "why", why)
-		return s.settleRestore(ctx, tx, c, debt, why)
+		if err := s.settleRestore(ctx, tx, c, debt, why); err != nil {
+			return err
+		}
+		_, err = s.recordProviderState(ctx, tx, acct, state, time.Time{})
+		return err
 	}
 	if err := s.restoreScheduled(ctx, c, acct, &state, restoreKey(c, debt.Tries)); err != nil {
 		return s.restoreFailed(ctx, tx, c, debt, err)
@@ -183,8 +188,6 @@ func (s *Service) restoreMoot(ctx context.Context, tx Tx, c Confirmation, acct A
 		return restoreOpaque, nil
 	case s.scheduledFrom(state) != nil:
 		return restoreScheduledAgain, nil
-	case acct.Subscription.Scheduled != nil:
-		return restoreScheduledHere, nil
 	case state.PriceID != c.Terms.FromPriceID:
 		return restorePlanMoved, nil
 	case !s.restorable(c.Terms.Cancels, now):
