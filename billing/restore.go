@@ -85,7 +85,7 @@ func (s *Service) putBack(ctx context.Context, tx Tx, c Confirmation, acct Accou
 	if !s.restorable(c.Terms.Cancels, now) {
 		return restoreLost, nil
 	}
-	if err := s.restoreScheduled(ctx, c, acct, state, restoreKey(c, 0)); err == nil {
+	if err := s.restoreScheduled(ctx, c, acct, state, restoreKey(c, 0, now)); err == nil {
 		return restoreRestored, nil
 	}
 	return restoreOwed, s.oweRestore(ctx, tx, c)
@@ -100,14 +100,14 @@ func (s *Service) oweRestore(ctx context.Context, tx Tx, c Confirmation) error {
 	return nil
 }
 
-// restoreKey is the idempotency key of attempt n at putting back what c
-// released: Stripe replays a saved 5xx for 24 hours under one key, so each
-// attempt has its own.
-func restoreKey(c Confirmation, n int) string {
-	if n == 0 {
-		return idempotencyKey(c) + ":restore"
-	}
-	return fmt.Sprintf("%s:restore-%d", idempotencyKey(c), n)
+// restoreKey is the idempotency key of attempt n, at now, at putting back
+// what c released. Each attempt follows a read-back that found it released
+// and is a request of its own: Stripe replays a saved 5xx for 24 hours
+// under one key, and a key reused after a restore whose recording was lost
+// (the process killed, the database restarted) and a resend that released
+// it again would replay the first restore's success on a released schedule.
+func restoreKey(c Confirmation, n int, now time.Time) string {
+	return fmt.Sprintf("%s:restore-%d-%d", idempotencyKey(c), n, now.UnixMicro())
 }
 
 // RestoreReleasedChanges tries again to put back the scheduled changes
@@ -169,7 +169,7 @@ func (s *Service) retryRestore(ctx context.Context, tx Tx, c Confirmation, acct 
 		_, err = s.recordProviderState(ctx, tx, acct, state, time.Time{})
 		return err
 	}
-	if err := s.restoreScheduled(ctx, c, acct, &state, restoreKey(c, debt.Tries)); err != nil {
+	if err := s.restoreScheduled(ctx, c, acct, &state, restoreKey(c, debt.Tries, now)); err != nil {
 		return s.restoreFailed(ctx, tx, c, debt, err)
 	}
 	if err := s.settleRestore(ctx, tx, c, debt, restoreDone); err != nil {
