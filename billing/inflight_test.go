@@ -154,7 +154,7 @@ func TestChangeNotMadePutsBackTheScheduledChange(t *testing.T) {
 	}{
 		{name: "owner's retry", say: "the change to Pro scheduled for May 30, 2026 stays scheduled"},
 		{name: "settler", bySettler: true},
-		{name: "cannot put back", restoreErrs: []error{billing.ErrUnavailable}, say: "could not be scheduled again"},
+		{name: "cannot put back yet", restoreErrs: []error{billing.ErrUnavailable}, say: "will be put back"},
 		{name: "renewed first", renewed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -292,5 +292,119 @@ func TestKeepOnAThirdPriceSaysTheScheduledChangeIsGone(t *testing.T) {
 	}
 	if sub := f.subscription(); sub.Scheduled != nil {
 		t.Errorf("billingd shows %+v scheduled; Stripe has nothing", sub.Scheduled)
+	}
+}
+
+// declinedWithRestoreOwed: a change made now that cancels the scheduled
+// Pro change; its release is made, the card is declined and putting the
+// scheduled change back fails with a 5xx: the answer says it will be put
+// back, and the confirmation owes it.
+func declinedWithRestoreOwed(t *testing.T) (handshakeFixture, billing.ChangeResult) {
+	t.Helper()
+	f := newScaleFixture(t)
+	first := f.cancellingChange(t)
+	f.provider.ReadState.Schedule = nil // the release was made
+	f.provider.ApplyErrs = []error{fmt.Errorf("card: %w", billing.ErrPaymentDeclined),
+		fmt.Errorf("stripe 500: %w: %w", billing.ErrUnavailable, billing.ErrProviderFailed)}
+	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+	wantCode(t, err, billing.CodePaymentFailed)
+	if msg := billing.PublicMessage(err); !strings.Contains(msg, "will be put back") {
+		t.Errorf("answer %q, want it to say the scheduled change will be put back", msg)
+	}
+	if c := f.confirmation(t, first.ConfirmationID); !c.Restore.Owed {
+		t.Fatalf("restore %+v, want owed", c.Restore)
+	}
+	return f, first
+}
+
+// TestOwedRestoreIsMadeByTheSettler: putting back the released scheduled
+// change failed once (a 5xx); the settler's next round puts it back at the
+// provider, under a key of its own, and in billingd, and the debt is
+// settled.
+func TestOwedRestoreIsMadeByTheSettler(t *testing.T) {
+	f, first := declinedWithRestoreOwed(t)
+	scheduled := first.Details.CancelsScheduledChange
+	f.store.Advance(time.Minute)
+	if _, err := f.svc.RestoreReleasedChanges(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	sub, at := f.subscription(), f.provider.ReadState.Schedule
+	if sub.Scheduled == nil || sub.Scheduled.ToPlan != "pro" || sub.Scheduled.ConfirmationID != scheduled.ConfirmationID {
+		t.Errorf("billingd shows scheduled %+v; want the Pro change scheduled again", sub.Scheduled)
+	}
+	if !at.Scheduled() || at.ConfirmationID != scheduled.ConfirmationID || at.NextPriceID != "price_billingd_pro" {
+		t.Errorf("at the provider: %+v, want the Pro change scheduled again", at)
+	}
+	if c := f.confirmation(t, first.ConfirmationID); c.Restore.Owed || c.Restore.Settled != "restored" {
+		t.Errorf("restore %+v, want settled as restored", c.Restore)
+	}
+	if calls := f.provider.ApplyCalls(); len(calls) < 2 || calls[len(calls)-1].Key == calls[len(calls)-2].Key {
+		t.Errorf("requests %+v: the retry must not reuse the failed attempt's idempotency key", calls)
+	}
+}
+
+// TestOwedRestoreFailingAgainStaysOwed: the retry fails too; the debt
+// stays, with the attempt counted, and the round goes on.
+func TestOwedRestoreFailingAgainStaysOwed(t *testing.T) {
+	f, first := declinedWithRestoreOwed(t)
+	f.provider.ApplyErrs = []error{billing.ErrUnavailable}
+	if _, err := f.svc.RestoreReleasedChanges(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.confirmation(t, first.ConfirmationID); !c.Restore.Owed || c.Restore.Tries != 1 {
+		t.Errorf("restore %+v, want still owed after one try", c.Restore)
+	}
+}
+
+// TestOwedRestoreAfterANewerChangeIsNotMade: the person made another change
+// since (the upgrade, this time paid): it is their newer decision, and the
+// scheduled change it cancelled is not put back.
+func TestOwedRestoreAfterANewerChangeIsNotMade(t *testing.T) {
+	f, first := declinedWithRestoreOwed(t)
+	f.store.Advance(time.Minute)
+	f.provider.Preview = billing.Preview{Currency: "usd", ProrationCents: -2000}
+	again := f.propose(t, alice, billing.OpDowngrade, "free")
+	if _, err := f.confirm(alice, billing.OpDowngrade, "free", again.ConfirmToken); err != nil {
+		t.Fatal(err)
+	}
+	f.store.Advance(time.Minute)
+	if _, err := f.svc.RestoreReleasedChanges(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if sub := f.subscription(); sub.Plan != "free" || sub.Scheduled != nil {
+		t.Errorf("billingd shows %s scheduled %+v; want Free, nothing scheduled", sub.Plan, sub.Scheduled)
+	}
+	if at := f.provider.ReadState.Schedule; at.Scheduled() {
+		t.Errorf("at the provider: %+v, want nothing scheduled", at)
+	}
+	if c := f.confirmation(t, first.ConfirmationID); c.Restore.Owed || c.Restore.Settled == "restored" {
+		t.Errorf("restore %+v, want settled without a restore", c.Restore)
+	}
+}
+
+// TestOwedRestoreAfterAFailedReadBack: the read-back after the declined
+// change fails, so billingd's copy still shows the scheduled change while
+// Stripe has released it: the restore is owed all the same, and the
+// settler puts it back rather than taking billingd's stale copy for it.
+func TestOwedRestoreAfterAFailedReadBack(t *testing.T) {
+	f := newScaleFixture(t)
+	first := f.cancellingChange(t)
+	f.provider.ReadState.Schedule = nil // the release was made
+	f.provider.ApplyErrs = []error{fmt.Errorf("card: %w", billing.ErrPaymentDeclined)}
+	f.provider.ReadErrs = []error{nil, billing.ErrUnavailable} // the check passes; the read-back after the refusal fails
+	_, err := f.confirm(alice, billing.OpDowngrade, "free", first.ConfirmToken)
+	wantCode(t, err, billing.CodePaymentFailed)
+	if c := f.confirmation(t, first.ConfirmationID); !c.Restore.Owed {
+		t.Fatalf("restore %+v, want owed", c.Restore)
+	}
+	f.store.Advance(time.Minute)
+	if _, err := f.svc.RestoreReleasedChanges(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if at := f.provider.ReadState.Schedule; !at.Scheduled() || at.NextPriceID != "price_billingd_pro" {
+		t.Errorf("at the provider: %+v, want the Pro change scheduled again", at)
+	}
+	if c := f.confirmation(t, first.ConfirmationID); c.Restore.Settled != "restored" {
+		t.Errorf("restore %+v, want settled as restored", c.Restore)
 	}
 }

@@ -271,12 +271,21 @@ func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct 
 	}
 	state, err := s.readBack(ctx, acct)
 	if err != nil {
-		// A webhook, or the next call's check at the provider, records it.
+		// The release may have been made: the settler reads back and puts
+		// it back if so (restore.go); a webhook records the subscription.
 		s.log.Warn("reading back after a refused change failed", "confirmation_id", c.ID, "err", err)
+		if s.restorable(c.Terms.Cancels, now) {
+			return refusal, s.oweRestore(ctx, tx, c)
+		}
 		return refusal, nil
 	}
 	released := s.scheduledFrom(state) == nil
-	restored := released && s.restoreScheduled(ctx, c, acct, now, &state)
+	restored := restoreLost
+	if released {
+		if restored, err = s.putBack(ctx, tx, c, acct, now, &state); err != nil {
+			return nil, err
+		}
+	}
 	changed, err := s.recordProviderState(ctx, tx, acct, state, time.Time{})
 	if err != nil {
 		return nil, err
@@ -301,39 +310,42 @@ func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct 
 }
 
 // scheduledStands says what became of the scheduled change c's first step
-// released, once c was not made: scheduled again (restored) or not.
-func (s *Service) scheduledStands(c Confirmation, restored bool) string {
+// released, once c was not made: scheduled again, owed (billingd puts it
+// back shortly), or lost.
+func (s *Service) scheduledStands(c Confirmation, restored restoreOutcome) string {
 	what := fmt.Sprintf("the change to %s scheduled for %s", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
-	if !restored {
-		return what + " was cancelled at the payment provider (the first step of this change) and could not be " +
-			"scheduled again: ask for it again if it is still wanted"
+	switch restored {
+	case restoreRestored:
+		return what + " stays scheduled (billingd scheduled it again after this change's first step had cancelled it)"
+	case restoreOwed:
+		return what + " was cancelled at the payment provider (the first step of this change) and will be put " +
+			"back: billingd schedules it again within minutes, unless another change is made first"
 	}
-	return what + " stays scheduled (billingd scheduled it again after this change's first step had cancelled it)"
+	return what + " was cancelled at the payment provider (the first step of this change) and could not be " +
+		"scheduled again: ask for it again if it is still wanted"
 }
 
-// restoreScheduled schedules again, under a key of c's own, the change c's
-// first step released (c.Terms.Cancels, made through billingd: its
-// schedule's metadata names the confirmation that scheduled it), unless its
-// date is too near; it reports whether it did, with state's schedule the
-// one made. A failure leaves it released, and said so.
-func (s *Service) restoreScheduled(ctx context.Context, c Confirmation, acct Account, now time.Time,
-	state *ProviderSubscription) bool {
+// restoreScheduled schedules again, under key, the change c's first step
+// released (c.Terms.Cancels, made through billingd: its schedule's metadata
+// names the confirmation that scheduled it), with state the provider's
+// subscription without it; on success state's schedule is the one made. A
+// schedule an earlier attempt made without its phases (state.Schedule) is
+// the one completed.
+func (s *Service) restoreScheduled(ctx context.Context, c Confirmation, acct Account, state *ProviderSubscription,
+	key string) error {
 	sc := c.Terms.Cancels
-	if sc.ConfirmationID == "" || sc.PriceID == "" || s.datePassed(Terms{Cancels: sc}, now) {
-		return false
-	}
 	change := PlanChange{CustomerID: acct.Org.StripeCustomerID, SubscriptionID: acct.Subscription.StripeSubscriptionID,
 		ItemID: acct.Subscription.StripeItemID, FromPriceID: state.PriceID, NewPriceID: sc.PriceID,
 		AtPeriodEnd: true, PeriodEnd: sc.At, ConfirmationID: sc.ConfirmationID, Attached: state.Schedule}
 	s.at(ctx, StepRestore, &c)
 	callCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
 	defer cancel()
-	applied, err := s.payments.ApplyPlanChange(callCtx, change, idempotencyKey(c)+":restore")
+	applied, err := s.payments.ApplyPlanChange(callCtx, change, key)
 	if err != nil {
-		s.log.Error("the scheduled change a refused change released could not be scheduled again",
+		s.log.Error("the scheduled change a change not made released could not be scheduled again",
 			"confirmation_id", c.ID, "scheduled_by", sc.ConfirmationID, "err", err)
-		return false
+		return fmt.Errorf("schedule again: %w", err)
 	}
 	state.Schedule = applied.Schedule
-	return true
+	return nil
 }

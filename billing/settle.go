@@ -201,10 +201,15 @@ func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Con
 	case state.PriceID == sc.PriceID:
 		answer.Message = strings.TrimSuffix(answer.Message, ".") + fmt.Sprintf("; the change to %s scheduled for %s "+
 			"took effect at the renewal.", s.planName(sc), day(sc.At))
-	default:
+	case state.PriceID != c.Terms.FromPriceID:
 		// On a price other than the one quoted (changed elsewhere), the
 		// change scheduled from it is not the one agreed to: not made again.
-		restored := state.PriceID == c.Terms.FromPriceID && s.restoreScheduled(ctx, c, acct, now, &state)
+		answer.Message = strings.TrimSuffix(answer.Message, ".") + "; " + s.scheduledStands(c, restoreLost) + "."
+	default:
+		restored, err := s.putBack(ctx, tx, c, acct, now, &state)
+		if err != nil {
+			return redemption{}, err
+		}
 		answer.Message = strings.TrimSuffix(answer.Message, ".") + "; " + s.scheduledStands(c, restored) + "."
 	}
 	_, err := s.recordProviderState(ctx, tx, acct, state, time.Time{})

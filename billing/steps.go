@@ -92,7 +92,8 @@ var (
 	// read back to see the plan kept.
 	StepKeep = Step{"period_end", "keep"}
 	// StepRestore: a change not made released a scheduled change, which is
-	// about to be scheduled again.
+	// about to be scheduled again: at once, or by the settler's retry of a
+	// restore owed (restore.go).
 	StepRestore = Step{"period_end", "restore"}
 	// StepRenewal: the settler reads back a subscription whose scheduled
 	// change is due.

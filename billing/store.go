@@ -94,6 +94,12 @@ type Tx interface {
 
 	changeCounter
 
+	// LockOwedRestore locks one confirmation that owes back a scheduled
+	// change (Restore.Owed), with its org's subscription, the longest owed
+	// first, skipping rows other transactions hold and those in skip;
+	// ErrNotFound when there is none.
+	LockOwedRestore(ctx context.Context, skip []string) (Confirmation, Account, time.Time, error)
+
 	// LockByID locks the org's confirmation with the given id.
 	LockByID(ctx context.Context, org, id string) (Confirmation, time.Time, error)
 
@@ -162,6 +168,9 @@ type Record struct {
 	Agent bool
 	// Failure, set with Status failed, is why the change was not made.
 	Failure string
+	// Restore, when set, is what is now owed of putting back the scheduled
+	// change the confirmation's first step released (restore.go).
+	Restore *RestoreDebt
 	// Result, set with Status executed, is the answer to replay.
 	Result *ChangeResult
 	// Receipt is the signed receipt of the change this step executed.

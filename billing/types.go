@@ -198,6 +198,9 @@ type Confirmation struct {
 	// Failure is why a failed confirmation's change was not made (the
 	// audit reason: payment_failed, not_applied, …).
 	Failure string
+	// Restore is the scheduled change this confirmation's first step
+	// released and owes back, the change itself not made (restore.go).
+	Restore RestoreDebt
 	// Result is the second call's answer once executed, replayed to the
 	// owner who repeats the call.
 	Result *ChangeResult

@@ -279,7 +279,9 @@ func (sw *sweep) judgeConsent(sc *sweepCase, cfms []sweepConfirmation) {
 	}
 	inFlight := sentAfterDecision[sc.step.String()]
 	for _, m := range sw.h.fake.MadeFor(sc.sub) {
-		if !m.At.After(sc.deniedAt) || strings.HasSuffix(m.Key, ":restore") {
+		// Putting back a released scheduled change (":restore-<n>-<t>:schedule",
+		// ":…:phases") undoes a change not made: it needs no consent.
+		if !m.At.After(sc.deniedAt) || strings.Contains(m.Key, ":restore") {
 			continue
 		}
 		for _, c := range cfms {

@@ -141,6 +141,9 @@ const (
 	// recovery point (billing.attemptOver), then a round takes a settle.
 	sweepSettleBound = 3*sweepStripeTimeout + 5*time.Second
 	sweepApplication = "billingd-sweep"
+	// sweepRestoreBound bounds how long an owed restore takes: a few
+	// settle rounds, each of which may wait STRIPE_TIMEOUT twice.
+	sweepRestoreBound = 5 * (sweepSettleInterval + 2*sweepStripeTimeout)
 )
 
 // The sweep's catalog is in Kuwaiti dinars, which Stripe counts in
@@ -277,6 +280,16 @@ func (sw *sweep) settle(sc *sweepCase) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// A scheduled change a change not made released, and that could not be
+	// put back at once, is owed and put back by a settle round (contract
+	// §6, billing/restore.go): the end state is the one after it.
+	for deadline := time.Now().Add(sweepRestoreBound); sw.restoresOwed(sc.org) > 0; {
+		if time.Now().After(deadline) {
+			sc.violate(4, "a released scheduled change was still owed after %s", sweepRestoreBound)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	// The late delivery is Stripe's, after every fault: a fault armed at a
 	// webhook's step does not fire in it (there would be no delivery after).
 	sc.mu.Lock()
@@ -298,6 +311,15 @@ func (sw *sweep) healthy() {
 	if err := untilReady(sw.h.url + "/readyz"); err != nil {
 		sw.t.Fatal(err)
 	}
+}
+
+// restoresOwed counts the org's confirmations owing back a scheduled change.
+func (sw *sweep) restoresOwed(org string) int {
+	var n int
+	sw.query(func(ctx context.Context) error {
+		return sw.h.db.Pool.QueryRow(ctx, `SELECT count(*) FROM confirmations WHERE org = $1 AND restore_owed`, org).Scan(&n)
+	})
+	return n
 }
 
 // executing counts the org's confirmations whose outcome is unknown.

@@ -42,6 +42,7 @@ func RunStoreContract(t *testing.T, newStore MakeStore) {
 		{"audit log newest first, paged", testAuditPaging},
 		{"provider events are processed once", testEventsOnce},
 		{"a scheduled change and a period-end confirmation round trip; a due one is found", testScheduled},
+		{"an owed restore: recorded, found by the settler, skipped, settled", testOwedRestore},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, newStore(t)) })
@@ -380,6 +381,47 @@ func testIssueRechecks(t *testing.T, s billing.Store) {
 	late := Pending("rck", "bob", "cfm_now", "tok-now")
 	late.Terms.SubscriptionVer = 2
 	issue(t, s, late)
+}
+
+func testOwedRestore(t *testing.T, s billing.Store) {
+	seed(t, s, "owe")
+	issue(t, s, Pending("owe", "alice", "cfm_owe", "tok-owe"))
+	inTx(t, s, func(tx billing.Tx) error {
+		if _, _, _, err := tx.LockOwedRestore(ctx, nil); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("nothing owed yet: %v, want ErrNotFound", err)
+		}
+		// Owed in the transaction that records the change not made.
+		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_owe", Status: billing.StatusFailed, Failure: "payment_failed",
+			Restore: &billing.RestoreDebt{Owed: true}})
+	})
+	inTx(t, s, func(tx billing.Tx) error {
+		c, a, _, err := tx.LockOwedRestore(ctx, nil)
+		if err != nil || c.ID != "cfm_owe" || a.Org.ID != "owe" || !c.Restore.Owed || c.Restore.Since.IsZero() ||
+			c.Status != billing.StatusFailed {
+			return fmt.Errorf("settler found %s (%+v, status %s) of %s: %v", c.ID, c.Restore, c.Status, a.Org.ID, err)
+		}
+		if _, _, _, err := tx.LockOwedRestore(ctx, []string{"cfm_owe"}); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("skipped: %v, want ErrNotFound", err)
+		}
+		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_owe", Restore: &billing.RestoreDebt{Owed: true, Tries: 1}})
+	})
+	inTx(t, s, func(tx billing.Tx) error {
+		c, _, _, err := tx.LockOwedRestore(ctx, nil)
+		if err != nil || c.Restore.Tries != 1 || !c.Restore.Owed {
+			return fmt.Errorf("after one try: %+v, %v", c.Restore, err)
+		}
+		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_owe", Restore: &billing.RestoreDebt{Tries: 2, Settled: "restored"}})
+	})
+	inTx(t, s, func(tx billing.Tx) error {
+		if _, _, _, err := tx.LockOwedRestore(ctx, nil); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("settled: %v, want ErrNotFound", err)
+		}
+		c, _, err := tx.LockByID(ctx, "owe", "cfm_owe")
+		if err != nil || c.Restore.Owed || c.Restore.Settled != "restored" || c.Restore.Tries != 2 || c.Restore.Since.IsZero() {
+			return fmt.Errorf("settled restore read back as %+v: %v", c.Restore, err)
+		}
+		return nil
+	})
 }
 
 func testCounts(t *testing.T, s billing.Store) {

@@ -336,6 +336,26 @@ func (tx *tx) LockUnsettled(_ context.Context, idle time.Duration, skip []string
 	return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
 }
 
+// LockOwedRestore implements billing.Tx: the longest owed first.
+func (tx *tx) LockOwedRestore(_ context.Context, skip []string) (billing.Confirmation, billing.Account, time.Time, error) {
+	var owed []billing.Confirmation
+	for _, c := range tx.state.Confirmations {
+		if c.Restore.Owed && !slices.Contains(skip, c.ID) {
+			owed = append(owed, c)
+		}
+	}
+	if len(owed) == 0 {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
+	}
+	c := slices.MinFunc(owed, func(a, b billing.Confirmation) int {
+		if n := a.Restore.Since.Compare(b.Restore.Since); n != 0 {
+			return n
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return c, tx.state.Accounts[c.Org], tx.store.now, nil
+}
+
 func (tx *tx) ExecutedSince(_ context.Context, org string, window time.Duration) (int, error) {
 	if tx.store.CountErr != nil {
 		return 0, tx.store.CountErr
@@ -440,6 +460,15 @@ func (tx *tx) Record(_ context.Context, r billing.Record) error {
 		c.Attempt, c.AttemptedAt = *r.Attempt, tx.store.now
 		tx.state.Confirmations[r.ConfirmationID] = c
 		tx.state.AttemptedAt[r.ConfirmationID] = tx.store.now
+	}
+	if d := r.Restore; d != nil {
+		c := tx.state.Confirmations[r.ConfirmationID]
+		since := c.Restore.Since
+		if d.Owed && since.IsZero() {
+			since = tx.store.now
+		}
+		c.Restore = billing.RestoreDebt{Owed: d.Owed, Tries: d.Tries, Since: since, Settled: d.Settled}
+		tx.state.Confirmations[r.ConfirmationID] = c
 	}
 	if r.Result != nil {
 		c := tx.state.Confirmations[r.ConfirmationID]

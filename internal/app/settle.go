@@ -19,7 +19,18 @@ func (a *App) RunSettle(ctx context.Context) {
 	every(ctx, a.Config.SettleInterval, func() {
 		a.SettleOnce(ctx)
 		a.SyncScheduledOnce(ctx)
+		a.RestoreOnce(ctx)
 	})
+}
+
+// RestoreOnce tries again to put back scheduled changes that changes not
+// made released (contract §6) and returns how many it looked at.
+func (a *App) RestoreOnce(ctx context.Context) int {
+	n, err := a.Service.RestoreReleasedChanges(ctx, settleBatch)
+	if err != nil {
+		a.Log.Warn("putting back released scheduled changes failed; will retry", "err", err)
+	}
+	return n
 }
 
 // SyncScheduledOnce records what Stripe made of scheduled changes due for

@@ -127,7 +127,8 @@ const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
 	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent,
-	c.at_period_end, c.at_renewal, c.cancels, c.from_status, ` + verificationColumns
+	c.at_period_end, c.at_renewal, c.cancels, c.from_status,
+	c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''), ` + verificationColumns
 
 // verificationColumns are the verify level's columns of a confirmation c.
 const verificationColumns = `c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
@@ -142,7 +143,8 @@ func scanConfirmation(c *billing.Confirmation) []any {
 		&c.Agent, &c.Attempt, &c.Result, optionalTime{&c.SentAt}, optionalTime{&c.AttemptedAt}, &c.Failure,
 		optionalTime{&c.ApproverAuth.AuthTime}, &c.ApproverAuth.ACR, &t.Livemode,
 		&t.SubtotalCents, &t.DiscountCents, &t.TaxCents, &t.CreditAppliedCents, &c.Consent,
-		&t.AtPeriodEnd, &t.AtRenewal, &t.Cancels, &t.FromStatus}, scanVerification(c)...)
+		&t.AtPeriodEnd, &t.AtRenewal, &t.Cancels, &t.FromStatus,
+		&c.Restore.Owed, &c.Restore.Tries, optionalTime{&c.Restore.Since}, &c.Restore.Settled}, scanVerification(c)...)
 }
 
 // scanVerification scans verificationColumns; Verification stays nil until
@@ -332,6 +334,30 @@ func (t *storeTx) LockUnsettled(ctx context.Context, idle time.Duration, skip []
 	return c, a, now, nil
 }
 
+// LockOwedRestore implements billing.Tx.
+func (t *storeTx) LockOwedRestore(ctx context.Context, skip []string) (billing.Confirmation, billing.Account, time.Time, error) {
+	if skip == nil {
+		skip = []string{} // <> ALL(NULL) would match nothing
+	}
+	var c billing.Confirmation
+	var a billing.Account
+	var now time.Time
+	err := t.queryRow(ctx, append(append(scanConfirmation(&c), scanAccount(&a)...), &now),
+		`SELECT `+confirmationColumns+`, `+accountColumns+`, now()
+		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
+		WHERE c.restore_owed AND c.id <> ALL($1)
+		ORDER BY c.restore_owed_since LIMIT 1
+		FOR UPDATE OF c, s SKIP LOCKED`, skip)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
+	}
+	if err != nil {
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("lock owed restore: %w", classify(err))
+	}
+	a.Subscription.Org = a.Org.ID
+	return c, a, now, nil
+}
+
 // ExecutedSince implements billing.Tx, on the transaction's connection.
 func (t *storeTx) ExecutedSince(ctx context.Context, org string, window time.Duration) (int, error) {
 	var n int
@@ -376,6 +402,11 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 			synced_at = coalesce($6, synced_at), scheduled = $7,
 			version = version + 1, updated_at = now() WHERE org = $1`,
 			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID, nullTime(sub.SyncedAt), sub.Scheduled)
+	}
+	if d := r.Restore; d != nil {
+		batch.Queue(`UPDATE confirmations SET restore_owed = $2, restore_tries = $3, restore_settled = NULLIF($4, ''),
+			restore_owed_since = CASE WHEN $2 THEN coalesce(restore_owed_since, now()) ELSE restore_owed_since END
+			WHERE id = $1`, r.ConfirmationID, d.Owed, d.Tries, d.Settled)
 	}
 	if a := r.Approval; a != nil {
 		batch.Queue(`UPDATE confirmations SET approval = $2, approver = $3, approver_auth_time = $4, approver_acr = NULLIF($5, '')
