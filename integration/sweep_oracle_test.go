@@ -297,10 +297,12 @@ func (sw *sweep) judgeScheduled(sc *sweepCase, cfms []sweepConfirmation) {
 	if sc.scheduledBefore == "" || sc.dashboard || sw.scheduledAtStripe(sc.sub) != "" {
 		return
 	}
-	sub, _ := sw.h.fake.Subscription(sc.sub)
-	target, _, _ := strings.Cut(sc.scheduledBefore, " at ")
-	if sc.renewed && planOfPrice(sub.Items[0].PriceID) == target {
-		return // the renewal applied it
+	if sc.renewed {
+		// The renewal applied it; or it passed while the change was
+		// released (Stripe down across the period's end): a date gone
+		// cannot be scheduled again, and billingd says so rather than
+		// make a change now that nobody agreed to.
+		return
 	}
 	for _, c := range cfms {
 		if c.status == "executed" && c.cancels {
