@@ -222,9 +222,10 @@ func TestCallbackOfAnotherBrowserLeavesTheSignIn(t *testing.T) {
 // anonymous sign-in starts that fills the total (and the person's own
 // address) does not stop the person a pending confirmation waits for: a
 // sign-in from its verification page or its approval page is counted in
-// that confirmation's own budget. A flood aimed at one confirmation gets no
-// further than its budget, which leaves the others' alone; a confirmation
-// that waits for nobody has no budget of its own.
+// that confirmation's own budget for the client's address. A flood aimed at
+// one confirmation from one address gets no further than that budget, which
+// leaves the person's addresses and other confirmations alone; a
+// confirmation that waits for nobody has no budget of its own.
 func TestFloodLeavesVerifyAndApprovalSignIn(t *testing.T) {
 	h := newHarness(t, withoutTokenPaste(), withEnv("TRUSTED_PROXIES", "127.0.0.1/32"),
 		withEnv("RATE_LIMIT_SIGN_INS", "2"), withEnv("RATE_LIMIT_SIGN_INS_TOTAL", "6"), withEnv("RATE_LIMIT_WINDOW", "1h"))
@@ -253,15 +254,17 @@ func TestFloodLeavesVerifyAndApprovalSignIn(t *testing.T) {
 		t.Fatalf("the verification sign-in during the flood: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}
 
-	// A flood at the verification page spends its budget (10, of which
-	// the person used 3), and only its own.
-	flood := make([]string, 7)
+	// A flood at the verification page from one address spends that
+	// address's budget of the confirmation (10), and only it: the person's
+	// addresses, and the approval page, are not held up.
+	flood := make([]string, 10)
 	for i := range flood {
-		flood[i] = fmt.Sprintf("203.0.113.%d", i+1)
+		flood[i] = "203.0.113.1"
 	}
 	h.wantStarts(verifyPath, http.StatusSeeOther, flood...)
-	h.wantStarts(verifyPath, http.StatusTooManyRequests, "203.0.113.99")
-	h.wantStarts(approvalPath, http.StatusSeeOther, "203.0.113.99")
+	h.wantStarts(verifyPath, http.StatusTooManyRequests, "203.0.113.1")
+	h.wantStarts(verifyPath, http.StatusSeeOther, "203.0.113.99", "198.51.100.6")
+	h.wantStarts(approvalPath, http.StatusSeeOther, "203.0.113.1")
 	var counted int
 	if err := h.db.Pool.QueryRow(t.Context(), `SELECT coalesce(sum(starts), 0) FROM sign_in_starts WHERE bucket = '*'`).
 		Scan(&counted); err != nil || counted != 6 {
@@ -302,5 +305,38 @@ func TestSignInLimitHoldsUnderConcurrency(t *testing.T) {
 	}
 	if rows, _ := h.storedLogins(); started != 5 || rows != 5 {
 		t.Fatalf("40 concurrent starts: %d let through, %d stored; want the limit of 5", started, rows)
+	}
+}
+
+// TestVerifySignInBudgetIsPerAddress (hostile review of issue 28): the
+// agent holds the confirmation's id and verify_url. Ten unauthenticated
+// starts of /verify/<id>, from other addresses, once spent the
+// confirmation's whole budget and locked the person out; the budget is now
+// the confirmation's for each client address, so the person's own start
+// goes through, while one address still cannot start without bound.
+func TestVerifySignInBudgetIsPerAddress(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withoutTokenPaste(), withEnv("TRUSTED_PROXIES", "127.0.0.1/32"), withEnv("RATE_LIMIT_WINDOW", "1h"))
+	h.createOrg("vfy", "Verify", "pro")
+	h.setPolicy("vfy", `{"rules":[{"name":"prove it is you","action":"verify"}],"approval_window_seconds":600}`)
+	verify := h.proposeVerify(h.user("vfy", "vera"), "upgrade", "scale")
+	path := "/verify/" + verify.ConfirmationID
+	for i := range 10 { // what the agent (or anyone who saw the link) sends
+		if s := h.beginSignIn(path, fmt.Sprintf("203.0.113.%d", i+1)); s.status != http.StatusSeeOther {
+			t.Fatalf("flood start %d: %d", i+1, s.status)
+		}
+	}
+	if s := h.beginSignIn(path, "198.51.100.77"); s.status != http.StatusSeeOther {
+		t.Fatalf("the person's own verification sign-in, from an address the flood never used: %d, want 303", s.status)
+	}
+	refused := false
+	for range 20 {
+		if s := h.beginSignIn(path, "203.0.113.1"); s.status == http.StatusTooManyRequests {
+			refused = true
+			break
+		}
+	}
+	if !refused {
+		t.Fatal("one address started 20 more verification sign-ins: the confirmation's budget per address does not limit")
 	}
 }

@@ -56,10 +56,12 @@ type startBucket struct {
 	limit int
 }
 
-// loginBuckets are the counts l's start is made in: the budget of the
-// confirmation it is for while that confirmation waits for a person's
-// sign-in (verification or approval), else its client address's and
-// everyone's. A bucket without a limit is not counted.
+// loginBuckets are the counts l's start is made in: while the confirmation
+// it is for waits for a person's sign-in (verification or approval), that
+// confirmation's budget for l's client address, so that neither everyone's
+// flood nor whoever else holds the confirmation's id (its agent does) can
+// spend the person's; else its client address's and everyone's. A bucket
+// without a limit is not counted.
 func (s *Store) loginBuckets(ctx context.Context, l websession.Login, limits websession.LoginLimits) ([]startBucket, error) {
 	if l.ForConfirmation != "" {
 		var waiting bool
@@ -70,7 +72,7 @@ func (s *Store) loginBuckets(ctx context.Context, l websession.Login, limits web
 			return nil, err
 		}
 		if waiting {
-			return withLimits(startBucket{"confirmation " + l.ForConfirmation, limits.PerConfirmation}), nil
+			return withLimits(startBucket{"confirmation " + l.ForConfirmation + " address " + l.Client, limits.PerConfirmation}), nil
 		}
 	}
 	return withLimits(startBucket{"address " + l.Client, limits.PerClient}, startBucket{"*", limits.Total}), nil
