@@ -240,13 +240,15 @@ func (c Config) StripeLivemode() bool {
 	return !strings.HasPrefix(c.StripeSecretKey, "sk_test_") && !strings.HasPrefix(c.StripeSecretKey, "rk_test_")
 }
 
-// CheckReceiptKeyCustody refuses a live Stripe key (sk_live_…, rk_live_…)
-// without RECEIPT_SIGNING_KEYS (contract §11): receipts of changes that
+// CheckReceiptKeyCustody refuses a live Stripe key (sk_live_…, rk_live_…,
+// anything but a test key) without RECEIPT_SIGNING_KEYS (contract §11): receipts of changes that
 // move real money must be signed with keys the operator holds, never with
 // one billingd makes up, which nobody could keep or rotate.
 func (c Config) CheckReceiptKeyCustody() error {
-	live := strings.HasPrefix(c.StripeSecretKey, "sk_live_") || strings.HasPrefix(c.StripeSecretKey, "rk_live_")
-	if live && len(c.ReceiptSigningKeys) == 0 {
+	// The same rule as StripeLivemode: a key that is not a test key moves
+	// real money (hostile review: sk_x was live for the receipts' livemode
+	// and yet signed with a key billingd made up).
+	if c.StripeSecretKey != "" && c.StripeLivemode() && len(c.ReceiptSigningKeys) == 0 {
 		return errors.New("invalid configuration: RECEIPT_SIGNING_KEYS: required with a live Stripe key " +
 			"(STRIPE_SECRET_KEY sk_live_…/rk_live_…): name the PEM files of the receipt signing keys")
 	}

@@ -518,7 +518,7 @@ func TestLiveKeyNeedsReceiptKeys(t *testing.T) {
 		key, files string
 		refused    bool
 	}{
-		{"sk_live_abc", "", true}, {"rk_live_abc", "", true},
+		{"sk_live_abc", "", true}, {"rk_live_abc", "", true}, {"sk_x", "", true},
 		{"sk_live_abc", "/keys/a.pem", false}, {"sk_test_abc", "", false}, {"rk_test_abc", "", false},
 	} {
 		cfg, err := Load(env(map[string]string{"STRIPE_SECRET_KEY": tt.key, "RECEIPT_SIGNING_KEYS": tt.files}))
