@@ -274,10 +274,10 @@ func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct 
 		// The release may have been made: the settler reads back and puts
 		// it back if so (restore.go); a webhook records the subscription.
 		s.log.Warn("reading back after a refused change failed", "confirmation_id", c.ID, "err", err)
-		if s.restorable(c.Terms.Cancels, now) {
-			return refusal, s.oweRestore(ctx, tx, c)
+		if !s.restorable(c.Terms.Cancels, now) {
+			return refusal, nil
 		}
-		return refusal, nil
+		return mayHaveReleased(refusal, s.scheduledStands(c, restoreOwed)), s.oweRestore(ctx, tx, c)
 	}
 	released := s.scheduledFrom(state) == nil
 	restored := restoreLost
@@ -307,6 +307,21 @@ func (s *Service) afterRefusal(ctx context.Context, tx Tx, c Confirmation, acct 
 	told := *answer
 	told.Message = strings.TrimSuffix(told.Message, ".") + "; " + stands + "."
 	return &told, nil
+}
+
+// mayHaveReleased is refusal, told that the change's first step, the
+// release of the scheduled change it cancels, may have been made (billingd
+// could not read the subscription back to know): "nothing was changed" is
+// then not known to be true. stands says what billingd does about it.
+func mayHaveReleased(refusal error, stands string) error {
+	var answer *Error
+	if !errors.As(refusal, &answer) {
+		return refusal
+	}
+	told := *answer
+	told.Message = strings.Replace(strings.TrimSuffix(told.Message, "."), "nothing was changed", "the change was not made", 1) +
+		"; its first step may have been made: if so, " + stands + "."
+	return &told
 }
 
 // scheduledStands says what became of the scheduled change c's first step

@@ -294,7 +294,7 @@ func (sw *sweep) judgeConsent(sc *sweepCase, cfms []sweepConfirmation) {
 
 // judgeScheduled is oracle 4.
 func (sw *sweep) judgeScheduled(sc *sweepCase, cfms []sweepConfirmation) {
-	if sc.scheduledBefore == "" || sc.dashboard || sw.scheduledAtStripe(sc.sub) != "" {
+	if sc.scheduledBefore == "" || sc.dashboard || sw.scheduledAtStripe(sc.sub) == sc.scheduledBefore {
 		return
 	}
 	if sc.renewed {
@@ -325,6 +325,15 @@ func (sw *sweep) judgeAnswers(sc *sweepCase, cfms []sweepConfirmation, made map[
 		if a.status >= 400 && a.confirmation != "" && notMade.MatchString(body) {
 			if m, ok := made[a.confirmation]; ok && m.At.Before(a.at) {
 				sc.violate(5, "the %s call was answered %d %q; Stripe had made the change", a.who, a.status, body)
+			}
+		}
+		if a.status >= 400 && a.confirmation != "" && strings.Contains(body, "nothing was changed") {
+			// Not even the first step of the change (a release) may have
+			// been made at Stripe by then.
+			for _, m := range sw.h.fake.MadeFor(sc.sub) {
+				if _, ok := keyOf(m.Key, a.confirmation); ok && m.At.Before(a.at) && !strings.Contains(m.Key, ":restore") {
+					sc.violate(5, "the %s call was answered %q; Stripe had made %s (%s)", a.who, body, m.Endpoint, m.Key)
+				}
 			}
 		}
 		if !a.tokenHeld && strings.Contains(body, "same token") {
