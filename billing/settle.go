@@ -233,9 +233,11 @@ func needsReadBack(err error) bool {
 // stay executing and are tried again once idle has passed; the round goes
 // on past them.
 func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration, limit int) (int, error) {
-	n := 0
+	n, failed := 0, 0
 	var seen []string // a confirmation that cannot be settled yet is not looked at twice in a round
-	for ; n < limit; n++ {
+	// Those whose settling failed do not count against limit: however many
+	// fail on every try, a round still settles up to limit of the others.
+	for ; n-failed < limit; n++ {
 		found, locked := true, ""
 		busy, err := s.admittedExecutionTx(ctx, func(tx Tx) error {
 			c, acct, now, err := tx.LockUnsettled(ctx, idle, seen)
@@ -261,6 +263,7 @@ func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration,
 			// oldest, which every round locks first) must not hold up the
 			// others: it stays executing and is tried again next round.
 			s.log.Warn("settling an unknown outcome failed; will retry", "confirmation_id", locked, "err", err)
+			failed++
 			continue
 		}
 		if err != nil {
