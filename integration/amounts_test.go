@@ -90,9 +90,20 @@ func plansFile(t *testing.T, currency string, prices [3]int64) string {
 	t.Helper()
 	var plans []map[string]any
 	for i, id := range []string{"free", "standard", "premium"} {
-		plans = append(plans, map[string]any{"id": id, "name": strings.ToUpper(id[:1]) + id[1:], "amount_cents": prices[i],
-			"currency": currency, "interval": "month", "stripe_price_id": "price_" + currency + "_" + id})
+		plans = append(plans, catalogPlan(id, prices[i], currency, "price_"+currency+"_"+id))
 	}
+	return writePlansFile(t, plans)
+}
+
+// catalogPlan is one plan of a PLANS_FILE.
+func catalogPlan(id string, amount int64, currency, priceID string) map[string]any {
+	return map[string]any{"id": id, "name": strings.ToUpper(id[:1]) + id[1:], "amount_cents": amount,
+		"currency": currency, "interval": "month", "stripe_price_id": priceID}
+}
+
+// writePlansFile writes plans as a PLANS_FILE and returns its path.
+func writePlansFile(t *testing.T, plans []map[string]any) string {
+	t.Helper()
 	data, err := json.Marshal(plans)
 	if err != nil {
 		t.Fatal(err)

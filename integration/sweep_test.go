@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -158,18 +157,9 @@ var sweepPrices = map[string]int64{"free": 0, "pro": 19_000, "scale": 49_000}
 func sweepCatalog(t *testing.T) string {
 	var plans []map[string]any
 	for _, id := range []string{"free", "pro", "scale"} {
-		plans = append(plans, map[string]any{"id": id, "name": strings.ToUpper(id[:1]) + id[1:], "amount_cents": sweepPrices[id],
-			"currency": sweepCurrency, "interval": "month", "stripe_price_id": "price_billingd_" + id})
+		plans = append(plans, catalogPlan(id, sweepPrices[id], sweepCurrency, "price_billingd_"+id))
 	}
-	data, err := json.Marshal(plans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "plans.json")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writePlansFile(t, plans)
 }
 
 func newSweep(t *testing.T) *sweep {
