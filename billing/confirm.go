@@ -295,7 +295,24 @@ func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, 
 	if message != "" {
 		return redemption{outcome: Errorf(CodeTokenMismatch, "%s", message)}, s.revokeAsDrift(ctx, tx, caller, c)
 	}
-	if refused, err := s.policyAgainBeforeSend(ctx, tx, caller, &c, acct, now); refused != nil || err != nil {
+	if attempt > 0 {
+		// A resend the settler decided on (consentHolds) before its
+		// recovery point: decided again, as the relock read it. An
+		// earlier attempt may have made the first step (a release), so a
+		// consent that lapsed meanwhile is a change not made, with what it
+		// released put back (recordNotMade).
+		holds, err := s.consentHolds(ctx, tx, c, acct, now)
+		if err != nil {
+			return redemption{}, err
+		}
+		if !holds {
+			state, err := s.readBack(ctx, acct)
+			if err != nil {
+				return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil // settled on a later round
+			}
+			return s.recordNotMade(ctx, tx, caller, c, acct, now, state)
+		}
+	} else if refused, err := s.policyAgainBeforeSend(ctx, tx, caller, &c, acct, now); refused != nil || err != nil {
 		return redemption{outcome: refused}, err
 	}
 	s.at(ctx, StepSend, &c)

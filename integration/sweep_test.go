@@ -255,6 +255,32 @@ func (sw *sweep) run(sc *sweepCase) {
 	for _, v := range sc.violations {
 		sw.t.Errorf("%s: %s", sc, v)
 	}
+	if len(sc.violations) > 0 { // what billingd answered, to read beside the violations
+		for _, a := range sc.answers {
+			sw.t.Logf("%s: the %s call was answered %d %s", sc, a.who, a.status, a.body)
+		}
+		sw.query(func(ctx context.Context) error {
+			rows, err := sw.h.db.Pool.Query(ctx, `SELECT id, status, coalesce(failure, ''), restore_owed,
+				coalesce(restore_settled, ''), restore_tries FROM confirmations WHERE org = $1 ORDER BY created_at`, sc.org)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id, status, failure, settled string
+				var owed bool
+				var tries int
+				if err := rows.Scan(&id, &status, &failure, &owed, &settled, &tries); err != nil {
+					return err
+				}
+				sw.t.Logf("%s: %s is %s %s (restore owed %v, settled %q, tries %d)", sc, id, status, failure, owed, settled, tries)
+			}
+			return rows.Err()
+		})
+		for _, m := range sw.h.fake.MadeFor(sc.sub) {
+			sw.t.Logf("%s: Stripe made %s %s (price after: %s)", sc, m.Endpoint, m.Key, m.PriceID)
+		}
+	}
 }
 
 // settle waits for every unknown outcome of the case to be settled (oracle
