@@ -312,30 +312,21 @@ const afterRelockSQL = `WITH this AS (SELECT id, org FROM confirmations WHERE id
 
 // LockUnsettled implements billing.Tx.
 func (t *storeTx) LockUnsettled(ctx context.Context, idle time.Duration, skip []string) (billing.Confirmation, billing.Account, time.Time, error) {
-	if skip == nil {
-		skip = []string{} // <> ALL(NULL) would match nothing
-	}
-	var c billing.Confirmation
-	var a billing.Account
-	var now time.Time
-	err := t.queryRow(ctx, append(append(scanConfirmation(&c), scanAccount(&a)...), &now),
-		`SELECT `+confirmationColumns+`, `+accountColumns+`, now()
-		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
-		WHERE c.status = 'executing' AND c.attempted_at < now() - $1 * interval '1 microsecond' AND c.id <> ALL($2)
-		ORDER BY c.attempted_at LIMIT 1
-		FOR UPDATE OF c, s SKIP LOCKED`, idle.Microseconds(), skip)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
-	}
-	if err != nil {
-		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("lock unsettled confirmation: %w", classify(err))
-	}
-	a.Subscription.Org = a.Org.ID
-	return c, a, now, nil
+	return t.lockNext(ctx, "lock unsettled confirmation",
+		`c.status = 'executing' AND c.attempted_at < now() - $2 * interval '1 microsecond'`, `c.attempted_at`,
+		skip, idle.Microseconds())
 }
 
 // LockOwedRestore implements billing.Tx.
 func (t *storeTx) LockOwedRestore(ctx context.Context, skip []string) (billing.Confirmation, billing.Account, time.Time, error) {
+	return t.lockNext(ctx, "lock owed restore", `c.restore_owed`, `c.restore_owed_since`, skip)
+}
+
+// lockNext locks the first confirmation (by orderBy) that where picks, not
+// in skip ($1) nor held by another transaction, with its account: the one
+// query of the background rounds (settling, restoring). args are $2, ….
+func (t *storeTx) lockNext(ctx context.Context, what, where, orderBy string, skip []string, args ...any) (
+	billing.Confirmation, billing.Account, time.Time, error) {
 	if skip == nil {
 		skip = []string{} // <> ALL(NULL) would match nothing
 	}
@@ -345,14 +336,14 @@ func (t *storeTx) LockOwedRestore(ctx context.Context, skip []string) (billing.C
 	err := t.queryRow(ctx, append(append(scanConfirmation(&c), scanAccount(&a)...), &now),
 		`SELECT `+confirmationColumns+`, `+accountColumns+`, now()
 		FROM confirmations c JOIN `+accountFrom+` ON o.id = c.org
-		WHERE c.restore_owed AND c.id <> ALL($1)
-		ORDER BY c.restore_owed_since LIMIT 1
-		FOR UPDATE OF c, s SKIP LOCKED`, skip)
+		WHERE `+where+` AND c.id <> ALL($1)
+		ORDER BY `+orderBy+` LIMIT 1
+		FOR UPDATE OF c, s SKIP LOCKED`, append([]any{skip}, args...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
 	}
 	if err != nil {
-		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("lock owed restore: %w", classify(err))
+		return billing.Confirmation{}, billing.Account{}, time.Time{}, fmt.Errorf("%s: %w", what, classify(err))
 	}
 	a.Subscription.Org = a.Org.ID
 	return c, a, now, nil
