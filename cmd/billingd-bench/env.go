@@ -68,6 +68,7 @@ func (e *env) start(ctx context.Context) error {
 		what string
 		fn   func(context.Context) error
 	}{
+		{"start PostgreSQL", e.startServer},
 		{"create database " + opts.dbName, e.createDatabase},
 		{"build billingd", e.buildBillingd},
 		{"start token issuer", e.startIssuer},

@@ -44,6 +44,7 @@ type sample struct {
 	firstErrs []string
 	cpu       cpuUse         // over the whole run, warm-up included, like ops
 	stmts     []statementUse // over the whole run, when pg_stat_statements is loaded
+	waits     []waitShare    // what the side's backends did, sampled over the whole run (waits.go)
 }
 
 func (s *sample) fail(err error) {

@@ -39,9 +39,10 @@ func describeMachine(ctx context.Context, pool *pgxpool.Pool) machine {
 		m.kernel = "Linux " + strings.TrimSpace(string(b))
 	}
 	_ = pool.QueryRow(ctx, `SELECT current_setting('server_version'),
-		format('fsync=%s, synchronous_commit=%s, shared_buffers=%s, max_wal_size=%s',
+		format('fsync=%s, synchronous_commit=%s, shared_buffers=%s, max_wal_size=%s, max_connections=%s, shared_preload_libraries=''%s''',
 			current_setting('fsync'), current_setting('synchronous_commit'),
-			current_setting('shared_buffers'), current_setting('max_wal_size'))`).Scan(&m.postgres, &m.settings)
+			current_setting('shared_buffers'), current_setting('max_wal_size'),
+			current_setting('max_connections'), current_setting('shared_preload_libraries'))`).Scan(&m.postgres, &m.settings)
 	return m
 }
 

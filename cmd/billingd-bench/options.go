@@ -11,13 +11,10 @@ import (
 	"time"
 )
 
-// defaultServerURL is the local PostgreSQL the project's other tools use.
-const defaultServerURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
 // options is the bench's configuration, read once from flags and the
 // environment.
 type options struct {
-	serverURL    string // BENCH_DATABASE_URL: any database on the server
+	serverURL    string // BENCH_DATABASE_URL: any database on the server; "": a private cluster (server.go)
 	dbName       string
 	stripe       string // canned, fake or mock
 	orgs         int
@@ -58,9 +55,6 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs := flag.NewFlagSet("billingd-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := options{serverURL: getenv("BENCH_DATABASE_URL")}
-	if o.serverURL == "" {
-		o.serverURL = defaultServerURL
-	}
 	fs.StringVar(&o.dbName, "db", "billingd_bench", "bench database, dropped and recreated on the BENCH_DATABASE_URL server")
 	fs.StringVar(&o.stripe, "stripe", stripeCanned, "Stripe stand-in: canned, fake (internal/stripepay/stripepaytest) or mock (stripe-mock)")
 	fs.IntVar(&o.orgs, "orgs", 1000, "orgs to seed")

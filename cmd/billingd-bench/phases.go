@@ -179,6 +179,7 @@ func (e *env) compare(ctx context.Context, w workload, clients int) (comparison,
 func (e *env) runService(ctx context.Context, w workload, clients int) (sample, error) {
 	pid := e.billingd.Process.Pid
 	backends := watchBackends(ctx, e.pool, "billingd")
+	waits := sampleWaits(ctx, e.pool, "billingd")
 	billingd0, err := processCPU(pid)
 	if err != nil {
 		return sample{}, err
@@ -195,6 +196,7 @@ func (e *env) runService(ctx context.Context, w workload, clients int) (sample, 
 		return sample{}, err
 	}
 	s.cpu = cpuUse{billingd: billingd1 - billingd0, bench: selfCPU() - self0, postgres: backends.total()}
+	s.waits = waits.waits()
 	if s.stmts, err = e.readStatements(ctx); err != nil {
 		return sample{}, err
 	}

@@ -58,6 +58,7 @@ func renderResults(opts options, res results) string {
 		writeThroughput(&b, res.throughput)
 		writeCPUBudget(&b, res.throughput)
 		writeStatements(&b, res.throughput)
+		writeWaits(&b, res.throughput)
 	}
 	writeLatency(&b, opts, res.latency)
 	if len(res.throughput) > 0 {

@@ -102,11 +102,12 @@ func (s statementUse) perOp(ops int) (calls, us, pages float64) {
 
 // writeStatements sets each statement's time per operation, billingd's
 // against pgbench's, next to the backends' CPU per operation, for the
-// 16-client rows (1-client rows too: there nothing waits on anything).
+// 16-client rows (1-client rows too: there nothing waits on anything; and
+// 64, where contention shows).
 func writeStatements(b *strings.Builder, rows []comparison) {
 	var shown []comparison
 	for _, r := range rows {
-		if (r.clients == 1 || r.clients == 16) && len(r.service.stmts)+len(r.pgbench.stmts) > 0 {
+		if (r.clients == 1 || r.clients == 16 || r.clients == 64) && len(r.service.stmts)+len(r.pgbench.stmts) > 0 {
 			shown = append(shown, r)
 		}
 	}

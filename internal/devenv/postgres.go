@@ -97,6 +97,7 @@ type cluster struct {
 	logPath  string // <dev directory>/postgres.log
 	owner    *syscall.Credential
 	password string
+	settings []string // extra "name=value" server settings, passed as -c
 }
 
 // newCluster prepares the cluster of the dev directory dir: the data
@@ -322,8 +323,12 @@ func (c *cluster) start(ctx context.Context, database string, fresh bool) (*proc
 
 // startOn is start on the given port.
 func (c *cluster) startOn(ctx context.Context, port int, database string, fresh bool) (*process, string, error) {
-	cmd := exec.Command(filepath.Join(c.binDir, "postgres"), "-D", c.dataDir, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=")
+	args := []string{"-D", c.dataDir, "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="}
+	for _, setting := range c.settings {
+		args = append(args, "-c", setting)
+	}
+	cmd := exec.Command(filepath.Join(c.binDir, "postgres"), args...)
 	cmd.Dir = c.dataDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.owner}
 	proc, err := startProcess("postgres", cmd, c.logPath, syscall.SIGINT)
@@ -402,8 +407,10 @@ type Postgres struct {
 }
 
 // StartPostgres initialises the private cluster of dir (once) and runs it
-// with database in it.
-func StartPostgres(ctx context.Context, dir, database string) (*Postgres, error) {
+// with database in it. settings are extra server settings ("name=value",
+// as postgres -c takes them), kept across Restart: make bench's cluster
+// preloads pg_stat_statements, for one.
+func StartPostgres(ctx context.Context, dir, database string, settings ...string) (*Postgres, error) {
 	binDir, err := PostgresBinDir()
 	if err != nil {
 		return nil, err
@@ -412,6 +419,7 @@ func StartPostgres(ctx context.Context, dir, database string) (*Postgres, error)
 	if err != nil {
 		return nil, err
 	}
+	c.settings = settings
 	port, err := freeLoopbackPort()
 	if err != nil {
 		return nil, err

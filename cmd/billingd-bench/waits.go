@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Wait-event sampling: what the backends serving one side (billingd's or
+// pgbench's, told apart by application_name) are doing, read from
+// pg_stat_activity every waitPoll. A backend in a statement with no wait
+// event is on a CPU (or waiting for one); any other active backend waits
+// for what its wait event names (a row lock, a buffer, the WAL flush).
+// The shares of those samples show where a run's statements spend their
+// time, which pg_stat_statements's totals cannot.
+
+const waitPoll = 10 * time.Millisecond
+
+// waitShare is one wait event's share of the samples of active backends.
+type waitShare struct {
+	event string // "Lock: transactionid", "LWLock: WALWrite", "CPU"
+	share float64
+}
+
+type waitSampler struct {
+	stop   chan struct{}
+	done   chan struct{}
+	mu     sync.Mutex
+	counts map[string]int
+	total  int
+}
+
+// sampleWaits starts sampling app's backends until waits is called.
+func sampleWaits(ctx context.Context, pool *pgxpool.Pool, app string) *waitSampler {
+	w := &waitSampler{stop: make(chan struct{}), done: make(chan struct{}), counts: map[string]int{}}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(waitPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				w.poll(ctx, pool, app)
+			}
+		}
+	}()
+	return w
+}
+
+func (w *waitSampler) poll(ctx context.Context, pool *pgxpool.Pool, app string) {
+	rows, err := pool.Query(ctx, `SELECT coalesce(wait_event_type || ': ' || wait_event, 'CPU')
+		FROM pg_stat_activity
+		WHERE (application_name = $1 OR application_name LIKE $1 || ' %') AND state <> 'idle'
+			AND coalesce(wait_event, '') <> 'ClientRead'`, app)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for rows.Next() {
+		var event string
+		if rows.Scan(&event) == nil {
+			w.counts[event]++
+			w.total++
+		}
+	}
+}
+
+// waits stops sampling and returns the events, most frequent first.
+func (w *waitSampler) waits() []waitShare {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []waitShare
+	for event, n := range w.counts {
+		out = append(out, waitShare{event: event, share: float64(n) / float64(w.total)})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].share != out[j].share {
+			return out[i].share > out[j].share
+		}
+		return out[i].event < out[j].event
+	})
+	return out
+}
+
+// formatWaits is the leading events of a run, "CPU 61%, Lock: extend 12%, …".
+func formatWaits(ws []waitShare, most int) string {
+	if len(ws) == 0 {
+		return "(no samples)"
+	}
+	var parts []string
+	for i, w := range ws {
+		if i == most {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", w.event, 100*w.share))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// writeWaits is the table of what each row's backends did: billingd's and
+// the mirror's side by side, for every throughput row.
+func writeWaits(b *strings.Builder, rows []comparison) {
+	b.WriteString("### Where PostgreSQL's backends wait\n\n")
+	b.WriteString("pg_stat_activity sampled every 10 ms over each run, for the backends of one side " +
+		"(billingd's or pgbench's) that were in a statement: the share of samples on a CPU (no wait event) " +
+		"and in each wait event, leading five.\n\n")
+	b.WriteString("| workload | clients | billingd's backends | pgbench's backends |\n|---|--:|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %s | %d | %s | %s |\n", r.workload, r.clients, formatWaits(r.service.waits, 5), formatWaits(r.pgbench.waits, 5))
+	}
+	b.WriteString("\n")
+}
