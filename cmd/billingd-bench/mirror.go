@@ -47,12 +47,18 @@ func normalizeSQL(sql string) string {
 
 // scriptStatements are the SQL statements of a pgbench script, in order:
 // comment lines and meta-commands (\set, \startpipeline…) left out, each
-// statement ending with a semicolon at the end of a line.
+// statement ending with a semicolon at the end of a line or with a \gset
+// line (which stores its row's columns in variables).
 func scriptStatements(script string) []string {
 	var stmts []string
 	var cur strings.Builder
 	for _, line := range strings.Split(script, "\n") {
 		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, `\gset`) && strings.TrimSpace(cur.String()) != "" {
+			stmts = append(stmts, cur.String()) // \gset ends a statement in place of its semicolon
+			cur.Reset()
+			continue
+		}
 		if trimmed == "" || strings.HasPrefix(trimmed, "--") || strings.HasPrefix(trimmed, `\`) {
 			continue
 		}

@@ -49,10 +49,16 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 	if err := e.resetStatements(ctx); err != nil {
 		return sample{}, err
 	}
+	done0, err := e.mirrorDone(ctx, w)
+	if err != nil {
+		return sample{}, err
+	}
 	backends := watchBackends(ctx, e.pool, "pgbench")
+	waits := sampleWaits(ctx, e.pool, "pgbench")
 	cmd := e.pgbenchCommand(ctx, append(args, e.dbURL))
 	out, err := cmd.CombinedOutput()
 	postgresCPU := backends.total()
+	sampledWaits := waits.waits()
 	if err != nil {
 		return sample{}, fmt.Errorf("pgbench: %w\n%s", err, out)
 	}
@@ -65,8 +71,16 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 		return sample{}, err
 	}
 	s.errors += failedTransactions(string(out))
+	done1, err := e.mirrorDone(ctx, w)
+	if err != nil {
+		return sample{}, err
+	}
+	if did := done1 - done0; did < s.ops-s.errors {
+		return sample{}, fmt.Errorf("the %s mirror did less than billingd does: %d of its %d transactions issued (propose) or executed (handshake) a confirmation", w, did, s.ops-s.errors)
+	}
 	s.cpu = cpuUse{postgres: postgresCPU, pgbench: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	s.stmts = stmts
+	s.waits = sampledWaits
 	return s, nil
 }
 
@@ -189,4 +203,21 @@ func failedTransactions(out string) int {
 		}
 	}
 	return 0
+}
+
+// mirrorDone counts what a mirror's transactions leave behind when they do
+// billingd's work: a confirmation per first call, an executed one per
+// handshake. runPgbench compares it with the transactions pgbench counted,
+// so a script whose statements match nothing (a stale subscription version,
+// a token nobody issued) fails the run instead of measuring less work.
+func (e *env) mirrorDone(ctx context.Context, w workload) (int, error) {
+	query := `SELECT count(*) FROM confirmations`
+	if w == handshake {
+		query += ` WHERE status = 'executed'`
+	}
+	var n int
+	if err := e.pool.QueryRow(ctx, query).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the mirror's confirmations: %w", err)
+	}
+	return n, nil
 }

@@ -184,9 +184,9 @@ func TestNormalizeSQL(t *testing.T) {
 }
 
 func TestScriptStatements(t *testing.T) {
-	script := "-- comment: not SQL\n\\set x 1\nSELECT 1\n  FROM t;\n\\startpipeline\nBEGIN;\n\\endpipeline\n"
+	script := "-- comment: not SQL\n\\set x 1\nSELECT 1\n  FROM t;\nSELECT v FROM u\n\\gset u_\n\\startpipeline\nBEGIN;\n\\endpipeline\n"
 	got := scriptStatements(script)
-	if len(got) != 2 || normalizeSQL(got[0]) != "select 1 from t" || normalizeSQL(got[1]) != "begin" {
+	if len(got) != 3 || normalizeSQL(got[0]) != "select 1 from t" || normalizeSQL(got[1]) != "select v from u" || normalizeSQL(got[2]) != "begin" {
 		t.Fatalf("got %q", got)
 	}
 }

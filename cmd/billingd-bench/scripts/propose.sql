@@ -11,6 +11,12 @@
 \set principal :org * 100 + random(1, :principals)
 \set cid random(1, 1000000000000000000)
 \set hash random(1, 1000000000000000000)
+SELECT o.id, o.name, o.stripe_customer_id,
+	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, now(),
+			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
+		FROM orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id WHERE o.id = :org
+\gset acct_
 \startpipeline
 SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
 			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
@@ -18,17 +24,10 @@ SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE
 		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
 			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
 			AND at > now() - :window_us * interval '1 microsecond';
-SELECT o.id, o.name, o.stripe_customer_id,
-	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, now(),
-			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
-		FROM orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id WHERE o.id = :org;
-\endpipeline
-\startpipeline
 SELECT pg_advisory_xact_lock(hashtextextended(:principal, 0));
 SELECT 1 FROM subscriptions WHERE org = :org FOR SHARE;
 WITH quotable AS (
-	SELECT 1 FROM subscriptions WHERE org = :org AND version = :version
+	SELECT 1 FROM subscriptions WHERE org = :org AND version = :acct_version
 		AND NOT EXISTS (SELECT 1 FROM confirmations WHERE org = :org AND status = 'executing')
 ), superseded AS (
 	UPDATE confirmations SET status = 'superseded', finished_at = now()
@@ -41,7 +40,7 @@ WITH quotable AS (
 		approval, agent, verify_required, livemode,
 		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
-		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
+		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :acct_version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
 		NULLIF(:approval, ''), :agent, :verify_required, :livemode,
 		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents, :at_period_end, :no_renewal, :no_cancels, :sub_status
 	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
