@@ -23,13 +23,12 @@ import (
 // Refusals are recorded and committed too, so that a mismatching call
 // really voids its token and leaves an audit trail.
 func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
-	// The rate limit is read before the transaction, not with its lock: a
-	// caller over it must not wait for (or hold) a row lock to be told so.
-	if err := s.readAndCheckRate(ctx, caller, limitFailedConfirms); err != nil {
-		return ChangeResult{}, err
-	}
 	if !wellFormedToken(req.ConfirmToken) {
-		// Never a token billingd issued: answer like any unknown token.
+		// Never a token billingd issued: answer like any unknown token,
+		// once the rate limit allows.
+		if err := s.readAndCheckRate(ctx, caller, limitFailedConfirms); err != nil {
+			return ChangeResult{}, err
+		}
 		return ChangeResult{}, s.rejectUnknown(ctx, caller, req.Operation)
 	}
 	var r redemption
@@ -68,13 +67,25 @@ type redemption struct {
 // (to the recovery point, if one was saved); a refusal is an outcome,
 // recorded and committed.
 func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeRequest) (redemption, error) {
+	// The rate limit on failed second calls is read in the lock's round
+	// trip, in front of it. A caller over the limit is told so before
+	// anything is recorded; it took no lock unless its token is one of its
+	// own (a guessed token matches no row), and then it gives the lock
+	// back at once.
+	var activity Activity
+	if window := s.activityWindow(limitFailedConfirms); window > 0 {
+		tx.ReadActivity(caller.Org, caller.Principal, window, &activity)
+	}
 	c, acct, now, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return redemption{}, fmt.Errorf("lock confirmation: %w", err)
+	}
+	if limited := s.checkRate(activity, limitFailedConfirms); limited != nil {
+		return redemption{outcome: limited}, nil
+	}
 	if errors.Is(err, ErrNotFound) {
 		rejected := s.event(caller, req.Operation, EventTokenRejected, "", "invalid")
 		return redemption{outcome: errTokenInvalid()}, tx.Record(ctx, Record{Events: []AuditEvent{rejected}})
-	}
-	if err != nil {
-		return redemption{}, fmt.Errorf("lock confirmation: %w", err)
 	}
 	s.at(ctx, StepConsume, &c)
 	if sameRequest(c, req) {

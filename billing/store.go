@@ -85,6 +85,12 @@ type Tx interface {
 	// executing, as seen once the locks are held.
 	LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (Confirmation, Account, time.Time, error)
 
+	// ReadActivity reads the principal's RecentActivity over window into
+	// into, as part of the step's next exchange: into is filled once the
+	// next call of the Tx returns without error. A second call reads its
+	// rate limit this way, in the same round trip as its lock.
+	ReadActivity(org, principal string, window time.Duration, into *Activity)
+
 	// LockUnsettled locks one executing confirmation whose last attempt is
 	// older than idle, with its org's subscription, skipping rows other
 	// transactions hold; ErrNotFound when there is none.

@@ -285,6 +285,11 @@ func (tx *tx) LockByToken(_ context.Context, org, principal string, tokenHash []
 	return billing.Confirmation{}, billing.Account{}, time.Time{}, billing.ErrNotFound
 }
 
+// ReadActivity implements billing.Tx: read at once, under the store's lock.
+func (tx *tx) ReadActivity(org, principal string, window time.Duration, into *billing.Activity) {
+	*into = tx.state.activity(org, principal, tx.store.now, window)
+}
+
 // SaveRecoveryPoint implements billing.Tx: the transaction's state so far,
 // with the confirmation executing, becomes the store's (committed), and the
 // transaction goes on from there.

@@ -206,6 +206,15 @@ func (t *storeTx) LockByToken(ctx context.Context, org, principal string, tokenH
 	return t.lockConfirmation(ctx, batch, lockByTokenSQL, []any{tokenHash, org, principal}, afterLockSQL, org, tokenHash)
 }
 
+// ReadActivity implements billing.Tx: the count goes in front of the
+// step's next statement (after BEGIN), like a held-back write, and is
+// scanned when that exchange returns.
+func (t *storeTx) ReadActivity(org, principal string, window time.Duration, into *billing.Activity) {
+	batch := &pgx.Batch{}
+	queueActivity(batch, org, principal, window, into)
+	t.write(batch)
+}
+
 // lockConfirmationSQL reads a confirmation with its account and the clock;
 // lockByTokenSQL and relockByIDSQL complete it.
 const lockConfirmationSQL = `SELECT ` + confirmationColumns + `, ` + accountColumns + `, now()

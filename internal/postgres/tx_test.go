@@ -111,7 +111,10 @@ func TestHandshakeRoundTrips(t *testing.T) {
 
 	sub := billingtest.Account("acme").Subscription
 	sub.Plan = "scale"
+	var activity billing.Activity
 	err := store.InTx(ctx, func(tx billing.Tx) error {
+		// The rate limit's count rides in the lock's exchange.
+		tx.ReadActivity("acme", "alice", time.Hour, &activity)
 		if _, _, _, err := tx.LockByToken(ctx, "acme", "alice", billingtest.TokenHash("tok-1")); err != nil {
 			return err
 		}
@@ -122,8 +125,11 @@ func TestHandshakeRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := x.take()
-	if len(got) != 2 || got[0][0] != "BEGIN" || got[1][len(got[1])-1] != "COMMIT" {
-		t.Fatalf("second call's transaction: exchanges %v, want [BEGIN …] [… COMMIT]", got)
+	if len(got) != 2 || got[0][0] != "BEGIN" || got[0][1] != "SELECT COUNT(*)" || got[1][len(got[1])-1] != "COMMIT" {
+		t.Fatalf("second call's transaction: exchanges %v, want [BEGIN, the activity's count, the locks …] [… COMMIT]", got)
+	}
+	if activity.Issued != 1 || activity.Now.IsZero() {
+		t.Fatalf("activity read with the lock: %+v, want the one token issued", activity)
 	}
 	if a, _, err := store.Account(ctx, "acme"); err != nil || a.Subscription.Plan != "scale" {
 		t.Fatalf("after commit: plan %q, %v", a.Subscription.Plan, err)

@@ -1,10 +1,9 @@
 -- A full handshake (propose, then confirm), statement for statement as
 -- internal/postgres runs it, round trip for round trip. First the first
--- call (see propose.sql), then the second: Store.RecentActivity (the rate
--- limit on failed second calls, read before any lock), then three round
--- trips, as storeTx sends them: BEGIN goes with storeTx.LockByToken's
--- batch (the subscription's lock, the confirmation's, the unsettled
--- check); the recovery point (SaveRecoveryPoint: the confirmation
+-- call (see propose.sql), then the second's three round trips, as storeTx
+-- sends them: BEGIN goes with storeTx.ReadActivity's count (the rate limit
+-- on failed second calls) and storeTx.LockByToken's batch (the
+-- subscription's lock, the confirmation's, the unsettled check); the recovery point (SaveRecoveryPoint: the confirmation
 -- executing, TOKEN_VALIDATED, COMMIT, BEGIN and the same locks again); the
 -- storeTx.Record writes with COMMIT, audit events last. The Stripe requests billingd makes
 -- between them (the read of the subscription before the recovery point,
@@ -20,6 +19,12 @@
 \set principal :org * 100 + random(1, :principals)
 \set cid random(1, 1000000000000000000)
 \set hash random(1, 1000000000000000000)
+SELECT o.id, o.name, o.stripe_customer_id,
+	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, now(),
+			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
+		FROM orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id WHERE o.id = :org
+\gset acct_
 \startpipeline
 SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
 			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
@@ -27,17 +32,10 @@ SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE
 		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
 			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
 			AND at > now() - :window_us * interval '1 microsecond';
-SELECT o.id, o.name, o.stripe_customer_id,
-	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, now(),
-			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
-		FROM orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id WHERE o.id = :org;
-\endpipeline
-\startpipeline
 SELECT pg_advisory_xact_lock(hashtextextended(:principal, 0));
 SELECT 1 FROM subscriptions WHERE org = :org FOR SHARE;
 WITH quotable AS (
-	SELECT 1 FROM subscriptions WHERE org = :org AND version = :version
+	SELECT 1 FROM subscriptions WHERE org = :org AND version = :acct_version
 		AND NOT EXISTS (SELECT 1 FROM confirmations WHERE org = :org AND status = 'executing')
 ), superseded AS (
 	UPDATE confirmations SET status = 'superseded', finished_at = now()
@@ -50,7 +48,7 @@ WITH quotable AS (
 		approval, agent, verify_required, livemode,
 		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
-		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
+		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :acct_version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
 		NULLIF(:approval, ''), :agent, :verify_required, :livemode,
 		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents, :at_period_end, :no_renewal, :no_cancels, :sub_status
 	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
@@ -63,14 +61,14 @@ WITH quotable AS (
 )
 SELECT created_at, expires_at FROM issued;
 \endpipeline
+\startpipeline
+BEGIN;
 SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
 			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
 		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
 			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
 			AND at > now() - :window_us * interval '1 microsecond';
-\startpipeline
-BEGIN;
 SELECT 1 FROM subscriptions s WHERE s.org = :org AND EXISTS (
 	SELECT 1 FROM confirmations c WHERE c.token_hash = :hash AND c.org = :org AND c.principal = :principal) FOR UPDATE OF s;
 SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
