@@ -159,10 +159,11 @@ func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Ope
 }
 
 // errQuoteOutdated: the subscription the quote was made from was changed,
-// or another change of it began executing, while the quote was made.
+// or another change of it began executing or is being made, while the
+// quote was made.
 func errQuoteOutdated(cause error) *Error {
 	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 5 * time.Second, Err: cause,
-		Message: "the subscription changed, or another change of it began, while this summary was being made; " +
+		Message: "the subscription changed, or another change of it is being made, while this summary was being made; " +
 			"nothing was issued: retry shortly"}
 }
 

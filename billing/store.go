@@ -28,7 +28,8 @@ type Store interface {
 	// returns ErrConflict if, when it runs, a confirmation of the org is
 	// executing or the subscription's version is no longer
 	// c.Terms.SubscriptionVer: the quote may be of a state a change in
-	// flight has replaced.
+	// flight has replaced. It never waits for a step that holds the
+	// subscription (a second call at Stripe): that is ErrConflict too.
 	IssueConfirmation(ctx context.Context, c Confirmation, ttl time.Duration, template AuditEvent) (Confirmation, error)
 
 	// InTx runs fn in one transaction: committed if fn returns nil, rolled

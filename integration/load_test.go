@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -198,5 +199,76 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFirstCallsNeverWaitOnSecondCalls (issue 29): one agent per org,
+// upgrading and downgrading in turn, as the bench's clients do. While
+// every org's second call is parked at Stripe, in its check of the
+// subscription or in its update (holding the subscription's row lock and
+// an execution slot), a first call is answered at once: for another org
+// with a token, for the same org (another member's) with 503
+// upstream_unavailable and Retry-After, as a change of that subscription
+// is being made and a summary of it would be stale. Nothing waits for the
+// parked calls, which then finish, and the turn goes on.
+func TestFirstCallsNeverWaitOnSecondCalls(t *testing.T) {
+	for _, parked := range []stripepaytest.Endpoint{stripepaytest.GetSubscription, stripepaytest.UpdateSubscription} {
+		t.Run(string(parked), func(t *testing.T) {
+			h := newHarness(t, withPoolMaxConns(2), withEnv("CONFIRM_CONCURRENCY", "3"), withEnv("STRIPE_TIMEOUT", "90s"))
+			busy := []string{"nw-a", "nw-b", "nw-c"}
+			idle := []string{"nw-d", "nw-e"}
+			agents, members := map[string]string{}, map[string]string{}
+			for _, org := range append(slices.Clone(busy), idle...) {
+				h.createOrg(org, "No wait "+org, "pro")
+				agents[org], members[org] = h.user(org, "agent"), h.user(org, "member")
+			}
+			proposals := map[string]proposal{}
+			for _, org := range busy {
+				proposals[org] = h.propose(agents[org], "upgrade", "scale")
+			}
+			pacer := h.fake.Pacer()
+			release := pacer.Hold(parked)
+			t.Cleanup(release)
+			done := make(chan response, len(busy))
+			for _, org := range busy {
+				go func() {
+					r, err := h.tryPost(context.Background(), "/api/billing/upgrade", agents[org],
+						map[string]string{"to": "scale", "confirm_token": proposals[org].ConfirmToken})
+					if err != nil {
+						r = response{Status: -1, Body: []byte(err.Error())}
+					}
+					done <- r
+				}()
+			}
+			waitFor(t, "every second call parked at Stripe", func() bool { return pacer.Waiting(parked) == len(busy) })
+
+			for _, org := range idle {
+				r, err := h.tryPost(bounded(t), "/api/billing/upgrade", agents[org], map[string]string{"to": "scale"})
+				if err != nil {
+					t.Fatalf("%s: first call while other orgs' second calls wait for Stripe: %v (it waited behind them)", org, err)
+				}
+				wantStatus(t, r, http.StatusAccepted, "")
+			}
+			for _, org := range busy {
+				r, err := h.tryPost(bounded(t), "/api/billing/downgrade", members[org], map[string]string{"to": "free"})
+				if err != nil {
+					t.Fatalf("%s: another member's first call while the org's change is at Stripe: %v (it waited behind it)", org, err)
+				}
+				wantStatus(t, r, http.StatusServiceUnavailable, "upstream_unavailable")
+				if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 {
+					t.Errorf("%s: Retry-After %q, want whole seconds ≥ 1", org, r.Header.Get("Retry-After"))
+				}
+			}
+
+			release()
+			for range busy {
+				wantStatus(t, <-done, http.StatusOK, "")
+			}
+			// The turn goes on: each busy org's agent downgrades again.
+			for _, org := range busy {
+				p := h.propose(agents[org], "downgrade", "pro")
+				wantStatus(t, h.confirm(agents[org], "downgrade", "pro", p.ConfirmToken), http.StatusOK, "")
+			}
+		})
 	}
 }

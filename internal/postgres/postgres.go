@@ -89,6 +89,12 @@ func classify(err error) error {
 	return err
 }
 
+// isLockNotAvailable: a NOWAIT lock found its row locked (55P03).
+func isLockNotAvailable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
 func unavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -187,18 +187,22 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 	// operation) first. Statements of one batch share an implicit transaction
 	// but each gets its own snapshot, so the issue statement, run once the
 	// lock is held, sees the pending confirmation the previous holder
-	// committed. It then waits for a second call that holds the subscription
-	// (FOR SHARE) to commit, so that the issue statement's snapshot sees a
-	// recovery point committed meanwhile. One round trip in all.
+	// committed. It then takes the subscription FOR SHARE, so that the issue
+	// statement's snapshot sees every recovery point committed before: NOWAIT,
+	// as a step that holds the subscription (a second call, the settler, a
+	// webhook) is changing it or checking it at Stripe, and a first call
+	// never waits for Stripe on their behalf (nor holds a pool connection
+	// meanwhile): it is a conflict, answered at once with Retry-After. One
+	// round trip in all.
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
 		c.Org+"/"+c.Principal+"/"+string(c.Operation)) // a collision only serialises more
-	batch.Queue(`SELECT 1 FROM subscriptions WHERE org = $1 FOR SHARE`, c.Org)
+	batch.Queue(`SELECT 1 FROM subscriptions WHERE org = $1 FOR SHARE NOWAIT`, c.Org)
 	batch.Queue(issueSQL, args...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&c.CreatedAt, &c.ExpiresAt)
 	})
 	err := s.pool.SendBatch(ctx, batch).Close()
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) || isLockNotAvailable(err) {
 		return billing.Confirmation{}, fmt.Errorf("issue confirmation: %w", billing.ErrConflict)
 	}
 	if err != nil {
