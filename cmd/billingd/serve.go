@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/billingd/billingd/internal/app"
+	"github.com/billingd/billingd/internal/tracing"
 )
 
 // shutdownGrace is how long in-flight requests get to finish after SIGTERM.
@@ -23,7 +24,12 @@ func serve(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	a, err := app.New(ctx, cfg, app.Options{LogOutput: e.stderr})
+	traces, err := tracing.Setup(ctx, e.getenv)
+	if err != nil {
+		return err
+	}
+	defer flushTraces(ctx, traces, e)
+	a, err := app.New(ctx, cfg, app.Options{LogOutput: e.stderr, Tracing: traces})
 	if err != nil {
 		return err
 	}
@@ -41,6 +47,19 @@ func serve(ctx context.Context, e env, args []string) error {
 	}
 	logListening(a, ln, metricsLn)
 	return serveUntilDone(ctx, a, ln, metricsLn)
+}
+
+// traceFlushGrace bounds how long sending the last spans may delay exit.
+const traceFlushGrace = 5 * time.Second
+
+// flushTraces sends the spans not yet sent (after the requests and rounds
+// that made them have ended) and stops tracing.
+func flushTraces(ctx context.Context, traces *tracing.Tracing, e env) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushGrace)
+	defer cancel()
+	if err := traces.Shutdown(ctx); err != nil {
+		fmt.Fprintf(e.stderr, "billingd: flushing traces: %v\n", err)
+	}
 }
 
 // listenMetrics opens the metrics listener (METRICS_ADDR), or none when

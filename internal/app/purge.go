@@ -21,6 +21,8 @@ func (a *App) RunPurge(ctx context.Context) {
 // sessions are purged in a loop of their own, until none are left, whether
 // or not any confirmation was.
 func (a *App) PurgeOnce(ctx context.Context) int64 {
+	ctx, end := a.tracing.Round(ctx, "purge")
+	defer end()
 	total := purgeAll(ctx, a, "confirmations", func() (int64, error) {
 		return a.Store.PurgeFinished(ctx, a.Config.PurgeRetention, purgeBatch)
 	})

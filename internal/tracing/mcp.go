@@ -1,0 +1,66 @@
+package tracing
+
+import (
+	"context"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// MCP semantic conventions (OpenTelemetry GenAI conventions, "Semantic
+// conventions for Model Context Protocol").
+const (
+	AttrMCPMethod    = attribute.Key("mcp.method.name")
+	AttrToolName     = attribute.Key("gen_ai.tool.name")
+	AttrGenAIOp      = attribute.Key("gen_ai.operation.name")
+	AttrErrorType    = attribute.Key("error.type")
+	methodToolsCall  = "tools/call"
+	errorTypeTool    = "tool_error"
+	operationExecute = "execute_tool"
+)
+
+// MCPMiddleware makes each MCP request a server span named
+// "{mcp.method.name} {tool}", with mcp.method.name and, for tools/call,
+// gen_ai.tool.name, under the HTTP server span of the request that carried
+// it, and with the request's step spans under it. nil when off.
+//
+// The SDK runs a session's handlers on the session's context, not on the
+// request's, so the parent is read from the request's traceparent header,
+// which Handler set to the HTTP server span.
+func (t *Tracing) MCPMiddleware() sdk.Middleware {
+	if t == nil {
+		return nil
+	}
+	return func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+			if extra := req.GetExtra(); extra != nil && extra.Header != nil {
+				ctx = t.propagator.Extract(ctx, propagation.HeaderCarrier(extra.Header))
+			}
+			name, attrs := method, []attribute.KeyValue{AttrMCPMethod.String(method)}
+			call, isCall := req.(*sdk.CallToolRequest)
+			if isCall && call.Params != nil {
+				name += " " + call.Params.Name
+				attrs = append(attrs, AttrToolName.String(call.Params.Name), AttrGenAIOp.String(operationExecute))
+			}
+			ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+			defer span.End()
+			ctx, endSteps := t.stepSpans(ctx)
+			defer endSteps()
+			res, err := next(ctx, method, req)
+			switch r, _ := res.(*sdk.CallToolResult); {
+			case err != nil:
+				// The SDK's own error text (a JSON-RPC error), never a
+				// secret: billingd's errors reach clients as tool results.
+				span.SetStatus(codes.Error, err.Error())
+				span.SetAttributes(AttrErrorType.String("jsonrpc_error"))
+			case r != nil && r.IsError:
+				span.SetStatus(codes.Error, "")
+				span.SetAttributes(AttrErrorType.String(errorTypeTool))
+			}
+			return res, err
+		}
+	}
+}
