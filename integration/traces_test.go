@@ -1,0 +1,330 @@
+package integration
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// otlpReceiver is an OTLP/HTTP collector in the test process: it keeps
+// every span billingd exports.
+type otlpReceiver struct {
+	url string
+
+	mu    sync.Mutex
+	spans []*tracepb.Span
+	// services are the service.name resource attributes seen.
+	services map[string]bool
+}
+
+func startOTLPReceiver(t *testing.T) *otlpReceiver {
+	t.Helper()
+	r := &otlpReceiver{services: map[string]bool{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/v1/traces" || req.Header.Get("Content-Type") != "application/x-protobuf" {
+			http.Error(w, "OTLP/HTTP protobuf traces only", http.StatusNotFound)
+			return
+		}
+		body := io.Reader(req.Body)
+		if req.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(req.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			body = zr
+		}
+		data, err := io.ReadAll(body)
+		var export coltracepb.ExportTraceServiceRequest
+		if err == nil {
+			err = proto.Unmarshal(data, &export)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.add(&export)
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	r.url = srv.URL
+	return r
+}
+
+func (r *otlpReceiver) add(export *coltracepb.ExportTraceServiceRequest) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range export.ResourceSpans {
+		for _, kv := range rs.GetResource().GetAttributes() {
+			if kv.Key == "service.name" {
+				r.services[kv.Value.GetStringValue()] = true
+			}
+		}
+		for _, ss := range rs.ScopeSpans {
+			r.spans = append(r.spans, ss.Spans...)
+		}
+	}
+}
+
+// all returns every span received so far.
+func (r *otlpReceiver) all() []*tracepb.Span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*tracepb.Span(nil), r.spans...)
+}
+
+// trace returns the spans of traceID received so far.
+func (r *otlpReceiver) trace(traceID string) []*tracepb.Span {
+	var spans []*tracepb.Span
+	for _, s := range r.all() {
+		if hex.EncodeToString(s.TraceId) == traceID {
+			spans = append(spans, s)
+		}
+	}
+	return spans
+}
+
+// waitTrace waits until traceID's server span has arrived (it ends last, and
+// the batch exporter sends every OTEL_BSP_SCHEDULE_DELAY) and returns the
+// trace's spans.
+func (r *otlpReceiver) waitTrace(t *testing.T, traceID string) []*tracepb.Span {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		spans := r.trace(traceID)
+		for _, s := range spans {
+			if s.Kind == tracepb.Span_SPAN_KIND_SERVER && strings.HasPrefix(s.Name, "POST ") {
+				time.Sleep(200 * time.Millisecond) // anything ended after it, in the next batch
+				return r.trace(traceID)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trace %s: no server span within 15s (%d spans of it, %d in all)", traceID, len(spans), len(r.all()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// traceparent is a caller's W3C traceparent with a new trace id, and the
+// trace and parent span ids in it.
+func traceparent(t *testing.T) (header, traceID, parentID string) {
+	t.Helper()
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	traceID, parentID = hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:])
+	return "00-" + traceID + "-" + parentID + "-01", traceID, parentID
+}
+
+// tracedCall makes a REST call to base with a caller's traceparent.
+func tracedCall(t *testing.T, base, path, token, parent string, body any) response {
+	t.Helper()
+	data, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest("POST", base+path, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	if parent != "" {
+		req.Header.Set("traceparent", parent)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := readResponse(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func attr(s *tracepb.Span, key string) string {
+	for _, kv := range s.Attributes {
+		if kv.Key == key {
+			return anyValue(kv.Value)
+		}
+	}
+	return ""
+}
+
+func anyValue(v *commonpb.AnyValue) string {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		return x.StringValue
+	case *commonpb.AnyValue_IntValue:
+		return strconv.FormatInt(x.IntValue, 10)
+	case *commonpb.AnyValue_ArrayValue:
+		var parts []string
+		for _, e := range x.ArrayValue.Values {
+			parts = append(parts, anyValue(e))
+		}
+		return strings.Join(parts, ",")
+	default:
+		return fmt.Sprint(v.GetValue())
+	}
+}
+
+// spanText is everything a span says: its name, attributes, events and
+// status, for the search for secrets.
+func spanText(s *tracepb.Span) string {
+	var b strings.Builder
+	b.WriteString(s.Name + "\n" + s.GetStatus().GetMessage() + "\n")
+	kvs := append([]*commonpb.KeyValue(nil), s.Attributes...)
+	for _, e := range s.Events {
+		b.WriteString(e.Name + "\n")
+		kvs = append(kvs, e.Attributes...)
+	}
+	for _, kv := range kvs {
+		b.WriteString(kv.Key + "=" + anyValue(kv.Value) + "\n")
+	}
+	return b.String()
+}
+
+// TestSecondCallIsOneTrace (contract §14): billingd serve with
+// OTEL_EXPORTER_OTLP_ENDPOINT exports the second call as one trace under
+// the caller's traceparent: its server span, a span per database round
+// trip, the Stripe client spans and the money path's step spans, with one
+// trace id; the request's log line carries it; and no span carries the
+// confirm token, the bearer token, the Stripe key or an SQL parameter.
+func TestSecondCallIsOneTrace(t *testing.T) {
+	h := newHarness(t)
+	recv := startOTLPReceiver(t)
+	h.env["OTEL_EXPORTER_OTLP_ENDPOINT"] = recv.url
+	h.env["OTEL_BSP_SCHEDULE_DELAY"] = "50"
+	h.env["OTEL_SERVICE_NAME"] = "billingd-traced"
+	addr := freeAddr(t)
+	s := h.startServe(addr)
+	base := "http://" + addr
+
+	const principal = "traced-principal-7f3a" // a parameter of the audit inserts, in no span
+	h.createOrg("traced", "Traced", "pro")
+	tok := h.user("traced", principal)
+	firstParent, firstTrace, _ := traceparent(t)
+	first := tracedCall(t, base, "/api/billing/upgrade", tok, firstParent, map[string]string{"to": "scale"})
+	wantStatus(t, first, http.StatusAccepted, "")
+	var p proposal
+	first.decode(t, &p)
+
+	parent, traceID, parentSpan := traceparent(t)
+	second := tracedCall(t, base, "/api/billing/upgrade", tok, parent,
+		map[string]string{"to": "scale", "confirm_token": p.ConfirmToken})
+	wantStatus(t, second, http.StatusOK, "")
+
+	spans := recv.waitTrace(t, traceID)
+	var server *tracepb.Span
+	kinds := map[string]int{}
+	steps := map[string]bool{}
+	for _, sp := range spans {
+		switch {
+		case sp.Kind == tracepb.Span_SPAN_KIND_SERVER:
+			server = sp
+		case attr(sp, "db.system.name") == "postgresql":
+			kinds["database"]++
+		case sp.Kind == tracepb.Span_SPAN_KIND_CLIENT && strings.HasPrefix(sp.Name, "stripe "):
+			kinds["stripe"]++
+		case attr(sp, "billingd.step") != "":
+			steps[sp.Name] = true
+			if sp.Name == "second_call/send" && attr(sp, "billingd.confirmation_id") == "" {
+				t.Errorf("step %s names no confirmation", sp.Name)
+			}
+		}
+	}
+	if server == nil || server.Name != "POST /api/billing/upgrade" || hex.EncodeToString(server.ParentSpanId) != parentSpan {
+		t.Fatalf("server span %v: want POST /api/billing/upgrade under the caller's span %s", server, parentSpan)
+	}
+	if attr(server, "http.route") != "/api/billing/upgrade" || attr(server, "http.response.status_code") != "200" {
+		t.Errorf("server span attributes: %v", server.Attributes)
+	}
+	if kinds["database"] < 3 || kinds["stripe"] < 2 {
+		t.Errorf("the trace has %d database and %d Stripe spans: want round trips of both", kinds["database"], kinds["stripe"])
+	}
+	for _, want := range []string{"second_call/consume", "second_call/check_at_provider", "second_call/recovery_point",
+		"second_call/send", "second_call/record", "second_call/commit"} {
+		if !steps[want] {
+			t.Errorf("no %s step span (have %v)", want, steps)
+		}
+	}
+	if !recv.services["billingd-traced"] {
+		t.Errorf("service names %v: OTEL_SERVICE_NAME not honoured", recv.services)
+	}
+	if len(recv.trace(firstTrace)) == 0 {
+		t.Error("the first call was not traced")
+	}
+
+	// Nothing secret, in any span billingd sent (both calls, the settler's
+	// rounds).
+	secrets := map[string]string{"confirm token": p.ConfirmToken, "token prefix": "pbc_", "bearer token": tok,
+		"Stripe key": h.env["STRIPE_SECRET_KEY"], "SQL parameter (principal)": principal}
+	for _, sp := range recv.all() {
+		text := spanText(sp)
+		for what, secret := range secrets {
+			if strings.Contains(text, secret) {
+				t.Errorf("span %q carries the %s:\n%s", sp.Name, what, text)
+			}
+		}
+		if strings.Contains(text, "pgx.query.parameters") || strings.Contains(strings.ToLower(text), "authorization") {
+			t.Errorf("span %q records parameters or a header:\n%s", sp.Name, text)
+		}
+	}
+
+	// The request's log line carries its trace id.
+	var logged bool
+	for _, line := range strings.Split(s.logs.String(), "\n") {
+		if strings.Contains(line, "msg=request ") && strings.Contains(line, "trace_id="+traceID) {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Errorf("no request log line with trace_id=%s:\n%s", traceID, s.logs.String())
+	}
+}
+
+// TestNoTracesWhenUnset: without an OTLP endpoint billingd exports nothing
+// and logs no trace ids, even for a caller that sends a traceparent. (The
+// receiver is there to catch spans sent to the SDK's default endpoint's
+// stand-in: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set but OTEL_SDK_DISABLED.)
+func TestNoTracesWhenUnset(t *testing.T) {
+	h := newHarness(t)
+	recv := startOTLPReceiver(t)
+	h.env["OTEL_SDK_DISABLED"] = "true"
+	h.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = recv.url + "/v1/traces"
+	h.env["OTEL_BSP_SCHEDULE_DELAY"] = "50"
+	addr := freeAddr(t)
+	s := h.startServe(addr)
+	h.createOrg("untraced", "Untraced", "pro")
+	tok := h.user("untraced", "someone")
+	parent, _, _ := traceparent(t)
+	first := tracedCall(t, "http://"+addr, "/api/billing/upgrade", tok, parent, map[string]string{"to": "scale"})
+	wantStatus(t, first, http.StatusAccepted, "")
+	time.Sleep(500 * time.Millisecond)
+	if n := len(recv.all()); n != 0 {
+		t.Fatalf("%d spans exported with OTEL_SDK_DISABLED=true", n)
+	}
+	if strings.Contains(s.logs.String(), "trace_id=") {
+		t.Fatalf("trace ids logged with traces off:\n%s", s.logs.String())
+	}
+}
