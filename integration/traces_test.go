@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,6 +236,7 @@ func TestSecondCallIsOneTrace(t *testing.T) {
 	wantStatus(t, second, http.StatusOK, "")
 
 	spans := recv.waitTrace(t, traceID)
+	t.Logf("the second call's trace:\n%s", spanTree(spans))
 	var server *tracepb.Span
 	kinds := map[string]int{}
 	steps := map[string]bool{}
@@ -327,4 +329,38 @@ func TestNoTracesWhenUnset(t *testing.T) {
 	if strings.Contains(s.logs.String(), "trace_id=") {
 		t.Fatalf("trace ids logged with traces off:\n%s", s.logs.String())
 	}
+}
+
+// spanTree draws spans as the indented tree a trace viewer shows, with each
+// span's offset from the trace's start and its duration.
+func spanTree(spans []*tracepb.Span) string {
+	children := map[string][]*tracepb.Span{}
+	ids := map[string]bool{}
+	var start uint64
+	for _, s := range spans {
+		ids[hex.EncodeToString(s.SpanId)] = true
+		if start == 0 || s.StartTimeUnixNano < start {
+			start = s.StartTimeUnixNano
+		}
+	}
+	for _, s := range spans {
+		parent := hex.EncodeToString(s.ParentSpanId)
+		if !ids[parent] {
+			parent = ""
+		}
+		children[parent] = append(children[parent], s)
+	}
+	var b strings.Builder
+	var draw func(parent string, depth int)
+	draw = func(parent string, depth int) {
+		kids := children[parent]
+		sort.Slice(kids, func(i, j int) bool { return kids[i].StartTimeUnixNano < kids[j].StartTimeUnixNano })
+		for _, s := range kids {
+			fmt.Fprintf(&b, "%s%s  +%.1fms %.1fms\n", strings.Repeat("  ", depth), s.Name,
+				float64(s.StartTimeUnixNano-start)/1e6, float64(s.EndTimeUnixNano-s.StartTimeUnixNano)/1e6)
+			draw(hex.EncodeToString(s.SpanId), depth+1)
+		}
+	}
+	draw("", 0)
+	return b.String()
 }
