@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/billingd/billingd/internal/auth"
 )
 
 // otlpReceiver is an OTLP/HTTP collector in the test process: it keeps
@@ -363,4 +366,88 @@ func spanTree(spans []*tracepb.Span) string {
 	}
 	draw("", 0)
 	return b.String()
+}
+
+// tracedBearer is bearer with the caller's traceparent of the moment.
+type tracedBearer struct {
+	token  string
+	parent *atomic.Value // string
+}
+
+func (b tracedBearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	if p, _ := b.parent.Load().(string); p != "" {
+		r.Header.Set("traceparent", p)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPCallIsOneTrace (contract §14): an MCP second call is one trace
+// too, on both protocol generations (the SDK runs a 2025-11-25 session's
+// tools on the session's context, not the request's): the HTTP server span
+// under the caller's, the MCP span "tools/call upgrade_plan" under it with
+// mcp.method.name and gen_ai.tool.name, and the steps, database round
+// trips and Stripe requests in the same trace; the token, an argument of
+// the call, in none.
+func TestMCPCallIsOneTrace(t *testing.T) {
+	h := newHarness(t)
+	recv := startOTLPReceiver(t)
+	h.env["OTEL_EXPORTER_OTLP_ENDPOINT"] = recv.url
+	h.env["OTEL_BSP_SCHEDULE_DELAY"] = "50"
+	addr := freeAddr(t)
+	h.startServe(addr)
+	for _, version := range []string{protocol20251125, protocol20260728} {
+		t.Run(version, func(t *testing.T) {
+			org := "mcp-traced-" + strings.ReplaceAll(version, "-", "")
+			h.createOrg(org, "MCP Traced", "pro")
+			tok := h.mcpToken(org, "alice", "claude-desktop", auth.ScopeRead, auth.ScopeWrite)
+			parent := &atomic.Value{}
+			cs, err := mcpDialVia("http://"+addr, tracedBearer{tok, parent}, version, nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			var p proposal
+			wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), &p)
+
+			header, traceID, callerSpan := traceparent(t)
+			parent.Store(header)
+			wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}), nil)
+			parent.Store("")
+
+			spans := recv.waitTrace(t, traceID)
+			t.Logf("the MCP second call's trace:\n%s", spanTree(spans))
+			byName := map[string]*tracepb.Span{}
+			var db, stripe int
+			for _, sp := range spans {
+				byName[sp.Name] = sp
+				if attr(sp, "db.system.name") == "postgresql" {
+					db++
+				}
+				if strings.HasPrefix(sp.Name, "stripe ") {
+					stripe++
+				}
+			}
+			server, call := byName["POST /mcp"], byName["tools/call upgrade_plan"]
+			if server == nil || hex.EncodeToString(server.ParentSpanId) != callerSpan {
+				t.Fatalf("no POST /mcp span under the caller's span %s", callerSpan)
+			}
+			if call == nil || !bytes.Equal(call.ParentSpanId, server.SpanId) || call.Kind != tracepb.Span_SPAN_KIND_SERVER ||
+				attr(call, "mcp.method.name") != "tools/call" || attr(call, "gen_ai.tool.name") != "upgrade_plan" {
+				t.Fatalf("MCP span %v: want tools/call upgrade_plan under POST /mcp with the MCP attributes", call)
+			}
+			if send := byName["second_call/send"]; send == nil || !bytes.Equal(send.ParentSpanId, call.SpanId) {
+				t.Fatalf("second_call/send is not under the MCP span")
+			}
+			if db < 3 || stripe < 2 {
+				t.Fatalf("%d database and %d Stripe spans in the trace", db, stripe)
+			}
+			for _, sp := range recv.all() {
+				if text := spanText(sp); strings.Contains(text, p.ConfirmToken) || strings.Contains(text, tok) {
+					t.Fatalf("span %q carries a token:\n%s", sp.Name, text)
+				}
+			}
+		})
+	}
 }
