@@ -308,64 +308,43 @@ func TestSecondCallIsOneTrace(t *testing.T) {
 	}
 }
 
-// TestNoTracesWhenUnset: without an OTLP endpoint billingd exports nothing
-// and logs no trace ids, even for a caller that sends a traceparent. (The
-// receiver is there to catch spans sent to the SDK's default endpoint's
-// stand-in: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set but OTEL_SDK_DISABLED.)
+// TestNoTracesWhenUnset: without an OTLP endpoint, or with the SDK
+// disabled, billingd serve exports nothing and logs no trace id, even for
+// a caller that sends a traceparent. (Unset, there is nowhere it could
+// send; disabled, the receiver is the endpoint it was given.)
 func TestNoTracesWhenUnset(t *testing.T) {
 	h := newHarness(t)
 	recv := startOTLPReceiver(t)
-	h.env["OTEL_SDK_DISABLED"] = "true"
-	h.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = recv.url + "/v1/traces"
-	h.env["OTEL_BSP_SCHEDULE_DELAY"] = "50"
-	addr := freeAddr(t)
-	s := h.startServe(addr)
-	h.createOrg("untraced", "Untraced", "pro")
-	tok := h.user("untraced", "someone")
-	parent, _, _ := traceparent(t)
-	first := tracedCall(t, "http://"+addr, "/api/billing/upgrade", tok, parent, map[string]string{"to": "scale"})
-	wantStatus(t, first, http.StatusAccepted, "")
-	time.Sleep(500 * time.Millisecond)
-	if n := len(recv.all()); n != 0 {
-		t.Fatalf("%d spans exported with OTEL_SDK_DISABLED=true", n)
+	for name, vars := range map[string]map[string]string{
+		"unset":    {},
+		"disabled": {"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": recv.url + "/v1/traces"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			served := *h
+			served.env = map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "50"}
+			for k, v := range h.env {
+				served.env[k] = v
+			}
+			for k, v := range vars {
+				served.env[k] = v
+			}
+			addr := freeAddr(t)
+			s := served.startServe(addr)
+			org := "untraced-" + name
+			h.createOrg(org, "Untraced", "pro")
+			parent, _, _ := traceparent(t)
+			first := tracedCall(t, "http://"+addr, "/api/billing/upgrade", h.user(org, "someone"), parent,
+				map[string]string{"to": "scale"})
+			wantStatus(t, first, http.StatusAccepted, "")
+			time.Sleep(500 * time.Millisecond)
+			if n := len(recv.all()); n != 0 {
+				t.Fatalf("%d spans exported", n)
+			}
+			if !strings.Contains(s.logs.String(), "msg=request ") || strings.Contains(s.logs.String(), "trace_id=") {
+				t.Fatalf("want request lines without trace ids:\n%s", s.logs.String())
+			}
+		})
 	}
-	if strings.Contains(s.logs.String(), "trace_id=") {
-		t.Fatalf("trace ids logged with traces off:\n%s", s.logs.String())
-	}
-}
-
-// spanTree draws spans as the indented tree a trace viewer shows, with each
-// span's offset from the trace's start and its duration.
-func spanTree(spans []*tracepb.Span) string {
-	children := map[string][]*tracepb.Span{}
-	ids := map[string]bool{}
-	var start uint64
-	for _, s := range spans {
-		ids[hex.EncodeToString(s.SpanId)] = true
-		if start == 0 || s.StartTimeUnixNano < start {
-			start = s.StartTimeUnixNano
-		}
-	}
-	for _, s := range spans {
-		parent := hex.EncodeToString(s.ParentSpanId)
-		if !ids[parent] {
-			parent = ""
-		}
-		children[parent] = append(children[parent], s)
-	}
-	var b strings.Builder
-	var draw func(parent string, depth int)
-	draw = func(parent string, depth int) {
-		kids := children[parent]
-		sort.Slice(kids, func(i, j int) bool { return kids[i].StartTimeUnixNano < kids[j].StartTimeUnixNano })
-		for _, s := range kids {
-			fmt.Fprintf(&b, "%s%s  +%.1fms %.1fms\n", strings.Repeat("  ", depth), s.Name,
-				float64(s.StartTimeUnixNano-start)/1e6, float64(s.EndTimeUnixNano-s.StartTimeUnixNano)/1e6)
-			draw(hex.EncodeToString(s.SpanId), depth+1)
-		}
-	}
-	draw("", 0)
-	return b.String()
 }
 
 // tracedBearer is bearer with the caller's traceparent of the moment.
@@ -450,4 +429,38 @@ func TestMCPCallIsOneTrace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// spanTree draws spans as the indented tree a trace viewer shows, with each
+// span's offset from the trace's start and its duration.
+func spanTree(spans []*tracepb.Span) string {
+	children := map[string][]*tracepb.Span{}
+	ids := map[string]bool{}
+	var start uint64
+	for _, s := range spans {
+		ids[hex.EncodeToString(s.SpanId)] = true
+		if start == 0 || s.StartTimeUnixNano < start {
+			start = s.StartTimeUnixNano
+		}
+	}
+	for _, s := range spans {
+		parent := hex.EncodeToString(s.ParentSpanId)
+		if !ids[parent] {
+			parent = ""
+		}
+		children[parent] = append(children[parent], s)
+	}
+	var b strings.Builder
+	var draw func(parent string, depth int)
+	draw = func(parent string, depth int) {
+		kids := children[parent]
+		sort.Slice(kids, func(i, j int) bool { return kids[i].StartTimeUnixNano < kids[j].StartTimeUnixNano })
+		for _, s := range kids {
+			fmt.Fprintf(&b, "%s%s  +%.1fms %.1fms\n", strings.Repeat("  ", depth), s.Name,
+				float64(s.StartTimeUnixNano-start)/1e6, float64(s.EndTimeUnixNano-s.StartTimeUnixNano)/1e6)
+			draw(hex.EncodeToString(s.SpanId), depth+1)
+		}
+	}
+	draw("", 0)
+	return b.String()
 }
