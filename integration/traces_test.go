@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // otlpReceiver is an OTLP/HTTP collector in the test process: it keeps
@@ -463,4 +464,72 @@ func spanTree(spans []*tracepb.Span) string {
 	}
 	draw("", 0)
 	return b.String()
+}
+
+// TestSettlerIsATraceOfItsOwn (contract §14): a change whose Stripe answer
+// was a 500 is settled by the settler in a trace of its own, not the second
+// call's; its step spans name the confirmation (billingd.confirmation_id),
+// which leads back to the second call's trace, and its Stripe resend and
+// database round trips are in it.
+func TestSettlerIsATraceOfItsOwn(t *testing.T) {
+	// Only the traced billingd serve settles: the harness's own replica
+	// waits an hour.
+	h := newHarness(t, withEnv("SETTLE_INTERVAL", "1h"))
+	recv := startOTLPReceiver(t)
+	h.env["SETTLE_INTERVAL"] = "300ms"
+	h.env["OTEL_EXPORTER_OTLP_ENDPOINT"] = recv.url
+	h.env["OTEL_BSP_SCHEDULE_DELAY"] = "50"
+	addr := freeAddr(t)
+	h.startServe(addr)
+	acct := h.createOrg("settled-traced", "Settled", "pro")
+	tok := h.user("settled-traced", "pat")
+	first := tracedCall(t, "http://"+addr, "/api/billing/upgrade", tok, "", map[string]string{"to": "scale"})
+	wantStatus(t, first, http.StatusAccepted, "")
+	var p proposal
+	first.decode(t, &p)
+	h.fake.FailNext(stripepaytest.ServerError)
+	parent, secondTrace, _ := traceparent(t)
+	second := tracedCall(t, "http://"+addr, "/api/billing/upgrade", tok, parent,
+		map[string]string{"to": "scale", "confirm_token": p.ConfirmToken})
+	wantStatus(t, second, http.StatusServiceUnavailable, "upstream_unavailable")
+	h.eventually(10*time.Second, "the settler executes the change", func() bool { return h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID) == 1 })
+
+	var round []*tracepb.Span
+	h.eventually(10*time.Second, "the settler's round is exported", func() bool {
+		for _, sp := range recv.all() {
+			if sp.Name == "settle/resend" && attr(sp, "billingd.confirmation_id") == p.ConfirmationID {
+				round = recv.trace(hex.EncodeToString(sp.TraceId))
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("the settler's trace:\n%s", spanTree(round))
+	var root *tracepb.Span
+	var stripePosts, db int
+	for _, sp := range round {
+		switch {
+		case len(sp.ParentSpanId) == 0:
+			root = sp
+		case sp.Name == "stripe POST":
+			stripePosts++
+		case attr(sp, "db.system.name") == "postgresql":
+			db++
+		}
+	}
+	if root == nil || root.Name != "settle unknown outcomes" || hex.EncodeToString(root.TraceId) == secondTrace {
+		t.Fatalf("settler's root span %v: want a trace of its own", root)
+	}
+	if stripePosts == 0 || db == 0 {
+		t.Fatalf("the settler's trace has %d Stripe requests and %d database spans", stripePosts, db)
+	}
+	var sendInSecond bool
+	for _, sp := range recv.trace(secondTrace) {
+		if sp.Name == "second_call/send" && attr(sp, "billingd.confirmation_id") == p.ConfirmationID {
+			sendInSecond = true
+		}
+	}
+	if !sendInSecond {
+		t.Fatal("the second call's trace has no send step naming the same confirmation")
+	}
 }
