@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -24,12 +25,13 @@ func serve(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	traces, err := tracing.Setup(ctx, e.getenv)
+	log := app.NewLogger(cfg, e.stderr)
+	traces, err := tracing.Setup(ctx, e.getenv, log)
 	if err != nil {
 		return err
 	}
-	defer flushTraces(ctx, traces, e)
-	a, err := app.New(ctx, cfg, app.Options{LogOutput: e.stderr, Tracing: traces})
+	defer flushTraces(ctx, traces, log)
+	a, err := app.New(ctx, cfg, app.Options{Logger: log, Tracing: traces})
 	if err != nil {
 		return err
 	}
@@ -54,11 +56,11 @@ const traceFlushGrace = 5 * time.Second
 
 // flushTraces sends the spans not yet sent (after the requests and rounds
 // that made them have ended) and stops tracing.
-func flushTraces(ctx context.Context, traces *tracing.Tracing, e env) {
+func flushTraces(ctx context.Context, traces *tracing.Tracing, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushGrace)
 	defer cancel()
 	if err := traces.Shutdown(ctx); err != nil {
-		fmt.Fprintf(e.stderr, "billingd: flushing traces: %v\n", err)
+		log.Warn("traces: spans not sent at exit", "err", err)
 	}
 }
 

@@ -19,6 +19,7 @@ const (
 	AttrErrorType    = attribute.Key("error.type")
 	methodToolsCall  = "tools/call"
 	errorTypeTool    = "tool_error"
+	errorTypeJSONRPC = "jsonrpc_error"
 	operationExecute = "execute_tool"
 )
 
@@ -52,10 +53,10 @@ func (t *Tracing) MCPMiddleware() sdk.Middleware {
 			res, err := next(ctx, method, req)
 			switch r, _ := res.(*sdk.CallToolResult); {
 			case err != nil:
-				// The SDK's own error text (a JSON-RPC error), never a
-				// secret: billingd's errors reach clients as tool results.
-				span.SetStatus(codes.Error, err.Error())
-				span.SetAttributes(AttrErrorType.String("jsonrpc_error"))
+				// A JSON-RPC error: its text may quote the request's
+				// arguments (a token among them), so it is not recorded.
+				span.SetStatus(codes.Error, "")
+				span.SetAttributes(AttrErrorType.String(errorTypeJSONRPC))
 			case r != nil && r.IsError:
 				span.SetStatus(codes.Error, "")
 				span.SetAttributes(AttrErrorType.String(errorTypeTool))

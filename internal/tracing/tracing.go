@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -44,13 +45,15 @@ func Enabled(getenv func(string) string) bool {
 
 // Setup starts tracing when getenv asks for it (Enabled) and returns nil,
 // with nothing changed, when it does not. On, it installs the provider and
-// the W3C trace-context propagator as OpenTelemetry's globals. The caller
-// must Shutdown what it returns, which flushes the spans not yet sent.
+// the W3C trace-context propagator as OpenTelemetry's globals, and has the
+// SDK's errors (a collector that cannot be reached) logged on log as
+// warnings. The caller must Shutdown what it returns, which flushes the
+// spans not yet sent.
 //
 // The exporter is OTLP over HTTP (protobuf); the SDK reads its OTEL_*
 // variables from the process environment itself. Invalid settings stop
 // billingd at start, naming the variable.
-func Setup(ctx context.Context, getenv func(string) string) (*Tracing, error) {
+func Setup(ctx context.Context, getenv func(string) string, log *slog.Logger) (*Tracing, error) {
 	if !Enabled(getenv) {
 		return nil, nil
 	}
@@ -72,6 +75,9 @@ func Setup(ctx context.Context, getenv func(string) string) (*Tracing, error) {
 	// The sampler is the SDK's default: OTEL_TRACES_SAMPLER, or parent-based
 	// always-on.
 	t := New(sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res)))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("traces: OpenTelemetry SDK error; spans may be lost", "err", err)
+	}))
 	otel.SetTracerProvider(t.provider)
 	otel.SetTextMapPropagator(t.propagator)
 	return t, nil

@@ -3,6 +3,7 @@ package tracing
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -48,7 +50,7 @@ func TestSetupOffChangesNothing(t *testing.T) {
 		"none":     {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_EXPORTER": "none"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			tr, err := Setup(context.Background(), env(vars))
+			tr, err := Setup(context.Background(), env(vars), slog.New(slog.DiscardHandler))
 			if err != nil || tr != nil {
 				t.Fatalf("Setup = %v, %v; want nil, nil", tr, err)
 			}
@@ -82,7 +84,7 @@ func TestSetupOffChangesNothing(t *testing.T) {
 func TestSetupRefusesWhatItCannotSend(t *testing.T) {
 	for _, name := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_TRACES_EXPORTER"} {
 		vars := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", name: "grpc"}
-		if _, err := Setup(context.Background(), env(vars)); err == nil || !strings.Contains(err.Error(), name) {
+		if _, err := Setup(context.Background(), env(vars), slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=grpc: err %v, want one naming it", name, err)
 		}
 	}
@@ -210,5 +212,25 @@ func TestMCPSpan(t *testing.T) {
 		if !hasAttr(s.Attributes(), want) {
 			t.Errorf("missing %s=%s in %v", want.Key, want.Value.String(), s.Attributes())
 		}
+	}
+}
+
+// TestMCPErrorTextNotRecorded: a JSON-RPC error's text may quote the call's
+// arguments (a confirm token), so its span records only that it failed.
+func TestMCPErrorTextNotRecorded(t *testing.T) {
+	tr, rec := recording(t)
+	next := func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		return nil, errors.New(`invalid params: confirm_token "pbc_secret" is not a string`)
+	}
+	req := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: "upgrade_plan"}}
+	if _, err := tr.MCPMiddleware()(next)(context.Background(), "tools/call", req); err == nil {
+		t.Fatal("the error was swallowed")
+	}
+	s := rec.Ended()[0]
+	if s.Status().Code != codes.Error || strings.Contains(s.Status().Description, "pbc_") || len(s.Events()) != 0 {
+		t.Fatalf("span status %+v, events %v: want an error without its text", s.Status(), s.Events())
+	}
+	if !hasAttr(s.Attributes(), AttrErrorType.String(errorTypeJSONRPC)) {
+		t.Fatalf("no error.type in %v", s.Attributes())
 	}
 }
