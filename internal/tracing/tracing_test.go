@@ -234,3 +234,31 @@ func TestMCPErrorTextNotRecorded(t *testing.T) {
 		t.Fatalf("no error.type in %v", s.Attributes())
 	}
 }
+
+// TestMCPMetaTraceContext: a client's trace context in params._meta
+// (SEP-414) is the MCP span's parent, linked to the HTTP server span the
+// header names; a request without params is traced as well.
+func TestMCPMetaTraceContext(t *testing.T) {
+	tr, rec := recording(t)
+	next := func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) { return nil, nil }
+	header := http.Header{}
+	header.Set("traceparent", callerHeader)
+	const metaSpan = "1111111111111111"
+	meta := "00-22222222222222222222222222222222-" + metaSpan + "-01"
+	req := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: "list_plans", Meta: sdk.Meta{"traceparent": meta}},
+		Extra: &sdk.RequestExtra{Header: header}}
+	if _, err := tr.MCPMiddleware()(next)(context.Background(), "tools/call", req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.MCPMiddleware()(next)(context.Background(), "tools/list", &sdk.ListToolsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	s := spans[0]
+	if s.Parent().SpanID().String() != metaSpan || len(s.Links()) != 1 || s.Links()[0].SpanContext.SpanID().String() != callerSpan {
+		t.Fatalf("span under %s linked to %v: want under the _meta span, linked to the header's", s.Parent().SpanID(), s.Links())
+	}
+}
