@@ -37,7 +37,7 @@ func purgeAll(ctx context.Context, a *App, what string, purge func() (int64, err
 	for ctx.Err() == nil {
 		n, err := purge()
 		if err != nil {
-			a.Log.Warn("purge failed; will retry", "what", what, "err", err)
+			a.Log.WarnContext(ctx, "purge failed; will retry", "what", what, "err", err)
 			break
 		}
 		total += n
@@ -47,7 +47,7 @@ func purgeAll(ctx context.Context, a *App, what string, purge func() (int64, err
 		time.Sleep(10 * time.Millisecond) // let the hot path in between batches
 	}
 	if total > 0 {
-		a.Log.Info("purged", "what", what, "count", total)
+		a.Log.InfoContext(ctx, "purged", "what", what, "count", total)
 	}
 	return total
 }

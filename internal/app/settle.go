@@ -32,7 +32,7 @@ func (a *App) RestoreOnce(ctx context.Context) int {
 	defer end()
 	n, err := a.Service.RestoreReleasedChanges(ctx, settleBatch)
 	if err != nil {
-		a.Log.Warn("putting back released scheduled changes failed; will retry", "err", err)
+		a.Log.WarnContext(ctx, "putting back released scheduled changes failed; will retry", "err", err)
 	}
 	return n
 }
@@ -45,7 +45,7 @@ func (a *App) SyncScheduledOnce(ctx context.Context) int {
 	defer end()
 	n, err := a.Service.SyncScheduledChanges(ctx, a.Config.SettleInterval, settleBatch)
 	if err != nil {
-		a.Log.Warn("syncing scheduled changes failed; will retry", "err", err)
+		a.Log.WarnContext(ctx, "syncing scheduled changes failed; will retry", "err", err)
 	}
 	return n
 }
@@ -71,10 +71,10 @@ func (a *App) SettleOnce(ctx context.Context) int {
 	defer end()
 	n, err := a.Service.SettleUnknownOutcomes(ctx, a.Config.SettleInterval, settleBatch)
 	if err != nil {
-		a.Log.Warn("settling unknown outcomes failed; will retry", "err", err)
+		a.Log.WarnContext(ctx, "settling unknown outcomes failed; will retry", "err", err)
 	}
 	if n > 0 {
-		a.Log.Info("settled unknown outcomes", "count", n)
+		a.Log.InfoContext(ctx, "settled unknown outcomes", "count", n)
 	}
 	return n
 }
