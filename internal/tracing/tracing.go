@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strings"
 
@@ -60,6 +61,10 @@ func Setup(ctx context.Context, getenv func(string) string, log *slog.Logger) (*
 	if err := checkEnv(getenv); err != nil {
 		return nil, err
 	}
+	// Before the exporter, which reports the variables it cannot use here.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("traces: OpenTelemetry SDK error; spans may be lost", "err", err)
+	}))
 	exporter, err := otlptracehttp.New(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT: trace exporter: %w", err)
@@ -75,17 +80,21 @@ func Setup(ctx context.Context, getenv func(string) string, log *slog.Logger) (*
 	// The sampler is the SDK's default: OTEL_TRACES_SAMPLER, or parent-based
 	// always-on.
 	t := New(sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res)))
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		log.Warn("traces: OpenTelemetry SDK error; spans may be lost", "err", err)
-	}))
 	otel.SetTracerProvider(t.provider)
 	otel.SetTextMapPropagator(t.propagator)
 	return t, nil
 }
 
 // checkEnv refuses what the SDK would otherwise get silently wrong: billingd
-// exports only over OTLP/HTTP.
+// exports only over OTLP/HTTP, to an http(s) URL.
 func checkEnv(getenv func(string) string) error {
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		if v := getenv(name); v != "" {
+			if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("%s=%s: want the collector's http:// or https:// URL", name, v)
+			}
+		}
+	}
 	if v := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); v != "" && v != "otlp" {
 		return fmt.Errorf("OTEL_TRACES_EXPORTER=%s: billingd exports traces over OTLP only (otlp, or none)", v)
 	}

@@ -88,6 +88,14 @@ func TestSetupRefusesWhatItCannotSend(t *testing.T) {
 			t.Errorf("%s=grpc: err %v, want one naming it", name, err)
 		}
 	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		for _, bad := range []string{"collector:4318", "grpc://collector:4317", "http://"} {
+			if _, err := Setup(context.Background(), env(map[string]string{name: bad}), slog.New(slog.DiscardHandler)); err == nil ||
+				!strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: err %v, want one naming it", name, bad, err)
+			}
+		}
+	}
 }
 
 // TestRequestIsOneTrace: the server span continues the caller's trace
