@@ -227,7 +227,7 @@ func (s *Service) checkAtProvider(ctx context.Context, tx Tx, caller Caller, c C
 	if s.quoteHolds(c, acct.Subscription, state) {
 		return state, nil, nil
 	}
-	s.log.Warn("subscription changed at the provider since the quote; token revoked", "confirmation_id", c.ID,
+	s.log.WarnContext(ctx, "subscription changed at the provider since the quote; token revoked", "confirmation_id", c.ID,
 		"org", c.Org, "price", state.PriceID, "status", state.Status)
 	if err := s.revokeAsDrift(ctx, tx, caller, c); err != nil {
 		return state, nil, err
@@ -444,7 +444,7 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 		outcome, err := s.afterRefusal(ctx, tx, c, acct, now, failure)
 		return redemption{outcome: outcome}, err
 	default:
-		s.log.Warn("plan change outcome unknown; settling", "confirmation_id", c.ID, "attempt", c.Attempt, "err", err)
+		s.log.WarnContext(ctx, "plan change outcome unknown; settling", "confirmation_id", c.ID, "attempt", c.Attempt, "err", err)
 		var events []AuditEvent
 		if auditUnknown {
 			unknown := s.event(caller, c.Operation, EventOperationFailed, c.ID, reasonOutcomeUnknown)
@@ -468,14 +468,14 @@ func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Co
 	sub.SyncedAt = now
 	result := ChangeResult{OK: true, Subscription: viewOf(sub), Charged: chargedFor(c, applied)}
 	if result.Notice = chargedNotice(result.Charged); result.Notice != "" {
-		s.log.Warn("invoiced amount differs from the quote or is unknown", "confirmation_id", c.ID,
+		s.log.WarnContext(ctx, "invoiced amount differs from the quote or is unknown", "confirmation_id", c.ID,
 			"quoted", result.Charged.QuotedAmountDueNowCents, "invoice_id", result.Charged.InvoiceID)
 	}
 	// The change was made: a receipt that cannot be signed must not stop it
 	// being recorded.
 	rcpt, err := s.receiptFor(c, sub, now, result.Charged)
 	if err != nil {
-		s.log.Error("executed change recorded without a receipt", "confirmation_id", c.ID, "err", err)
+		s.log.ErrorContext(ctx, "executed change recorded without a receipt", "confirmation_id", c.ID, "err", err)
 	}
 	if rcpt != nil {
 		result.Receipt = rcpt.Receipt

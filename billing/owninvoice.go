@@ -15,7 +15,7 @@ func (s *Service) ownInvoice(ctx context.Context, c Confirmation, subscriptionID
 	defer cancel()
 	invoices, err := s.payments.SubscriptionInvoices(ctx, subscriptionID, c.AttemptedAt.Add(-invoiceSkew))
 	if err != nil {
-		s.log.Warn("the change's own invoice was not found: amount invoiced unknown", "confirmation_id", c.ID, "err", err)
+		s.log.WarnContext(ctx, "the change's own invoice was not found: amount invoiced unknown", "confirmation_id", c.ID, "err", err)
 		return nil
 	}
 	for i := range invoices {

@@ -125,6 +125,29 @@ type StepEvent struct {
 // fail the step: the faults it brings about are real ones.
 type StepHook func(ctx context.Context, at StepEvent)
 
+// StepHooks runs each of hooks in turn at every step (tracing's, then the
+// failpoints'); nil ones are left out, and when none is left it is nil, so
+// a step still costs one nil check.
+func StepHooks(hooks ...StepHook) StepHook {
+	var armed []StepHook
+	for _, h := range hooks {
+		if h != nil {
+			armed = append(armed, h)
+		}
+	}
+	switch len(armed) {
+	case 0:
+		return nil
+	case 1:
+		return armed[0]
+	}
+	return func(ctx context.Context, at StepEvent) {
+		for _, h := range armed {
+			h(ctx, at)
+		}
+	}
+}
+
 // At runs the hook, if any, for step.
 func (h StepHook) At(ctx context.Context, step Step, at StepEvent) {
 	if h == nil {

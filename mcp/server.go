@@ -49,6 +49,9 @@ type Config struct {
 	// request that arrives minutes later. Confirmations are timed by the
 	// database's clock, never by this one.
 	Clock func() time.Time
+	// Middleware, when set, wraps every MCP request outside billingd's own
+	// handling (internal/tracing's span per request).
+	Middleware sdk.Middleware
 }
 
 // HandshakeObserver receives the outcome of each handshake call
@@ -95,6 +98,9 @@ func newServer(cfg Config, states stateSealer) *sdk.Server {
 	registerTools(s, t)
 	registerView(s, t)
 	s.AddReceivingMiddleware(sdkErrorsAsContract(cfg.logger()))
+	if cfg.Middleware != nil {
+		s.AddReceivingMiddleware(cfg.Middleware) // added last: outermost
+	}
 	return s
 }
 

@@ -66,6 +66,7 @@ func renderResults(opts options, res results) string {
 		writeRoundTrips(&b, res.trips)
 	}
 	writeFailpoints(&b, measureFailpoints(res.throughput))
+	writeTraces(&b, measureTraces(res.throughput))
 	fmt.Fprintf(&b, "### Memory\n\nPeak RSS of the billingd process over the whole run (VmHWM): **%.1f MiB**.\n\n", mib(res.peakRSSKiB))
 	if len(res.throughput) > 0 {
 		writeTargets(&b, opts, res)

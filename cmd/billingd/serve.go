@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
 	"github.com/billingd/billingd/internal/app"
+	"github.com/billingd/billingd/internal/tracing"
 )
 
 // shutdownGrace is how long in-flight requests get to finish after SIGTERM.
@@ -23,7 +25,13 @@ func serve(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	a, err := app.New(ctx, cfg, app.Options{LogOutput: e.stderr})
+	log := app.NewLogger(cfg, e.stderr)
+	traces, err := tracing.Setup(ctx, e.getenv, log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces(ctx, traces, log)
+	a, err := app.New(ctx, cfg, app.Options{Logger: log, Tracing: traces})
 	if err != nil {
 		return err
 	}
@@ -41,6 +49,19 @@ func serve(ctx context.Context, e env, args []string) error {
 	}
 	logListening(a, ln, metricsLn)
 	return serveUntilDone(ctx, a, ln, metricsLn)
+}
+
+// traceFlushGrace bounds how long sending the last spans may delay exit.
+const traceFlushGrace = 5 * time.Second
+
+// flushTraces sends the spans not yet sent (after the requests and rounds
+// that made them have ended) and stops tracing.
+func flushTraces(ctx context.Context, traces *tracing.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushGrace)
+	defer cancel()
+	if err := traces.Shutdown(ctx); err != nil {
+		log.Warn("traces: spans not sent at exit", "err", err)
+	}
 }
 
 // listenMetrics opens the metrics listener (METRICS_ADDR), or none when

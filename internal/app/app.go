@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billingd/billingd/billing"
@@ -28,6 +29,7 @@ import (
 	"github.com/billingd/billingd/internal/signin"
 	"github.com/billingd/billingd/internal/stripepay"
 	"github.com/billingd/billingd/internal/telemetry"
+	"github.com/billingd/billingd/internal/tracing"
 	"github.com/billingd/billingd/mcp"
 	"github.com/billingd/billingd/rest"
 )
@@ -52,6 +54,8 @@ type App struct {
 	// Receipts signs receipts and audit checkpoints; its published keys
 	// are served at /.well-known/jwks.json.
 	Receipts *receipt.Set
+	// tracing is nil when traces are off.
+	tracing  *tracing.Tracing
 	verifier *auth.Verifier
 	// signIn signs people in on the pages; nil without OIDC_CLIENT_ID.
 	signIn rest.SignIn
@@ -67,6 +71,9 @@ type Options struct {
 	LogOutput io.Writer
 	// Tracer observes every database query.
 	Tracer pgx.QueryTracer
+	// Tracing, when not nil, traces requests, queries, Stripe requests
+	// and the money path's steps (internal/tracing; OTEL_* variables).
+	Tracing *tracing.Tracing
 }
 
 // New builds billingd from cfg: it migrates the database when
@@ -83,28 +90,30 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	if err := cfg.CheckReceiptKeyCustody(); err != nil {
 		return nil, err
 	}
-	a := &App{Config: cfg, Log: opts.Logger}
+	a := &App{Config: cfg, Log: opts.Logger, tracing: opts.Tracing}
 	if a.Log == nil {
 		a.Log = NewLogger(cfg, opts.LogOutput)
 	}
-	pool, err := OpenDatabase(ctx, cfg, opts.Tracer)
+	a.Log = slog.New(a.tracing.LogHandler(a.Log.Handler()))
+	queries := queryTracers(opts.Tracer, a.tracing.QueryTracer())
+	pool, err := OpenDatabase(ctx, cfg, queries)
 	if err != nil {
 		return nil, err
 	}
 	a.Pool = pool
-	if a.Executions, err = OpenExecutions(ctx, cfg, opts.Tracer); err != nil {
+	if a.Executions, err = OpenExecutions(ctx, cfg, queries); err != nil {
 		a.Close()
 		return nil, err
 	}
 	a.Store = postgres.NewStore(pool).WithExecutions(a.Executions)
 	a.Metrics = telemetry.New()
 	a.Metrics.ObservePool(pool)
-	payments := a.Metrics.ObservePayments(paymentsFor(cfg, opts.Payments), a.Log)
+	payments := a.Metrics.ObservePayments(paymentsFor(cfg, opts.Payments, a.tracing), a.Log)
 	if a.Receipts, err = receipt.Load(ctx, cfg.ReceiptSigningKeys, a.Store); err != nil {
 		a.Close()
 		return nil, err
 	}
-	if a.Service, err = newService(cfg, a.Store, payments, a.Log, a.Receipts); err != nil {
+	if a.Service, err = newService(cfg, a.Store, payments, a.Log, a.Receipts, a.tracing); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -163,7 +172,7 @@ func (a *App) edge() http.Handler {
 		NoStorePrefixes: []string{"/api/", "/mcp"},
 	}, api)
 	edge.Handle("/mcp", mcp.Handler(a.MCPConfig()))
-	return edge
+	return a.tracing.Handler(edge)
 }
 
 // MetricsHandler serves m at /metrics (and nothing else) for the metrics
@@ -192,7 +201,8 @@ func HTTPServer(cfg config.Config, handler http.Handler) *http.Server {
 // MCPConfig is what the MCP tools need at /mcp.
 func (a *App) MCPConfig() mcp.Config {
 	return mcp.Config{Service: a.Service, Verifier: a.verifier, PublicBaseURL: a.Config.PublicBaseURL, Logger: a.Log,
-		RequestStateKey: []byte(a.Config.MCPRequestStateKey), Observer: a.Metrics, ReplicaID: a.Config.MCPReplicaID}
+		RequestStateKey: []byte(a.Config.MCPRequestStateKey), Observer: a.Metrics, ReplicaID: a.Config.MCPReplicaID,
+		Middleware: a.tracing.MCPMiddleware()}
 }
 
 // Close releases the database pool and stops the key refresh.
@@ -262,23 +272,24 @@ func MigrateUp(databaseURL string) error {
 // Stripe provider from the configuration), for commands that execute no
 // change (it signs no receipts).
 func NewService(cfg config.Config, store billing.Store, payments billing.PaymentProvider, log *slog.Logger) (*billing.Service, error) {
-	return newService(cfg, store, payments, log, nil)
+	return newService(cfg, store, payments, log, nil, nil)
 }
 
-// newService is NewService signing receipts with receipts.
+// newService is NewService signing receipts with receipts, its steps
+// traced by traces (nil: not traced).
 func newService(cfg config.Config, store billing.Store, payments billing.PaymentProvider, log *slog.Logger,
-	receipts billing.ReceiptSigner) (*billing.Service, error) {
+	receipts billing.ReceiptSigner, traces *tracing.Tracing) (*billing.Service, error) {
 	catalog, err := billing.NewCatalog(cfg.Plans)
 	if err != nil {
 		return nil, fmt.Errorf("plan catalog: %w", err)
 	}
 	return billing.NewService(billing.Config{
-		Store: store, Payments: paymentsFor(cfg, payments), Catalog: catalog,
+		Store: store, Payments: paymentsFor(cfg, payments, traces), Catalog: catalog,
 		TokenTTL: cfg.ConfirmTTL, ClockSkew: cfg.ConfirmClockSkew,
 		ExecutionTimeout: cfg.StripeTimeout, Limits: cfg.RateLimits, PublicBaseURL: cfg.PublicBaseURL,
 		VerifyACRValues: cfg.VerifyACRValues, PersonClients: cfg.PersonClients, Logger: log,
 		Receipts: receipts, Livemode: cfg.StripeLivemode(), MaxExecutions: cfg.ConfirmConcurrency,
-		Steps: stepHook(cfg, log),
+		Steps: billing.StepHooks(traces.StepHook(), stepHook(cfg, log)),
 	})
 }
 
@@ -293,13 +304,37 @@ func stepHook(cfg config.Config, log *slog.Logger) billing.StepHook {
 }
 
 // paymentsFor returns payments, or the Stripe provider the configuration
-// describes when it is nil.
-func paymentsFor(cfg config.Config, payments billing.PaymentProvider) billing.PaymentProvider {
+// describes when it is nil, its requests and steps traced by traces (nil:
+// not traced).
+func paymentsFor(cfg config.Config, payments billing.PaymentProvider, traces *tracing.Tracing) billing.PaymentProvider {
 	if payments != nil {
 		return payments
 	}
+	var wrap func(http.RoundTripper) http.RoundTripper
+	if traces != nil {
+		wrap = traces.Transport
+	}
 	return stripepay.New(stripepay.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout,
-		MaxNetworkRetries: int64(cfg.StripeMaxNetworkRetries), Steps: stepHook(cfg, slog.New(slog.DiscardHandler))})
+		MaxNetworkRetries: int64(cfg.StripeMaxNetworkRetries), WrapTransport: wrap,
+		Steps: billing.StepHooks(traces.StepHook(), stepHook(cfg, slog.New(slog.DiscardHandler)))})
+}
+
+// queryTracers is every tracer of database queries that is set, as one (nil
+// when none is).
+func queryTracers(tracers ...pgx.QueryTracer) pgx.QueryTracer {
+	var set []pgx.QueryTracer
+	for _, t := range tracers {
+		if t != nil {
+			set = append(set, t)
+		}
+	}
+	switch len(set) {
+	case 0:
+		return nil
+	case 1:
+		return set[0]
+	}
+	return multitracer.New(set...)
 }
 
 // webhookParser is the Stripe adapter's webhook parser bound to secret, in

@@ -21,6 +21,8 @@ func (a *App) RunPurge(ctx context.Context) {
 // sessions are purged in a loop of their own, until none are left, whether
 // or not any confirmation was.
 func (a *App) PurgeOnce(ctx context.Context) int64 {
+	ctx, end := a.tracing.Round(ctx, "purge")
+	defer end()
 	total := purgeAll(ctx, a, "confirmations", func() (int64, error) {
 		return a.Store.PurgeFinished(ctx, a.Config.PurgeRetention, purgeBatch)
 	})
@@ -35,7 +37,7 @@ func purgeAll(ctx context.Context, a *App, what string, purge func() (int64, err
 	for ctx.Err() == nil {
 		n, err := purge()
 		if err != nil {
-			a.Log.Warn("purge failed; will retry", "what", what, "err", err)
+			a.Log.WarnContext(ctx, "purge failed; will retry", "what", what, "err", err)
 			break
 		}
 		total += n
@@ -45,7 +47,7 @@ func purgeAll(ctx context.Context, a *App, what string, purge func() (int64, err
 		time.Sleep(10 * time.Millisecond) // let the hot path in between batches
 	}
 	if total > 0 {
-		a.Log.Info("purged", "what", what, "count", total)
+		a.Log.InfoContext(ctx, "purged", "what", what, "count", total)
 	}
 	return total
 }

@@ -14,7 +14,9 @@ const settleBatch = 100
 // each unsettled confirmation to one replica at a time. A change whose
 // answer was lost and whose client never retried is recorded here. It
 // also reads back subscriptions whose scheduled change is due, so that a
-// change Stripe made at its renewal shows without a webhook.
+// change Stripe made at its renewal shows without a webhook. With traces
+// on, each of its rounds is a trace of its own, whose step spans name the
+// confirmation they act on (billingd.confirmation_id).
 func (a *App) RunSettle(ctx context.Context) {
 	every(ctx, a.Config.SettleInterval, func() {
 		a.SettleOnce(ctx)
@@ -26,9 +28,11 @@ func (a *App) RunSettle(ctx context.Context) {
 // RestoreOnce tries again to put back scheduled changes that changes not
 // made released (contract §6) and returns how many it looked at.
 func (a *App) RestoreOnce(ctx context.Context) int {
+	ctx, end := a.tracing.Round(ctx, "restore released changes")
+	defer end()
 	n, err := a.Service.RestoreReleasedChanges(ctx, settleBatch)
 	if err != nil {
-		a.Log.Warn("putting back released scheduled changes failed; will retry", "err", err)
+		a.Log.WarnContext(ctx, "putting back released scheduled changes failed; will retry", "err", err)
 	}
 	return n
 }
@@ -37,9 +41,11 @@ func (a *App) RestoreOnce(ctx context.Context) int {
 // at least SETTLE_INTERVAL (webhooks usually tell sooner) and returns how
 // many subscriptions it read back.
 func (a *App) SyncScheduledOnce(ctx context.Context) int {
+	ctx, end := a.tracing.Round(ctx, "sync scheduled changes")
+	defer end()
 	n, err := a.Service.SyncScheduledChanges(ctx, a.Config.SettleInterval, settleBatch)
 	if err != nil {
-		a.Log.Warn("syncing scheduled changes failed; will retry", "err", err)
+		a.Log.WarnContext(ctx, "syncing scheduled changes failed; will retry", "err", err)
 	}
 	return n
 }
@@ -61,12 +67,14 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 // SettleOnce settles the unknown outcomes left alone for at least
 // SETTLE_INTERVAL and returns how many it looked at.
 func (a *App) SettleOnce(ctx context.Context) int {
+	ctx, end := a.tracing.Round(ctx, "settle unknown outcomes")
+	defer end()
 	n, err := a.Service.SettleUnknownOutcomes(ctx, a.Config.SettleInterval, settleBatch)
 	if err != nil {
-		a.Log.Warn("settling unknown outcomes failed; will retry", "err", err)
+		a.Log.WarnContext(ctx, "settling unknown outcomes failed; will retry", "err", err)
 	}
 	if n > 0 {
-		a.Log.Info("settled unknown outcomes", "count", n)
+		a.Log.InfoContext(ctx, "settled unknown outcomes", "count", n)
 	}
 	return n
 }

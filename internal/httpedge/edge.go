@@ -21,11 +21,16 @@
 package httpedge
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/requestid"
@@ -143,6 +148,7 @@ func (e *Edge) finish(w *writer, r *http.Request, ex *exchange, start time.Time)
 	if ex.org != "" || ex.principal != "" {
 		attrs = append(attrs, "org", ex.org, "principal", ex.principal)
 	}
+	nameSpan(r.Context(), method, ex)
 	e.log.InfoContext(r.Context(), "request", attrs...)
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.ObserveRequest(method, ex.route, status, elapsed)
@@ -174,4 +180,19 @@ func MethodLabel(method string) string {
 		return method
 	}
 	return "OTHER"
+}
+
+// nameSpan names the request's server span, when it is traced
+// (internal/tracing), by its route template, as its log line and metric
+// are: "POST /api/billing/upgrade". Untraced, it is one context lookup.
+func nameSpan(ctx context.Context, method string, ex *exchange) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	if ex.route != routeUnmatched {
+		span.SetName(method + " " + ex.route)
+		span.SetAttributes(semconv.HTTPRoute(ex.route))
+	}
+	span.SetAttributes(attribute.String("billingd.request_id", ex.id))
 }

@@ -67,6 +67,9 @@ type Config struct {
 	// leaves every retry to billing; DefaultMaxNetworkRetries is billingd's
 	// default (STRIPE_MAX_NETWORK_RETRIES).
 	MaxNetworkRetries int64
+	// WrapTransport, when set, wraps the transport requests go through:
+	// tracing's client span per request (internal/tracing).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
 	// Steps runs when a named step of a period-end change begins
 	// (billing.StepRelease, StepScheduleCreate, StepPhases, StepKeep): the
 	// failpoints of tests. nil in production.
@@ -137,12 +140,26 @@ func keepAliveTransport() *http.Transport {
 func httpClient(cfg Config) *http.Client {
 	timeout := requestTimeout(cfg)
 	if cfg.HTTPClient == nil {
-		return &http.Client{Timeout: timeout, Transport: keepAliveTransport()}
+		return &http.Client{Timeout: timeout, Transport: wrap(cfg, keepAliveTransport())}
 	}
-	if cfg.HTTPClient.Timeout != 0 {
+	if cfg.HTTPClient.Timeout != 0 && cfg.WrapTransport == nil {
 		return cfg.HTTPClient
 	}
 	c := *cfg.HTTPClient // a copy, so the caller's client keeps its settings
-	c.Timeout = timeout
+	if c.Timeout == 0 {
+		c.Timeout = timeout
+	}
+	if c.Transport == nil {
+		c.Transport = http.DefaultTransport
+	}
+	c.Transport = wrap(cfg, c.Transport)
 	return &c
+}
+
+// wrap is rt wrapped by cfg.WrapTransport, if any.
+func wrap(cfg Config, rt http.RoundTripper) http.RoundTripper {
+	if cfg.WrapTransport == nil {
+		return rt
+	}
+	return cfg.WrapTransport(rt)
 }

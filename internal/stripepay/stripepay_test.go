@@ -193,6 +193,30 @@ func TestHTTPClientTimeout(t *testing.T) {
 	}
 }
 
+// TestWrapTransport: tracing's wrapper sees every request, whichever client
+// the provider was given, and the caller's client keeps its transport.
+func TestWrapTransport(t *testing.T) {
+	var wrapped []http.RoundTripper
+	wrap := func(rt http.RoundTripper) http.RoundTripper {
+		wrapped = append(wrapped, rt)
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) { return rt.RoundTrip(r) })
+	}
+	own := &http.Client{Timeout: 3 * time.Second}
+	for _, cfg := range []Config{{WrapTransport: wrap}, {WrapTransport: wrap, HTTPClient: own}} {
+		c := httpClient(cfg)
+		if _, ok := c.Transport.(roundTripFunc); !ok {
+			t.Errorf("client given %v: transport %T not wrapped", cfg.HTTPClient, c.Transport)
+		}
+	}
+	if own.Transport != nil || len(wrapped) != 2 || wrapped[1] != http.DefaultTransport {
+		t.Errorf("the caller's client changed (%T) or the wrapper did not get its transport (%v)", own.Transport, wrapped)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 // Against stripe-mock: the requests are valid for Stripe's API spec and the
 // responses map into the billing types. stripe-mock answers with fixtures,
 // so only shapes are checked, not amounts.
