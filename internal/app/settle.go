@@ -14,13 +14,29 @@ const settleBatch = 100
 // each unsettled confirmation to one replica at a time. A change whose
 // answer was lost and whose client never retried is recorded here. It
 // also reads back subscriptions whose scheduled change is due, so that a
-// change Stripe made at its renewal shows without a webhook.
+// change Stripe made at its renewal shows without a webhook, and rejects
+// changes whose approvals did not come within their window.
 func (a *App) RunSettle(ctx context.Context) {
 	every(ctx, a.Config.SettleInterval, func() {
 		a.SettleOnce(ctx)
 		a.SyncScheduledOnce(ctx)
 		a.RestoreOnce(ctx)
+		a.ExpireApprovalsOnce(ctx)
 	})
+}
+
+// ExpireApprovalsOnce rejects (reason expired) the changes still waiting
+// for approvals when their window ended, and returns how many: fail
+// closed, on every replica, from the database alone.
+func (a *App) ExpireApprovalsOnce(ctx context.Context) int {
+	n, err := a.Service.ExpireApprovals(ctx, settleBatch)
+	if err != nil {
+		a.Log.Warn("rejecting expired approvals failed; will retry", "err", err)
+	}
+	if n > 0 {
+		a.Log.Info("rejected changes whose approval window ended", "count", n)
+	}
+	return n
 }
 
 // RestoreOnce tries again to put back scheduled changes that changes not
