@@ -280,8 +280,8 @@ const (
 	// EventApprovalExpired: a change's approvals were not complete when its
 	// window ended, and it was rejected (reason expired): fail closed.
 	EventApprovalExpired = "APPROVAL_EXPIRED"
-	EventPolicyUpdated     = "POLICY_UPDATED"
-	EventUserVerified      = "USER_VERIFIED"
+	EventPolicyUpdated   = "POLICY_UPDATED"
+	EventUserVerified    = "USER_VERIFIED"
 	// EventScheduledChangeApplied: the provider made a scheduled change
 	// (at the renewal), as billingd learnt from it.
 	EventScheduledChangeApplied = "SCHEDULED_CHANGE_APPLIED"
