@@ -131,12 +131,12 @@ func (s *Service) checkApprovable(c Confirmation, approver Caller, decision Appr
 	return nil
 }
 
-// alreadyDecided reports whether decision changes nothing: the approver
-// approved before (an approval counts once), the change has all the
-// approvals it needs, or it was rejected already.
+// alreadyDecided reports whether decision repeats one made: the approver
+// approved before (an approval counts once), or the change was rejected
+// already.
 func alreadyDecided(c Confirmation, approver Caller, decision Approval) bool {
 	if decision == ApprovalGranted {
-		return c.Approval == ApprovalGranted || slices.Contains(c.Approvers, approver.Principal)
+		return slices.Contains(c.Approvers, approver.Principal)
 	}
 	return c.Approval == ApprovalRejected
 }
