@@ -27,18 +27,31 @@ const (
 	reasonExpired  = "expired"  // its window ended before enough approvals
 )
 
-// ApprovalProgress is how far a change that waits for approvers got.
+// ApprovalProgress is how far a change that waits for approvers got: both
+// set for a change that needs approval, both absent otherwise (pointers, so
+// that none given yet still shows as 0, and the JSON schema MCP derives
+// has them optional).
 type ApprovalProgress struct {
-	ApprovalsGiven    int `json:"approvals_given"`
-	ApprovalsRequired int `json:"approvals_required"`
+	ApprovalsGiven    *int `json:"approvals_given,omitempty"`
+	ApprovalsRequired *int `json:"approvals_required,omitempty"`
 }
 
-// progressOf is c's approval progress; nil when c needs no approval.
-func progressOf(c Confirmation) *ApprovalProgress {
-	if c.Approval == "" {
-		return nil
+// Counts returns the progress as numbers; ok is false when no approval is
+// needed.
+func (p ApprovalProgress) Counts() (given, required int, ok bool) {
+	if p.ApprovalsGiven == nil || p.ApprovalsRequired == nil {
+		return 0, 0, false
 	}
-	return &ApprovalProgress{ApprovalsGiven: len(c.Approvers), ApprovalsRequired: approvalsNeeded(c)}
+	return *p.ApprovalsGiven, *p.ApprovalsRequired, true
+}
+
+// progressOf is c's approval progress; empty when c needs no approval.
+func progressOf(c Confirmation) ApprovalProgress {
+	if c.Approval == "" {
+		return ApprovalProgress{}
+	}
+	given, required := len(c.Approvers), approvalsNeeded(c)
+	return ApprovalProgress{ApprovalsGiven: &given, ApprovalsRequired: &required}
 }
 
 // approvalsNeeded is c's N; a confirmation stored before N existed needs one.

@@ -54,7 +54,7 @@ type ConfirmationView struct {
 	// Approvers are the people who approved so far; ApprovalProgress says
 	// how many approved and how many are needed.
 	Approvers []string `json:"approvers,omitempty"`
-	*ApprovalProgress
+	ApprovalProgress
 	// VerificationRequired is set when the org's policy asked for the
 	// verify level; VerifiedAt once the requester proved a fresh sign-in.
 	VerificationRequired bool       `json:"verification_required,omitempty"`

@@ -263,7 +263,7 @@ type Details struct {
 	CancelsScheduledChange *ScheduledChangeView `json:"cancels_scheduled_change,omitempty"`
 	// ApprovalProgress, for a change that waits for approvers: how many
 	// have approved and how many are needed.
-	*ApprovalProgress
+	ApprovalProgress
 }
 
 // Event names of the audit log (contract §8).
