@@ -138,6 +138,8 @@ func (s *Service) checkApprovable(c Confirmation, approver Caller, decision Appr
 		return Errorf(CodeOperationDenied, "a change cannot be approved by the person who asked for it")
 	case alreadyDecided(c, approver, decision):
 		return nil
+	case c.Status == StatusRejected && c.Failure == reasonExpired:
+		return Errorf(CodeTokenExpired, "%s", msgApprovalExpired)
 	case c.Status != StatusPending || c.Approval != ApprovalPending:
 		return Errorf(CodeTokenInvalid, "the confirmation is no longer waiting for approval")
 	}

@@ -247,10 +247,11 @@ async function decideInline(id, decision, button) {
   if (!res.ok) {
     fail(describeError(res));
   } else if (decision === "approve" && res.data.approval === "pending") {
-    say(`Approved the change ${res.data.principal} asked for (${approvalsText(res.data)}); it waits for ` +
-      `${res.data.approvals_required - res.data.approvals_given} more approver(s) before it can be made.`);
+    const more = res.data.approvals_required - res.data.approvals_given;
+    say(`Approved the change ${res.data.principal} asked for: ${approvalsText(res.data)}; it waits for ` +
+      `${more} more approver${more === 1 ? "" : "s"} before it can be made.`);
   } else if (decision === "approve") {
-    say(`Approved the change ${res.data.principal} asked for (${approvalsText(res.data)}); their next call makes it.`);
+    say(`Approved the change ${res.data.principal} asked for: ${approvalsText(res.data)}; their next call makes it.`);
   } else {
     say(`Rejected the change ${res.data.principal} asked for; it will not be made.`);
   }
