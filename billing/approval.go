@@ -272,9 +272,9 @@ const approvalExpiryRequestID = "approval_expiry"
 // comes first records the same (approvalLapsed).
 func (s *Service) ExpireApprovals(ctx context.Context, limit int) (int, error) {
 	n := 0
-	var seen []string
-	for n < limit {
-		found := false
+	var seen []string // each looked at once a round
+	for len(seen) < limit {
+		found, expired := false, false
 		err := s.store.InTx(ctx, func(tx Tx) error {
 			c, now, err := tx.LockLapsedApproval(ctx, s.skew, seen)
 			if errors.Is(err, ErrNotFound) {
@@ -288,15 +288,18 @@ func (s *Service) ExpireApprovals(ctx context.Context, limit int) (int, error) {
 			if !s.approvalLapsed(c, now) {
 				return nil
 			}
+			expired = true
 			return s.expireApproval(ctx, tx, approvalExpiryRequestID, c)
 		})
 		if err != nil {
 			return n, storeError("expire approvals", err)
 		}
 		if !found {
-			return n, nil
+			break
 		}
-		n++
+		if expired {
+			n++
+		}
 	}
 	return n, nil
 }
