@@ -142,7 +142,7 @@ func elicitParams(p pending) *sdk.ElicitParams {
 	if p.Mode == modeURL {
 		return &sdk.ElicitParams{
 			Mode: modeURL, URL: p.Proposal.ApprovalURL, ElicitationID: p.Proposal.ConfirmationID,
-			Message: p.Proposal.Summary + "\n\nThe organisation's policy requires another billing administrator to approve " +
+			Message: p.Proposal.Summary + "\n\nThe organisation's policy requires " + approversText(p.Proposal.Details) + " to approve " +
 				"this change on the approval page before it can run. Open the page to follow the approval or to share it with an approver.",
 		}
 	}
