@@ -98,6 +98,10 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 			return r, settledLater(err)
 		}
 	}
+	if s.approvalLapsed(c, now) { // fail closed (approval.go)
+		return redemption{outcome: errApprovalRejected(Confirmation{Failure: reasonExpired})},
+			s.expireApproval(ctx, tx, caller.RequestID, c)
+	}
 	if r := s.checkRedeemable(c, acct, req, now); r != nil {
 		if r.reason == "" { // waiting for approval: nothing to record
 			return redemption{outcome: r.err}, nil
@@ -177,10 +181,10 @@ func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c
 		denied := s.event(caller, c.Operation, EventOperationDenied, c.ID, reason)
 		return errDenied(reason), tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusInvalidated,
 			Events: []AuditEvent{revoked, denied}})
-	case action == ActionApprove && c.Approval == "":
-		// The policy came to ask for approval after the token was issued.
-		return errApprovalPending(), tx.Record(ctx, Record{ConfirmationID: c.ID,
-			Approval: &ApprovalDecision{State: ApprovalPending}})
+	case action == ActionApprove && needsMoreApprovals(*c, p.approvalsRequired(factsOf(*c, false))):
+		// The policy came to ask for approval, or for more approvers,
+		// after the token was issued (approval.go).
+		return s.raiseApprovals(ctx, tx, c, p.approvalsRequired(factsOf(*c, false)))
 	case action == ActionVerify || c.VerifyRequired:
 		// Asked for at issue, or now: the stricter holds (verify.go).
 		return s.requireVerification(ctx, tx, caller, c, now)
@@ -191,9 +195,7 @@ func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c
 // policyNow is the org's whole policy, as it is now, applied to the change
 // c describes: its rules and its daily limit.
 func (s *Service) policyNow(ctx context.Context, tx Tx, c Confirmation, p Policy, agentNow bool) (Action, string, error) {
-	facts := changeFacts{op: c.Operation, to: c.Terms.ToPlan, amountDueCents: c.Terms.AmountDueCents,
-		agent: c.Agent || agentNow}
-	action, reason := ruling(p, facts)
+	action, reason := ruling(p, factsOf(c, agentNow))
 	if action == ActionDeny {
 		return action, reason, nil
 	}
@@ -205,6 +207,13 @@ func (s *Service) policyNow(ctx context.Context, tx Tx, c Confirmation, p Policy
 		return ActionDeny, reasonDailyLimit, nil
 	}
 	return action, "", nil
+}
+
+// factsOf are the facts the policy decides c's change on; an agent's if
+// it was issued to or redeemed by one, or agentNow.
+func factsOf(c Confirmation, agentNow bool) changeFacts {
+	return changeFacts{op: c.Operation, to: c.Terms.ToPlan, amountDueCents: c.Terms.AmountDueCents,
+		agent: c.Agent || agentNow}
 }
 
 // checkAtProvider is the last check before the change is sent: the
@@ -573,7 +582,7 @@ func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeReques
 	case StatusRevoked:
 		return &rejection{err: Errorf(CodeTokenMismatch, "%s", msgSubscriptionChanged), reason: "mismatch"}
 	case StatusRejected:
-		return &rejection{err: Errorf(CodeApprovalRejected, "an approver rejected this change"), reason: "invalid"}
+		return &rejection{err: errApprovalRejected(c), reason: "invalid"}
 	default: // superseded, cancelled, invalidated
 		return &rejection{err: errTokenInvalid(), reason: "invalid"}
 	}

@@ -1,6 +1,9 @@
 package billing
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // How the person agreed (contract §11). A receipt says what was agreed;
 // Consent says how, which is what a dispute turns on: whether billingd has
@@ -113,9 +116,18 @@ func recordedConsent(c Confirmation) *Consent {
 		return k
 	}
 	if c.Approval == ApprovalGranted && c.Approver != "" {
-		return &Consent{Method: ConsentApproved, HumanPresent: HumanAttested, ApprovedBy: c.Approver}
+		return &Consent{Method: ConsentApproved, HumanPresent: HumanAttested, ApprovedBy: approvedBy(c)}
 	}
 	return nil
+}
+
+// approvedBy names everyone who approved c, in order ("alice, bob"); the
+// last approver for one approved before several approvers existed.
+func approvedBy(c Confirmation) string {
+	if len(c.Approvers) == 0 {
+		return c.Approver
+	}
+	return strings.Join(c.Approvers, ", ")
 }
 
 // consentOf is the consent to state for executed c: the one recorded with

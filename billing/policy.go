@@ -62,12 +62,16 @@ type PolicyRule struct {
 	// Caller is "agent", "user" or "" for anyone.
 	Caller string `json:"caller,omitempty"`
 	Action Action `json:"action"`
+	// ApprovalsRequired, on an approve rule, is how many distinct people
+	// (none the requester) must approve: 1 to MaxApprovers, 1 when absent.
+	ApprovalsRequired *int `json:"approvals_required,omitempty"`
 }
 
 // Limits of a policy.
 const (
 	MaxPolicyRules     = 50
 	MaxApprovalWindow  = 15 * 60 // seconds, the token spec's maximum TTL
+	MaxApprovers       = 5       // the most approvals_required a rule may ask for
 	maxPolicyNameRunes = 64
 )
 
@@ -114,6 +118,14 @@ func (r PolicyRule) validate(c Catalog) error {
 	if r.Caller != "" && r.Caller != "agent" && r.Caller != "user" {
 		return fmt.Errorf(`caller must be "agent", "user" or empty`)
 	}
+	if n := r.ApprovalsRequired; n != nil {
+		if r.Action != ActionApprove {
+			return fmt.Errorf("approvals_required is only for action approve")
+		}
+		if *n < 1 || *n > MaxApprovers {
+			return fmt.Errorf("approvals_required must be 1 to %d", MaxApprovers)
+		}
+	}
 	for i, id := range r.ToPlans {
 		if _, ok := c.Plan(id); !ok {
 			return fmt.Errorf("to_plans[%d] is not a plan of the catalog", i)
@@ -148,6 +160,19 @@ func (p Policy) decide(ch changeFacts) (Action, string) {
 		return ActionConfirm, rule
 	}
 	return action, rule
+}
+
+// approvalsRequired is how many people must approve the change when the
+// policy's action for it is approve: the most that any matching approve
+// rule asks for (the strictest), 1 when none says.
+func (p Policy) approvalsRequired(ch changeFacts) int {
+	n := 1
+	for _, r := range p.Rules {
+		if r.Action == ActionApprove && r.ApprovalsRequired != nil && r.matches(ch) {
+			n = max(n, *r.ApprovalsRequired)
+		}
+	}
+	return n
 }
 
 func (r PolicyRule) matches(ch changeFacts) bool {

@@ -137,7 +137,7 @@ func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Ope
 	ttl := s.ttl
 	switch action {
 	case ActionApprove:
-		c.Approval = ApprovalPending
+		c.Approval, c.ApprovalsRequired = ApprovalPending, acct.Policy.approvalsRequired(factsOf(c, false))
 	case ActionVerify:
 		c.VerifyRequired = true
 	}
@@ -244,6 +244,7 @@ func (s *Service) proposal(c Confirmation, token string) ChangeResult {
 	yes := true
 	expires := c.ExpiresAt.UTC()
 	details := detailsOf(c.Terms)
+	details.ApprovalProgress = progressOf(c)
 	r := ChangeResult{
 		ConfirmRequired: &yes, ConfirmToken: token, ConfirmationID: c.ID,
 		Operation: c.Operation, Summary: c.Summary, Details: &details,

@@ -51,6 +51,10 @@ type ConfirmationView struct {
 	// granted or rejected, and by whom.
 	Approval Approval `json:"approval,omitempty"`
 	Approver string   `json:"approver,omitempty"`
+	// Approvers are the people who approved so far; ApprovalProgress says
+	// how many approved and how many are needed.
+	Approvers []string `json:"approvers,omitempty"`
+	ApprovalProgress
 	// VerificationRequired is set when the org's policy asked for the
 	// verify level; VerifiedAt once the requester proved a fresh sign-in.
 	VerificationRequired bool       `json:"verification_required,omitempty"`
@@ -60,7 +64,8 @@ type ConfirmationView struct {
 func viewOfConfirmation(c Confirmation) ConfirmationView {
 	v := ConfirmationView{ID: c.ID, Operation: c.Operation, Summary: c.Summary, Principal: c.Principal,
 		CreatedAt: c.CreatedAt.UTC(), ExpiresAt: c.ExpiresAt.UTC(), Status: c.Status,
-		Client: c.Client, Approval: c.Approval, Approver: c.Approver, VerificationRequired: c.VerifyRequired}
+		Client: c.Client, Approval: c.Approval, Approver: c.Approver, VerificationRequired: c.VerifyRequired,
+		Approvers: c.Approvers, ApprovalProgress: progressOf(c)}
 	if c.Verification != nil {
 		at := c.Verification.VerifiedAt.UTC()
 		v.VerifiedAt = &at

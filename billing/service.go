@@ -291,7 +291,7 @@ func (s *Service) readAccount(ctx context.Context, org, principal string, window
 func (s *Service) event(caller Caller, op Operation, name, confirmationID, reason string) AuditEvent {
 	outcome := "ok"
 	switch name {
-	case EventTokenRejected, EventOperationDenied:
+	case EventTokenRejected, EventOperationDenied, EventApprovalRejected, EventApprovalExpired:
 		outcome = "rejected"
 	case EventOperationFailed:
 		outcome = "failed"

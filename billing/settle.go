@@ -137,7 +137,7 @@ func (s *Service) consentHolds(ctx context.Context, tx Tx, c Confirmation, acct 
 	case ActionDeny:
 		return false, nil
 	case ActionApprove:
-		return c.Approval == ApprovalGranted, nil
+		return c.Approval == ApprovalGranted && len(c.Approvers) >= acct.Policy.approvalsRequired(factsOf(c, false)), nil
 	case ActionVerify:
 		return c.Verification != nil, nil
 	}

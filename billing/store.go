@@ -107,6 +107,12 @@ type Tx interface {
 	// ErrNotFound when there is none.
 	LockOwedRestore(ctx context.Context, skip []string) (Confirmation, Account, time.Time, error)
 
+	// LockLapsedApproval locks one pending confirmation still waiting for
+	// approvals whose expires_at passed more than skew ago (the longest
+	// lapsed first), skipping rows other transactions hold and those in
+	// skip; ErrNotFound when there is none. It locks no subscription.
+	LockLapsedApproval(ctx context.Context, skew time.Duration, skip []string) (Confirmation, time.Time, error)
+
 	// LockByID locks the org's confirmation with the given id.
 	LockByID(ctx context.Context, org, id string) (Confirmation, time.Time, error)
 
@@ -185,10 +191,15 @@ type Record struct {
 	Events  []AuditEvent
 }
 
-// ApprovalDecision is an approver's answer.
+// ApprovalDecision is an approver's answer, or a change of what the
+// approval waits for.
 type ApprovalDecision struct {
 	State    Approval
 	Approver string
 	// Auth is the approver's authentication when deciding.
 	Auth Authentication
+	// Approvers, when not nil, is the new list of people who approved.
+	Approvers []string
+	// Required, when not 0, is the new number of approvals needed.
+	Required int
 }

@@ -170,7 +170,14 @@ type Confirmation struct {
 	Summary   string
 	Status    Status
 	Approval  Approval
-	Approver  string
+	// Approver is the person who decided last (approved or rejected).
+	Approver string
+	// ApprovalsRequired is how many distinct people must approve (the
+	// approve level; 1 by default): the strictest matching rule's N when
+	// issued, raised at execution if the policy then asks for more.
+	ApprovalsRequired int
+	// Approvers are the people who approved so far, in order, each once.
+	Approvers []string
 	// ApproverAuth is how the approver had authenticated at the identity
 	// provider when deciding.
 	ApproverAuth Authentication
@@ -254,6 +261,9 @@ type Details struct {
 	NextCharge *Amounts `json:"next_charge,omitempty"`
 	// CancelsScheduledChange is the scheduled change this one cancels.
 	CancelsScheduledChange *ScheduledChangeView `json:"cancels_scheduled_change,omitempty"`
+	// ApprovalProgress, for a change that waits for approvers: how many
+	// have approved and how many are needed.
+	ApprovalProgress
 }
 
 // Event names of the audit log (contract §8).
@@ -267,8 +277,11 @@ const (
 	EventOperationDenied   = "OPERATION_DENIED"
 	EventApprovalGranted   = "APPROVAL_GRANTED"
 	EventApprovalRejected  = "APPROVAL_REJECTED"
-	EventPolicyUpdated     = "POLICY_UPDATED"
-	EventUserVerified      = "USER_VERIFIED"
+	// EventApprovalExpired: a change's approvals were not complete when its
+	// window ended, and it was rejected (reason expired): fail closed.
+	EventApprovalExpired = "APPROVAL_EXPIRED"
+	EventPolicyUpdated   = "POLICY_UPDATED"
+	EventUserVerified    = "USER_VERIFIED"
 	// EventScheduledChangeApplied: the provider made a scheduled change
 	// (at the renewal), as billingd learnt from it.
 	EventScheduledChangeApplied = "SCHEDULED_CHANGE_APPLIED"

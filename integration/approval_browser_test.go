@@ -20,7 +20,7 @@ const agentsNeedApproval = `{"agent_clients":["test-agent"],
 
 // Texts of the approval page (rest/web/approval.js) that the tests wait for.
 const (
-	approvedText = "Approved. The requester's next call makes the change; nothing has changed yet."
+	approvedText = "Approved: 1 of 1 approved (wendy). The requester's next call makes the change; nothing has changed yet."
 	rejectedText = "Rejected. The change will not be made; the requester's next call is refused."
 	waitingText  = "Waiting for a decision"
 )
@@ -98,6 +98,51 @@ func TestApprovalPageInBrowser(t *testing.T) {
 	b.wantNoScriptErrors()
 }
 
+// TestTwoApproversInBrowser: under a rule asking for two approvers, the
+// approval page shows how many approved and how many are needed; the first
+// admin's approval leaves the change waiting (1 of 2, the second call
+// still approval_pending), a second admin signed in on the same page sees
+// it and completes it, and then the agent's second call executes.
+func TestTwoApproversInBrowser(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.createOrg("duo", "Duo", "pro")
+	h.setPolicy("duo", `{"agent_clients":["test-agent"],"approval_window_seconds":600,
+		"rules":[{"name":"two humans","caller":"agent","action":"approve","approvals_required":2}]}`)
+	agent := h.user("duo", "support-bot")
+	shots := screenshotDir(t)
+	b := newBrowser(t)
+
+	up := h.proposeApproval(agent, "scale")
+	b.openApproval(h, up.ConfirmationID)
+	b.signIn(h.admin("duo", "wendy"))
+	b.waitText("approval-summary", up.Summary)
+	b.waitText("approval-progress", "0 of 2 approved")
+	b.wantApprovalFacts(up.ConfirmationID, "support-bot", "test-agent", waitingText)
+	b.do(chromedp.Click(chromedp.ID("approve")))
+	b.waitText("decision", "Approved: 1 of 2 approved (wendy). The change waits for 1 more approver; nothing has changed yet.")
+	b.waitText("approval-progress", "1 of 2 approved (wendy)")
+	b.waitText("approval-state", "Waiting for more approvers")
+	b.screenshot(filepath.Join(shots, "one-of-two.png"))
+	wantStatus(t, h.confirm(agent, "upgrade", "scale", up.ConfirmToken), http.StatusConflict, "approval_pending")
+
+	b.signOut()
+	b.openApproval(h, up.ConfirmationID)
+	b.signIn(h.admin("duo", "xavier"))
+	b.waitText("approval-progress", "1 of 2 approved (wendy)") // what the first approver did, seen by the second
+	b.do(chromedp.Click(chromedp.ID("approve")))
+	b.waitText("decision", "Approved: 2 of 2 approved (wendy, xavier). The requester's next call makes the change; nothing has changed yet.")
+	b.waitText("approval-state", "Approved by wendy, xavier")
+	b.wantDisabled("approve", "reject")
+	b.screenshot(filepath.Join(shots, "two-of-two.png"))
+
+	wantStatus(t, h.confirm(agent, "upgrade", "scale", up.ConfirmToken), http.StatusOK, "")
+	if sub := h.subscription(agent); sub != "scale" {
+		t.Fatalf("plan %s after two approvals, want scale", sub)
+	}
+	b.wantNoScriptErrors()
+}
+
 // wantLinksRefused: an address that is no confirmation id never reaches
 // the API; a well-formed id that is not pending in the org (unknown, or
 // another org's) is reported as not there.
@@ -169,9 +214,9 @@ func TestDashboardPendingApprovalsInBrowser(t *testing.T) {
 	b.signIn(h.admin("dash", "wendy"))
 	b.do(chromedp.WaitVisible(chromedp.ID("approvals-table")))
 	rows := b.tableRows("approvals-list")
-	if len(rows) != 1 || len(rows[0]) != 5 || rows[0][0] != up.Summary || rows[0][1] != "support-bot" || rows[0][2] != "test-agent" ||
-		!regexp.MustCompile(`^\d+:\d\d$`).MatchString(rows[0][3]) {
-		t.Fatalf("pending approvals %q, want one row: summary %q, support-bot, test-agent, a countdown", rows, up.Summary)
+	if len(rows) != 1 || len(rows[0]) != 6 || rows[0][0] != up.Summary || rows[0][1] != "support-bot" || rows[0][2] != "test-agent" ||
+		rows[0][3] != "0 of 1 approved" || !regexp.MustCompile(`^\d+:\d\d$`).MatchString(rows[0][4]) {
+		t.Fatalf("pending approvals %q, want one row: summary %q, support-bot, test-agent, 0 of 1 approved, a countdown", rows, up.Summary)
 	}
 	b.screenshot(filepath.Join(screenshotDir(t), "dashboard-approvals.png"))
 
@@ -184,7 +229,7 @@ func TestDashboardPendingApprovalsInBrowser(t *testing.T) {
 	b.do(chromedp.Navigate(h.url + "/"))
 
 	b.do(chromedp.Click(chromedp.CSS(`button[data-focus-key="approve:` + up.ConfirmationID + `"]`)))
-	b.waitText("status", "Approved the change support-bot asked for; their next call makes it.")
+	b.waitText("status", "Approved the change support-bot asked for: 1 of 1 approved (wendy); their next call makes it.")
 	b.do(chromedp.WaitVisible(chromedp.ID("approvals-empty")))
 	b.wantFocus(`document.activeElement.id === "approvals-title"`)
 	wantStatus(t, h.confirm(agent, "upgrade", "scale", up.ConfirmToken), http.StatusOK, "")

@@ -153,6 +153,7 @@ func exerciseEveryCall(t *testing.T, h *harness, a *app.App, acct billing.Accoun
 		SubscriptionID: acct.Subscription.StripeSubscriptionID, PriceID: "price_billingd_pro", Status: "active",
 		CurrentPeriodEnd: acct.Subscription.CurrentPeriodEnd}))
 	a.PurgeOnce(ctx)
+	must(svc.ExpireApprovals(ctx, 10)) // every replica's round looks for lapsed approvals
 }
 
 func touchesGrowingTable(sql string) bool {

@@ -92,11 +92,13 @@ func TestMCPAppViewInBrowser(t *testing.T) {
 	}
 	h.wantStripeChanges(acct, 1)
 
-	// Approval pending: the view links the approval page, which the host
-	// opens; Confirm waits until another admin approved, then executes.
-	h.setPolicy("appweb", `{"rules":[{"name":"agents need a human","caller":"agent","action":"approve"}]}`)
+	// Approval pending: the view says how many must approve and links the
+	// approval page, which the host opens; Confirm waits until two other
+	// admins approved, then executes.
+	h.setPolicy("appweb", `{"rules":[{"name":"agents need two humans","caller":"agent","action":"approve","approvals_required":2}]}`)
 	view = b.openView(host, token, "downgrade_plan", "free")
 	view.waitState("approval-pending")
+	view.waitTrue(`document.getElementById("approvers-needed").textContent === "2 other billing administrators"`)
 	view.click("approval-link")
 	waitCtx, cancelWait := context.WithTimeout(b.ctx, 10*time.Second)
 	_, err := chromedp.Run(waitCtx, chromedp.Poll[bool](`window.openedLinks.length > 0`))
@@ -112,6 +114,12 @@ func TestMCPAppViewInBrowser(t *testing.T) {
 	for id := range h.pendingIDs(rest) {
 		wantStatus(t, h.do("POST", "/api/billing/confirmations/"+id+"/approve", h.admin("appweb", "bob"), nil), http.StatusOK, "")
 	}
+	view.waitTrue(`(document.getElementById("outcome").innerText = "", true)`) // the answer below is the next Confirm's
+	view.click("confirm")                                                      // one of two
+	view.waitTrue(`!document.getElementById("confirm").disabled && document.getElementById("outcome").innerText.includes("not approved this change yet")`)
+	for id := range h.pendingIDs(rest) {
+		wantStatus(t, h.do("POST", "/api/billing/confirmations/"+id+"/approve", h.admin("appweb", "carol"), nil), http.StatusOK, "")
+	}
 	view.click("confirm")
 	view.waitState("done")
 	if plan := h.subscription(rest); plan != "free" {
@@ -120,7 +128,7 @@ func TestMCPAppViewInBrowser(t *testing.T) {
 	h.wantStripeChanges(acct, 2)
 	// Approved by another person: the approval is what the record shows,
 	// whichever button sent the second call.
-	if k := h.wantConsent("appweb", h.lastExecuted("appweb"), billing.ConsentApproved, billing.HumanAttested); k.ApprovedBy != "bob" {
+	if k := h.wantConsent("appweb", h.lastExecuted("appweb"), billing.ConsentApproved, billing.HumanAttested); k.ApprovedBy != "bob, carol" {
 		t.Fatalf("approved_by %q", k.ApprovedBy)
 	}
 	b.wantNoScriptErrors()

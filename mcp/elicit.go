@@ -142,7 +142,7 @@ func elicitParams(p pending) *sdk.ElicitParams {
 	if p.Mode == modeURL {
 		return &sdk.ElicitParams{
 			Mode: modeURL, URL: p.Proposal.ApprovalURL, ElicitationID: p.Proposal.ConfirmationID,
-			Message: p.Proposal.Summary + "\n\nThe organisation's policy requires another billing administrator to approve " +
+			Message: p.Proposal.Summary + "\n\nThe organisation's policy requires " + approversText(p.Proposal.Details) + " to approve " +
 				"this change on the approval page before it can run. Open the page to follow the approval or to share it with an approver.",
 		}
 	}
@@ -342,7 +342,17 @@ func approvalText(res billing.ChangeResult) string {
 			"; the user has been shown that page. Once they confirmed there, call this tool again with the same \"to\" and the confirm_token " +
 			"(until then the answer is insufficient_user_authentication). If the user no longer wants it, call cancel_confirmation."
 	}
-	return res.Summary + "\n\nThis change needs approval by another billing administrator at " + res.ApprovalURL +
+	return res.Summary + "\n\nThis change needs approval by " + approversText(res.Details) + " at " + res.ApprovalURL +
 		"; the user has been shown that page. Once it is approved, call this tool again with the same \"to\" and the confirm_token " +
-		"(until then the answer is approval_pending). If the user no longer wants it, call cancel_confirmation."
+		"(until then the answer is approval_pending; if it is not approved in time it is rejected). If the user no longer wants it, call cancel_confirmation."
+}
+
+// approversText names how many people must approve a proposal.
+func approversText(d *billing.Details) string {
+	if d != nil {
+		if _, n, ok := d.Counts(); ok && n > 1 {
+			return fmt.Sprintf("%d other billing administrators", n)
+		}
+	}
+	return "another billing administrator"
 }

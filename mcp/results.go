@@ -29,6 +29,8 @@ var nextStep = map[billing.Code]string{
 	billing.CodeTokenExpired:                   "Nothing was changed. If the user still wants the change, make the first call again and show them the new summary.",
 	billing.CodeTokenMismatch:                  "Nothing was changed: the arguments differ from the first call, or something the summary stated has changed since. Make the first call again and show the user the new summary.",
 	billing.CodeTokenInvalid:                   "This call changed nothing: the token is unknown, superseded, cancelled or was used for another request (repeating the exact call that executed returns its result with replayed: true). Call get_subscription to see the current plan; if the user still wants a change, make the first call again.",
+	billing.CodeApprovalPending:                "Nothing was changed yet: the organisation's policy holds the change until enough other people approve it on the approval page (approvals_given of approvals_required in the first call's details). You cannot approve it. Call this tool again with the same \"to\" and confirm_token once it is approved.",
+	billing.CodeApprovalRejected:               "Nothing was changed: an approver rejected the change, or it was not approved before its approval window ended (expired). Do not retry with this token; if the user still wants the change, make the first call again.",
 	billing.CodeUnknownPlan:                    "Call list_plans for the valid plan ids.",
 	billing.CodeInvalidPlanChange:              "Use upgrade_plan for a more expensive plan and downgrade_plan for a cheaper one.",
 	billing.CodePaymentFailed:                  "The plan was not changed; tell the user that the payment failed.",

@@ -33,6 +33,8 @@ const (
 		`If the user declines, call cancel_confirmation with the confirmation_id. ` +
 		`If the result has verification_required, the organisation wants proof that the user, not you, agreed: show the user the summary and the verify_url; ` +
 		`they open it, sign in again and confirm there. Only then does the second call execute; before that it fails with insufficient_user_authentication, whose message repeats the verify_url. ` +
+		`If the result has approval_required, other billing administrators must approve the change at approval_url (details.approvals_given of details.approvals_required; you cannot approve it): ` +
+		`until then the second call fails with approval_pending; approval_rejected means someone rejected it or it was not approved in time, and nothing changed. ` +
 		`If the organisation is already on that plan, the result says noop and no token is issued. ` +
 		elicitationInstructions + appsInstructions
 	elicitationInstructions = `If your client supports elicitation, billingd may instead ask the user itself during the first call. ` +

@@ -43,6 +43,7 @@ func RunStoreContract(t *testing.T, newStore MakeStore) {
 		{"provider events are processed once", testEventsOnce},
 		{"a scheduled change and a period-end confirmation round trip; a due one is found", testScheduled},
 		{"an owed restore: recorded, found by the settler, skipped, settled", testOwedRestore},
+		{"approvers: N kept from issue, counted, raised; a lapsed approval is found, skipped, rejected", testApprovers},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, newStore(t)) })
@@ -419,6 +420,67 @@ func testOwedRestore(t *testing.T, s billing.Store) {
 		c, _, err := tx.LockByID(ctx, "owe", "cfm_owe")
 		if err != nil || c.Restore.Owed || c.Restore.Settled != "restored" || c.Restore.Tries != 2 || c.Restore.Since.IsZero() {
 			return fmt.Errorf("settled restore read back as %+v: %v", c.Restore, err)
+		}
+		return nil
+	})
+}
+
+// testApprovers needs no clock: a negative skew makes a confirmation that
+// expires in a minute count as lapsed.
+func testApprovers(t *testing.T, s billing.Store) {
+	seed(t, s, "apr")
+	waiting := Pending("apr", "alice", "cfm_apr", "tok-apr")
+	waiting.Approval, waiting.ApprovalsRequired = billing.ApprovalPending, 2
+	issue(t, s, waiting)
+	if got := issue(t, s, Pending("apr", "bob", "cfm_plain", "tok-plain")); got.ApprovalsRequired != 1 {
+		t.Fatalf("a confirmation without approval needs %d approvals, want 1 (the default)", got.ApprovalsRequired)
+	}
+	readBack := func(tx billing.Tx) (billing.Confirmation, error) {
+		c, _, err := tx.LockByID(ctx, "apr", "cfm_apr")
+		return c, err
+	}
+	inTx(t, s, func(tx billing.Tx) error {
+		if _, _, err := tx.LockLapsedApproval(ctx, 0, nil); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("lapsed before its window ended: %v, want ErrNotFound", err)
+		}
+		c, _, err := tx.LockLapsedApproval(ctx, -2*time.Minute, nil)
+		if err != nil || c.ID != "cfm_apr" || c.ApprovalsRequired != 2 || len(c.Approvers) != 0 {
+			return fmt.Errorf("lapsed approval %s (needs %d, approvers %v): %v", c.ID, c.ApprovalsRequired, c.Approvers, err)
+		}
+		if _, _, err := tx.LockLapsedApproval(ctx, -2*time.Minute, []string{"cfm_apr"}); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("skipped: %v, want ErrNotFound", err)
+		}
+		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_apr",
+			Approval: &billing.ApprovalDecision{State: billing.ApprovalPending, Approver: "bob", Approvers: []string{"bob"}}})
+	})
+	list, err := s.PendingConfirmations(ctx, "apr", "alice")
+	if err != nil || len(list) != 1 || list[0].ApprovalsRequired != 2 || len(list[0].Approvers) != 1 || list[0].Approvers[0] != "bob" {
+		t.Fatalf("pending list %+v, %v: want cfm_apr approved by bob, needing 2", list, err)
+	}
+	inTx(t, s, func(tx billing.Tx) error {
+		c, err := readBack(tx)
+		if err != nil || c.Approval != billing.ApprovalPending || fmt.Sprint(c.Approvers) != "[bob]" || c.ApprovalsRequired != 2 {
+			return fmt.Errorf("after one approval: %s %v of %d: %v", c.Approval, c.Approvers, c.ApprovalsRequired, err)
+		}
+		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_apr", Approval: &billing.ApprovalDecision{
+			State: billing.ApprovalPending, Approver: "carol", Approvers: []string{"bob", "carol"}, Required: 3}})
+	})
+	inTx(t, s, func(tx billing.Tx) error {
+		c, err := readBack(tx)
+		if err != nil || fmt.Sprint(c.Approvers) != "[bob carol]" || c.ApprovalsRequired != 3 || c.Approver != "carol" {
+			return fmt.Errorf("after a second approval and a raise: %v of %d by %s: %v", c.Approvers, c.ApprovalsRequired, c.Approver, err)
+		}
+		return tx.Record(ctx, billing.Record{ConfirmationID: "cfm_apr", Status: billing.StatusRejected, Failure: "expired",
+			Approval: &billing.ApprovalDecision{State: billing.ApprovalRejected, Approver: "carol"}})
+	})
+	inTx(t, s, func(tx billing.Tx) error {
+		if _, _, err := tx.LockLapsedApproval(ctx, -2*time.Minute, nil); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("a rejected confirmation is not lapsed: %v, want ErrNotFound", err)
+		}
+		c, err := readBack(tx)
+		if err != nil || c.Status != billing.StatusRejected || c.Failure != "expired" || c.Approval != billing.ApprovalRejected ||
+			fmt.Sprint(c.Approvers) != "[bob carol]" || c.ApprovalsRequired != 3 {
+			return fmt.Errorf("rejected as expired: %s %s %s %v of %d: %v", c.Status, c.Failure, c.Approval, c.Approvers, c.ApprovalsRequired, err)
 		}
 		return nil
 	})

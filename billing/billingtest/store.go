@@ -155,6 +155,7 @@ func (s *Store) IssueConfirmation(_ context.Context, c billing.Confirmation, ttl
 		}
 	}
 	c.CreatedAt, c.ExpiresAt = s.now, s.now.Add(ttl)
+	c.ApprovalsRequired, c.Approvers = max(c.ApprovalsRequired, 1), nil // as the database's defaults
 	s.state.Confirmations[c.ID] = c
 	ev := template
 	ev.ConfirmationID = c.ID
@@ -361,6 +362,27 @@ func (tx *tx) LockOwedRestore(_ context.Context, skip []string) (billing.Confirm
 	return c, tx.state.Accounts[c.Org], tx.store.now, nil
 }
 
+// LockLapsedApproval implements billing.Tx: the longest lapsed first.
+func (tx *tx) LockLapsedApproval(_ context.Context, skew time.Duration, skip []string) (billing.Confirmation, time.Time, error) {
+	var lapsed []billing.Confirmation
+	for _, c := range tx.state.Confirmations {
+		if c.Status == billing.StatusPending && c.Approval == billing.ApprovalPending &&
+			c.ExpiresAt.Before(tx.store.now.Add(-skew)) && !slices.Contains(skip, c.ID) {
+			lapsed = append(lapsed, c)
+		}
+	}
+	if len(lapsed) == 0 {
+		return billing.Confirmation{}, time.Time{}, billing.ErrNotFound
+	}
+	c := slices.MinFunc(lapsed, func(a, b billing.Confirmation) int {
+		if n := a.ExpiresAt.Compare(b.ExpiresAt); n != 0 {
+			return n
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return c, tx.store.now, nil
+}
+
 func (tx *tx) ExecutedSince(_ context.Context, org string, window time.Duration) (int, error) {
 	if tx.store.CountErr != nil {
 		return 0, tx.store.CountErr
@@ -441,6 +463,12 @@ func (tx *tx) Record(_ context.Context, r billing.Record) error {
 	if r.Approval != nil {
 		c := tx.state.Confirmations[r.ConfirmationID]
 		c.Approval, c.Approver, c.ApproverAuth = r.Approval.State, r.Approval.Approver, r.Approval.Auth
+		if r.Approval.Approvers != nil {
+			c.Approvers = slices.Clone(r.Approval.Approvers)
+		}
+		if r.Approval.Required != 0 {
+			c.ApprovalsRequired = r.Approval.Required
+		}
 		tx.state.Confirmations[r.ConfirmationID] = c
 	}
 	if r.Agent {

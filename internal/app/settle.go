@@ -14,7 +14,8 @@ const settleBatch = 100
 // each unsettled confirmation to one replica at a time. A change whose
 // answer was lost and whose client never retried is recorded here. It
 // also reads back subscriptions whose scheduled change is due, so that a
-// change Stripe made at its renewal shows without a webhook. With traces
+// change Stripe made at its renewal shows without a webhook, and rejects
+// changes whose approvals did not come within their window. With traces
 // on, each of its rounds is a trace of its own, whose step spans name the
 // confirmation they act on (billingd.confirmation_id).
 func (a *App) RunSettle(ctx context.Context) {
@@ -22,7 +23,24 @@ func (a *App) RunSettle(ctx context.Context) {
 		a.SettleOnce(ctx)
 		a.SyncScheduledOnce(ctx)
 		a.RestoreOnce(ctx)
+		a.ExpireApprovalsOnce(ctx)
 	})
+}
+
+// ExpireApprovalsOnce rejects (reason expired) the changes still waiting
+// for approvals when their window ended, and returns how many: fail
+// closed, on every replica, from the database alone.
+func (a *App) ExpireApprovalsOnce(ctx context.Context) int {
+	ctx, end := a.tracing.Round(ctx, "expire approvals")
+	defer end()
+	n, err := a.Service.ExpireApprovals(ctx, settleBatch)
+	if err != nil {
+		a.Log.WarnContext(ctx, "rejecting expired approvals failed; will retry", "err", err)
+	}
+	if n > 0 {
+		a.Log.InfoContext(ctx, "rejected changes whose approval window ended", "count", n)
+	}
+	return n
 }
 
 // RestoreOnce tries again to put back scheduled changes that changes not

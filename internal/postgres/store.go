@@ -158,11 +158,13 @@ WITH quotable AS (
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
 		approval, agent, verify_required, livemode,
-		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status)
+		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status,
+		approvals_required)
 	SELECT $1, $6, $2, $3, $4, $5, 'pending',
 		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond',
 		NULLIF($24, ''), $25, $26, $27,
-		$28, $29, $30, $31, $32, $33, $34, $35
+		$28, $29, $30, $31, $32, $33, $34, $35,
+		$36
 	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -176,12 +178,14 @@ SELECT created_at, expires_at FROM issued`
 // IssueConfirmation implements billing.Store.
 func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, ttl time.Duration, template billing.AuditEvent) (billing.Confirmation, error) {
 	t := c.Terms
+	c.ApprovalsRequired = max(c.ApprovalsRequired, 1) // the column's default: needs no approval unless approval is set
 	args := []any{c.ID, c.Org, c.Principal, c.Client, string(c.Operation), c.TokenHash,
 		t.FromPlan, t.ToPlan, t.FromPriceID, t.ToPriceID, t.FromAmountCents, t.ToAmountCents, t.Currency,
 		t.ProrationDate, t.SubscriptionVer, t.AmountDueCents, t.CreditCents, t.NextChargeAt, c.Summary,
 		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome, string(c.Approval), c.Agent,
 		c.VerifyRequired, t.Livemode,
-		t.SubtotalCents, t.DiscountCents, t.TaxCents, t.CreditAppliedCents, t.AtPeriodEnd, t.AtRenewal, t.Cancels, t.FromStatus}
+		t.SubtotalCents, t.DiscountCents, t.TaxCents, t.CreditAppliedCents, t.AtPeriodEnd, t.AtRenewal, t.Cancels, t.FromStatus,
+		c.ApprovalsRequired}
 	// Concurrent first calls of one caller must supersede one another in
 	// turn: each takes a transaction-scoped advisory lock on (org, principal,
 	// operation) first. Statements of one batch share an implicit transaction
@@ -247,7 +251,7 @@ const pendingLimit = 200
 func (s *Store) PendingConfirmations(ctx context.Context, org, principal string) ([]billing.Confirmation, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT id, operation, summary, principal, client, status, created_at, expires_at,
-			coalesce(approval, ''), coalesce(approver, ''), `+verificationColumns+`
+			coalesce(approval, ''), coalesce(approver, ''), approvals_required, approvers, `+verificationColumns+`
 		FROM confirmations c
 		WHERE org = $1 AND status = 'pending' AND expires_at > now() AND ($2 = '' OR principal = $2)
 		ORDER BY created_at DESC LIMIT $3`, org, principal, pendingLimit)
@@ -257,7 +261,7 @@ func (s *Store) PendingConfirmations(ctx context.Context, org, principal string)
 	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billing.Confirmation, error) {
 		c := billing.Confirmation{Org: org}
 		err := row.Scan(append([]any{&c.ID, &c.Operation, &c.Summary, &c.Principal, &c.Client, &c.Status, &c.CreatedAt, &c.ExpiresAt,
-			&c.Approval, &c.Approver}, scanVerification(&c)...)...)
+			&c.Approval, &c.Approver, &c.ApprovalsRequired, &c.Approvers}, scanVerification(&c)...)...)
 		return c, err
 	})
 	if err != nil {

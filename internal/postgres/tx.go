@@ -128,7 +128,8 @@ const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
 	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent,
 	c.at_period_end, c.at_renewal, c.cancels, c.from_status,
-	c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''), ` + verificationColumns
+	c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''),
+	c.approvals_required, c.approvers, ` + verificationColumns
 
 // verificationColumns are the verify level's columns of a confirmation c.
 const verificationColumns = `c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
@@ -144,7 +145,8 @@ func scanConfirmation(c *billing.Confirmation) []any {
 		optionalTime{&c.ApproverAuth.AuthTime}, &c.ApproverAuth.ACR, &t.Livemode,
 		&t.SubtotalCents, &t.DiscountCents, &t.TaxCents, &t.CreditAppliedCents, &c.Consent,
 		&t.AtPeriodEnd, &t.AtRenewal, &t.Cancels, &t.FromStatus,
-		&c.Restore.Owed, &c.Restore.Tries, optionalTime{&c.Restore.Since}, &c.Restore.Settled}, scanVerification(c)...)
+		&c.Restore.Owed, &c.Restore.Tries, optionalTime{&c.Restore.Since}, &c.Restore.Settled,
+		&c.ApprovalsRequired, &c.Approvers}, scanVerification(c)...)
 }
 
 // scanVerification scans verificationColumns; Verification stays nil until
@@ -331,6 +333,31 @@ func (t *storeTx) LockOwedRestore(ctx context.Context, skip []string) (billing.C
 	return t.lockNext(ctx, "lock owed restore", `c.restore_owed`, `c.restore_owed_since`, skip)
 }
 
+// LockLapsedApproval implements billing.Tx. It locks the confirmation
+// only: deciding an approval locks no subscription either, and a second
+// call that holds the subscription and waits for this row is never waited
+// for in turn.
+func (t *storeTx) LockLapsedApproval(ctx context.Context, skew time.Duration, skip []string) (billing.Confirmation, time.Time, error) {
+	if skip == nil {
+		skip = []string{} // <> ALL(NULL) would match nothing
+	}
+	var c billing.Confirmation
+	var now time.Time
+	err := t.queryRow(ctx, append(scanConfirmation(&c), &now), `SELECT `+confirmationColumns+`, now()
+		FROM confirmations c
+		WHERE c.status = 'pending' AND c.approval = 'pending' AND c.expires_at < now() - $2 * interval '1 microsecond'
+			AND c.id <> ALL($1)
+		ORDER BY c.expires_at LIMIT 1
+		FOR UPDATE OF c SKIP LOCKED`, skip, skew.Microseconds())
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.Confirmation{}, time.Time{}, billing.ErrNotFound
+	}
+	if err != nil {
+		return billing.Confirmation{}, time.Time{}, fmt.Errorf("lock lapsed approval: %w", classify(err))
+	}
+	return c, now, nil
+}
+
 // lockNext locks the first confirmation (by orderBy) that where picks, not
 // in skip ($1) nor held by another transaction, with its account: the one
 // query of the background rounds (settling, restoring). args are $2, ….
@@ -409,8 +436,10 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 			WHERE id = $1`, r.ConfirmationID, d.Owed, d.Tries, d.Settled)
 	}
 	if a := r.Approval; a != nil {
-		batch.Queue(`UPDATE confirmations SET approval = $2, approver = $3, approver_auth_time = $4, approver_acr = NULLIF($5, '')
-			WHERE id = $1`, r.ConfirmationID, string(a.State), a.Approver, nullTime(a.Auth.AuthTime), a.Auth.ACR)
+		batch.Queue(`UPDATE confirmations SET approval = $2, approver = $3, approver_auth_time = $4, approver_acr = NULLIF($5, ''),
+			approvers = coalesce($6, approvers), approvals_required = coalesce(NULLIF($7, 0), approvals_required)
+			WHERE id = $1`, r.ConfirmationID, string(a.State), a.Approver, nullTime(a.Auth.AuthTime), a.Auth.ACR,
+			a.Approvers, a.Required)
 	}
 	if r.Agent {
 		batch.Queue(`UPDATE confirmations SET agent = true WHERE id = $1`, r.ConfirmationID)

@@ -32,7 +32,7 @@ const NOT_ADMIN = "This access token does not have billing:admin, so it can neit
 // and code follow.
 const HINTS = {
   operation_denied: "You asked for this change yourself, so another administrator of the organisation has to decide on it.",
-  consent_token_expired: "The confirmation expired before the decision: nothing will be changed, and the requester has to start again.",
+  consent_token_expired: "The approval window ended before the change had all its approvals, so it was rejected (expired): nothing will be changed, and the requester has to start again.",
   consent_token_invalid: "The confirmation is no longer waiting for approval: it was decided, made or cancelled meanwhile.",
   not_found: "The confirmation no longer exists in your organisation.",
   insufficient_scope: "Deciding needs an access token with billing:admin.",
@@ -108,7 +108,8 @@ function showConfirmation(c, deadline) {
 function clearApproval() {
   showMissing("");
   $("approval-missing").hidden = true;
-  for (const id of ["approval-summary", "approval-principal", "approval-client", "approval-state", "approval-countdown", "decision"]) {
+  for (const id of ["approval-summary", "approval-principal", "approval-client", "approval-state", "approval-progress",
+    "approval-countdown", "decision"]) {
     $(id).textContent = "";
   }
 }
@@ -118,9 +119,9 @@ function clearApproval() {
 function stateText(c) {
   switch (c.approval) {
     case "pending":
-      return "Waiting for a decision";
+      return c.approvals_given > 0 ? "Waiting for more approvers" : "Waiting for a decision";
     case "granted":
-      return `Approved by ${c.approver}`;
+      return `Approved by ${(c.approvers || []).join(", ") || c.approver}`;
     case "rejected":
       return `Rejected by ${c.approver}`;
     default:
@@ -133,6 +134,7 @@ function stateText(c) {
 function renderState() {
   const c = review.confirmation;
   $("approval-state").textContent = stateText(c);
+  $("approval-progress").textContent = approvalsText(c) || "None needed";
   const open = c.approval === "pending" && timeLeft(review.deadline) !== "" && !review.busy && !review.closed;
   $("approve").disabled = !open;
   $("reject").disabled = !open;
@@ -178,9 +180,7 @@ async function decide(decision) {
   }
   if (res.ok) {
     review.confirmation = res.data;
-    report(decision === "approve"
-      ? "Approved. The requester's next call makes the change; nothing has changed yet."
-      : "Rejected. The change will not be made; the requester's next call is refused.", false);
+    report(decisionText(decision, res.data), false);
   } else {
     // A network failure, an overloaded server or a rate limit may pass;
     // every other refusal is final for this page.
@@ -194,6 +194,20 @@ async function decide(decision) {
   if ($(decision).disabled) {
     $("decision").focus();
   }
+}
+
+// decisionText says what a recorded decision did: an approval counted
+// (and whether more are needed), or the rejection.
+function decisionText(decision, c) {
+  if (decision === "reject") {
+    return "Rejected. The change will not be made; the requester's next call is refused.";
+  }
+  if (c.approval === "pending") {
+    const more = c.approvals_required - c.approvals_given;
+    return `Approved: ${approvalsText(c)}. The change waits for ${more} more approver${more === 1 ? "" : "s"}; ` +
+      "nothing has changed yet.";
+  }
+  return `Approved: ${approvalsText(c)}. The requester's next call makes the change; nothing has changed yet.`;
 }
 
 // report shows a decision's outcome in the page's aria-live region.

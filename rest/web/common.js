@@ -168,6 +168,19 @@ function timeLeft(deadline) {
   return left > 0 ? `${Math.floor(left / 60)}:${String(left % 60).padStart(2, "0")}` : "";
 }
 
+// approvalsText says how far a confirmation's approvals got: "1 of 2
+// approved (boss)"; "" for one that needs no approval. Both pages write it
+// the same way.
+function approvalsText(c) {
+  if (!c.approval) {
+    return "";
+  }
+  const given = c.approvals_given || 0;
+  const required = c.approvals_required || 1;
+  const who = (c.approvers || []).join(", ");
+  return `${given} of ${required} approved${who ? ` (${who})` : ""}`;
+}
+
 // ---- Sign in ------------------------------------------------------------------
 
 // page is the current page's part: load shows it for the stored token

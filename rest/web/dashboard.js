@@ -192,7 +192,7 @@ function approvalRow(c, deadline) {
   // A span, not the cell, is the timer: the cell keeps its table semantics.
   const countdown = el("td");
   countdown.append(el("span", null, { role: "timer", class: "countdown" }));
-  row.append(el("td", c.summary), el("td", c.principal), el("td", c.client || "—"), countdown);
+  row.append(el("td", c.summary), el("td", c.principal), el("td", c.client || "—"), el("td", approvalsText(c)), countdown);
   const cell = el("td", null, { class: "row-actions" });
   cell.append(
     el("a", "Review", {
@@ -246,11 +246,21 @@ async function decideInline(id, decision, button) {
   refocus(key, $("approvals-title"));
   if (!res.ok) {
     fail(describeError(res));
+  } else if (decision === "approve" && res.data.approval === "pending") {
+    const more = res.data.approvals_required - res.data.approvals_given;
+    say(`Approved the change ${res.data.principal} asked for: ${approvalsText(res.data)}; it waits for ` +
+      `${more} more approver${more === 1 ? "" : "s"} before it can be made.`);
   } else if (decision === "approve") {
-    say(`Approved the change ${res.data.principal} asked for; their next call makes it.`);
+    say(`Approved the change ${res.data.principal} asked for: ${approvalsText(res.data)}; their next call makes it.`);
   } else {
     say(`Rejected the change ${res.data.principal} asked for; it will not be made.`);
   }
+}
+
+// approversNeeded names how many people must approve a proposal.
+function approversNeeded(details) {
+  const n = (details && details.approvals_required) || 1;
+  return n === 1 ? "another administrator" : `${n} other administrators`;
 }
 
 // ---- Audit log ------------------------------------------------------------------
@@ -370,7 +380,7 @@ function openDialog(op, plan, body, proposal, focusKey) {
   const approval = $("confirm-approval");
   approval.hidden = !proposal.approval_required;
   approval.textContent = proposal.approval_required
-    ? `This change also needs an administrator's approval (${proposal.approval_url}) before it can be confirmed.`
+    ? `This change also needs the approval of ${approversNeeded(proposal.details)} (${proposal.approval_url}) before it can be confirmed.`
     : "";
   $("confirm-error").textContent = "";
   $("confirm-ok").disabled = false;

@@ -46,11 +46,13 @@ WITH quotable AS (
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
 		approval, agent, verify_required, livemode,
-		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status)
+		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status,
+		approvals_required)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
 		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :acct_version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
 		NULLIF(:approval, ''), :agent, :verify_required, :livemode,
-		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents, :at_period_end, :no_renewal, :no_cancels, :sub_status
+		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents, :at_period_end, :no_renewal, :no_cancels, :sub_status,
+		:approvals_required
 	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -77,7 +79,7 @@ SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
-	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.at_period_end, c.at_renewal, c.cancels, c.from_status, c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''), c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.at_period_end, c.at_renewal, c.cancels, c.from_status, c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''), c.approvals_required, c.approvers, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
 	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
 	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, now()
@@ -102,7 +104,7 @@ SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
-	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.at_period_end, c.at_renewal, c.cancels, c.from_status, c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''), c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.at_period_end, c.at_renewal, c.cancels, c.from_status, c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''), c.approvals_required, c.approvers, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
 	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
 	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, now()

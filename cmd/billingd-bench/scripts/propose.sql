@@ -38,11 +38,13 @@ WITH quotable AS (
 		from_plan, to_plan, from_price_id, to_price_id, from_amount_cents, to_amount_cents, currency,
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
 		approval, agent, verify_required, livemode,
-		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status)
+		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status,
+		approvals_required)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
 		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :acct_version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
 		NULLIF(:approval, ''), :agent, :verify_required, :livemode,
-		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents, :at_period_end, :no_renewal, :no_cancels, :sub_status
+		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents, :at_period_end, :no_renewal, :no_cancels, :sub_status,
+		:approvals_required
 	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
 	RETURNING created_at, expires_at
 ), audited AS (
