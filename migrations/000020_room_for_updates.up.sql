@@ -20,3 +20,12 @@
 ALTER TABLE subscriptions SET (fillfactor = 50);
 ALTER TABLE audit_chain_heads SET (fillfactor = 20);
 ALTER TABLE confirmations SET (fillfactor = 80);
+
+-- One index fewer for every confirmation that executes: the executing
+-- confirmations are also found by age (the settler) through
+-- confirmations_executing_idx, which holds the same rows (only those
+-- executing, a handful at any time) under (org, attempted_at). Each
+-- relation a transaction touches is a lock PostgreSQL takes, and beyond 16
+-- per transaction they leave the backend's fast path for the shared lock
+-- table ("LWLock: LockManager" in make bench's waits at 64 clients).
+DROP INDEX confirmations_attempted_idx;
