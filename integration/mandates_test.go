@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/devissuer"
+	"github.com/billingd/billingd/internal/failpoint"
 	"github.com/billingd/billingd/internal/receipt"
 )
 
@@ -116,8 +120,12 @@ func TestMandateGrant(t *testing.T) {
 	})
 	t.Run("bad bounds", func(t *testing.T) {
 		for name, body := range map[string]any{
-			"no budget":    map[string]any{"client": "test-agent", "operations": []string{"upgrade_plan"}, "to_plans": []string{"scale"}, "max_amount_due_cents": 1, "max_changes": 1, "expires_at": g.ExpiresAt},
-			"91 days":      func() mandateGrant { x := g; x.ExpiresAt = time.Now().Add(91 * 24 * time.Hour).Format(time.RFC3339); return x }(),
+			"no budget": map[string]any{"client": "test-agent", "operations": []string{"upgrade_plan"}, "to_plans": []string{"scale"}, "max_amount_due_cents": 1, "max_changes": 1, "expires_at": g.ExpiresAt},
+			"91 days": func() mandateGrant {
+				x := g
+				x.ExpiresAt = time.Now().Add(91 * 24 * time.Hour).Format(time.RFC3339)
+				return x
+			}(),
 			"past":         func() mandateGrant { x := g; x.ExpiresAt = time.Now().Add(-time.Minute).Format(time.RFC3339); return x }(),
 			"no changes":   func() mandateGrant { x := g; x.MaxChanges = 0; return x }(),
 			"unknown plan": func() mandateGrant { x := g; x.ToPlans = []string{"gold"}; return x }(),
@@ -360,4 +368,66 @@ func TestMandateConcurrentReplicas(t *testing.T) {
 		g.MaxChanges = 3
 		run(t, "mcn", g)
 	})
+}
+
+// TestMandateDecidedAgainUnderLocks: what the first call saw of the
+// mandate is decided again under the locks, in the transaction that
+// spends it. A mandate revoked (or spent, or shrunk) after the first
+// call's look and before its execution leaves the ordinary handshake:
+// nothing executes. The change is made at the instant the first call
+// issues its confirmation, through a failpoint.
+func TestMandateDecidedAgainUnderLocks(t *testing.T) {
+	var mu sync.Mutex
+	var org string                // the case's org
+	var arm func(context.Context) // what happens when its first call issues
+	ctl := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req failpoint.Request
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		fire := arm
+		if req.Step != billing.StepIssue.String() || req.Org != org {
+			fire = nil
+		}
+		mu.Unlock()
+		if fire != nil {
+			fire(r.Context())
+		}
+		_ = json.NewEncoder(w).Encode(failpoint.Answer{Action: failpoint.ActionContinue})
+	}))
+	t.Cleanup(ctl.Close)
+	h := newHarness(t, withEnv("BILLINGD_FAILPOINTS", ctl.URL))
+	for name, change := range map[string]string{
+		"revoked":      `UPDATE mandates SET revoked_at = now(), revoked_by = 'alice' WHERE id = $1`,
+		"expired":      `UPDATE mandates SET expires_at = now() WHERE id = $1`,
+		"budget spent": `UPDATE mandates SET budget_cents = 0 WHERE id = $1`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := "ml" + strings.ReplaceAll(name, " ", "")
+			h.createOrg(o, "Locks", "pro")
+			mandate := h.grantMandate(o, "alice", generous()).ID
+			mu.Lock()
+			org, arm = o, func(ctx context.Context) {
+				if _, err := h.db.Pool.Exec(ctx, change, mandate); err != nil {
+					t.Error(err)
+				}
+			}
+			mu.Unlock()
+			r, a := h.firstCall(h.user(o, "alice"), "upgrade", "scale")
+			mu.Lock()
+			arm = nil
+			mu.Unlock()
+			wantStatus(t, r, http.StatusAccepted, "")
+			if !a.ConfirmRequired || a.MandateID != "" {
+				t.Fatalf("answer %s", r.Body)
+			}
+			// The ordinary handshake goes on with the token it gave.
+			var p proposal
+			r.decode(t, &p)
+			wantStatus(t, h.confirm(h.user(o, "alice"), "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
+			h.wantConsent(o, p.ConfirmationID, billing.ConsentAgentRelayed, billing.HumanNone)
+			if got := h.mandateOf(o, "alice", mandate); got.Changes != 0 || got.SpentCents != 0 {
+				t.Fatalf("the mandate counts a change it did not cover: %+v", got)
+			}
+		})
+	}
 }
