@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -474,4 +475,49 @@ func (s *Service) mandateStillHolds(ctx context.Context, tx Tx, c Confirmation, 
 		return false, fmt.Errorf("lock mandate: %w", err)
 	}
 	return m.statusAt(now) == MandateActive, nil
+}
+
+// Words states m's bounds as a person reads them, amounts written in the
+// currency's digits: what the dashboard shows before the person confirms,
+// and beside each mandate after.
+func (m Mandate) Words() string {
+	return fmt.Sprintf("%s may %s to %s without asking you: at most %s charged now per change and %s in all, "+
+		"at most %d %s, until %s. Policies that ask for more than a confirmation still apply.",
+		m.Client, opWords(m.Operations), m.ToPlansWords(), formatMoney(m.MaxAmountDueCents, m.Currency),
+		formatMoney(m.BudgetCents, m.Currency), m.MaxChanges, plural(m.MaxChanges, "change", "changes"),
+		m.ExpiresAt.UTC().Format("Jan 2, 2006 15:04 UTC"))
+}
+
+// SpentWords states what m has used, as a person reads it.
+func (m Mandate) SpentWords() string {
+	return fmt.Sprintf("%s spent in %d %s", formatMoney(m.SpentCents, m.Currency), m.Changes,
+		plural(m.Changes, "change", "changes"))
+}
+
+// ToPlansWords names m's plans.
+func (m Mandate) ToPlansWords() string { return strings.Join(m.ToPlans, " or ") }
+
+// Words states what is left of a mandate, for the agent holding it.
+func (l MandatesLeft) Words() string {
+	return fmt.Sprintf("Standing mandate %s lets you %s to %s without asking the user: at most %s charged now per change; "+
+		"%s and %d %s left; until %s. A first call it covers executes at once (its result carries mandate_id); "+
+		"any other change needs the usual confirmation.",
+		l.ID, opWords(l.Operations), strings.Join(l.ToPlans, " or "), formatMoney(l.MaxAmountDueCents, l.Currency),
+		formatMoney(l.BudgetLeftCents, l.Currency), l.ChangesLeft, plural(l.ChangesLeft, "change", "changes"),
+		l.ExpiresAt.UTC().Format("Jan 2, 2006 15:04 UTC"))
+}
+
+func opWords(ops []Operation) string {
+	words := make([]string, len(ops))
+	for i, op := range ops {
+		words[i] = strings.TrimSuffix(string(op), "_plan")
+	}
+	return strings.Join(words, " or ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

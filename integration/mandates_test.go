@@ -431,3 +431,51 @@ func TestMandateDecidedAgainUnderLocks(t *testing.T) {
 		})
 	}
 }
+
+// TestMandateOverMCP: get_subscription tells the agent which of its
+// mandates (its client, its user) are active and what is left; a covered
+// upgrade_plan executes at once under it, a call it does not cover is the
+// ordinary handshake.
+func TestMandateOverMCP(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("mm", "Mandate MCP", "pro")
+	g := generous()
+	g.Client, g.Operations, g.ToPlans, g.MaxChanges = "mcp-agent", []string{"upgrade_plan"}, []string{"scale"}, 1
+	m := h.grantMandate("mm", "alice", g)
+	other := generous() // another client's: not listed to this agent
+	other.Client = "other-agent"
+	h.grantMandate("mm", "alice", other)
+
+	cs, err := mcpDial(h.url, h.mcpUser("mm", "alice"), "2025-11-25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	var sub struct {
+		Plan     string
+		Mandates []billing.MandatesLeft
+	}
+	structured(t, callTool(t, cs, "get_subscription", nil), &sub)
+	if len(sub.Mandates) != 1 || sub.Mandates[0].ID != m.ID || sub.Mandates[0].ChangesLeft != 1 ||
+		sub.Mandates[0].BudgetLeftCents != g.BudgetCents {
+		t.Fatalf("mandates %+v", sub.Mandates)
+	}
+	var done struct {
+		OK        bool   `json:"ok"`
+		MandateID string `json:"mandate_id"`
+	}
+	structured(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale"}), &done)
+	if !done.OK || done.MandateID != m.ID {
+		t.Fatalf("upgrade_plan under the mandate: %+v", done)
+	}
+	sub.Mandates = nil
+	structured(t, callTool(t, cs, "get_subscription", nil), &sub)
+	if sub.Plan != "scale" || len(sub.Mandates) != 0 {
+		t.Fatalf("after its one change: %+v", sub)
+	}
+	var p proposal
+	structured(t, callTool(t, cs, "downgrade_plan", map[string]any{"to": "pro"}), &p)
+	if !p.ConfirmRequired || p.ConfirmToken == "" {
+		t.Fatalf("downgrade not covered: %+v", p)
+	}
+}
