@@ -121,8 +121,8 @@ func registerTools(s *sdk.Server, t tools) {
 		Meta:        viewToolMeta(),
 	}, t.log, changePlan[downgradePlanArgs](t, billing.OpDowngrade))
 	addTool(s, &sdk.Tool{
-		Name:        toolSubscription,
-		Title:       "Current subscription",
+		Name:  toolSubscription,
+		Title: "Current subscription",
 		Description: "Read the organisation's current plan, its status and the end of the current billing period, and the standing mandates the user gave you " +
 			"(mandates: what each lets you change without asking, and what is left of it). Changes nothing.",
 		Annotations: readOnlyAnnotations("Current subscription"),
