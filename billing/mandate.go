@@ -521,3 +521,31 @@ func plural(n int, one, many string) string {
 	}
 	return many
 }
+
+// PreviewMandate checks req as GrantMandate would, but for the sign-in's
+// age, and returns the mandate it would grant, without id or signature:
+// what the dashboard states in words before the person confirms.
+func (s *Service) PreviewMandate(ctx context.Context, caller Caller, req MandateRequest) (Mandate, error) {
+	acct, now, err := s.account(ctx, caller.Org)
+	if err != nil {
+		return Mandate{}, err
+	}
+	if s.people.isAgent(acct.Policy, caller) {
+		return Mandate{}, Errorf(CodeOperationDenied, "only a person grants a mandate, never an agent")
+	}
+	from, _ := s.catalog.Plan(acct.Subscription.Plan)
+	m, err := s.mandateOf(caller, req, now, from.Currency)
+	m.ID = ""
+	return m, err
+}
+
+// MandateCurrency is the currency a mandate of the caller's org counts
+// in: its plan's.
+func (s *Service) MandateCurrency(ctx context.Context, caller Caller) (string, error) {
+	acct, _, err := s.account(ctx, caller.Org)
+	if err != nil {
+		return "", err
+	}
+	from, _ := s.catalog.Plan(acct.Subscription.Plan)
+	return from.Currency, nil
+}

@@ -121,6 +121,7 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/openapi.yaml", openAPI)
 	mountDashboard(e, s)
 	mountSignIn(e, s)
+	mountMandatesPage(e, s)
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {
 		s.routes[r.Path] = true
