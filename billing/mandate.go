@@ -411,7 +411,18 @@ func (s *Service) executeUnderMandate(ctx context.Context, caller Caller, req Ch
 	caller.mandate = m.ID
 	res, err := s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, At: req.At,
 		ConfirmToken: token, TokenWithheld: true})
-	if errors.Is(err, errMandateNoLongerCovers) {
+	switch {
+	case errors.Is(err, errMandateNoLongerCovers):
+		return s.proposal(c, token), nil
+	case ErrorCode(err) == CodeApprovalPending:
+		// The policy, decided again at execution, now asks for an
+		// approval (recorded on c): the ordinary handshake, whose token
+		// the agent needs for its second call once approved.
+		c.Approval = ApprovalPending
+		return s.proposal(c, token), nil
+	case ErrorCode(err) == CodeInsufficientUserAuthentication:
+		// Likewise for a verification the policy now asks for.
+		c.VerifyRequired = true
 		return s.proposal(c, token), nil
 	}
 	return res, err

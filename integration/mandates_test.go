@@ -396,10 +396,19 @@ func TestMandateDecidedAgainUnderLocks(t *testing.T) {
 	}))
 	t.Cleanup(ctl.Close)
 	h := newHarness(t, withEnv("BILLINGD_FAILPOINTS", ctl.URL))
+	policy := func(action string) string {
+		return `INSERT INTO org_policies (org, policy, updated_by) SELECT org, '{"rules":[{"name":"now","action":"` +
+			action + `"}]}', 'root' FROM mandates WHERE id = $1`
+	}
 	for name, change := range map[string]string{
 		"revoked":      `UPDATE mandates SET revoked_at = now(), revoked_by = 'alice' WHERE id = $1`,
 		"expired":      `UPDATE mandates SET expires_at = now() WHERE id = $1`,
 		"budget spent": `UPDATE mandates SET budget_cents = 0 WHERE id = $1`,
+		// The policy turns while the first call quotes: decided again at
+		// execution, as always; the agent gets the ordinary handshake
+		// with what the policy now asks for.
+		"policy turns to approve": policy("approve"),
+		"policy turns to verify":  policy("verify"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := "ml" + strings.ReplaceAll(name, " ", "")
@@ -420,9 +429,23 @@ func TestMandateDecidedAgainUnderLocks(t *testing.T) {
 			if !a.ConfirmRequired || a.MandateID != "" {
 				t.Fatalf("answer %s", r.Body)
 			}
-			// The ordinary handshake goes on with the token it gave.
 			var p proposal
 			r.decode(t, &p)
+			if strings.HasPrefix(name, "policy") {
+				var flags struct {
+					ApprovalRequired     bool `json:"approval_required"`
+					VerificationRequired bool `json:"verification_required"`
+				}
+				r.decode(t, &flags)
+				if flags.ApprovalRequired != strings.HasSuffix(name, "approve") || flags.VerificationRequired != strings.HasSuffix(name, "verify") {
+					t.Fatalf("the proposal does not say what the policy now asks: %s", r.Body)
+				}
+				if got := h.mandateOf(o, "alice", mandate); got.Changes != 0 {
+					t.Fatalf("the mandate counts a change not made: %+v", got)
+				}
+				return
+			}
+			// The ordinary handshake goes on with the token it gave.
 			wantStatus(t, h.confirm(h.user(o, "alice"), "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
 			h.wantConsent(o, p.ConfirmationID, billing.ConsentAgentRelayed, billing.HumanNone)
 			if got := h.mandateOf(o, "alice", mandate); got.Changes != 0 || got.SpentCents != 0 {
