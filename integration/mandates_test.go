@@ -16,6 +16,7 @@ import (
 	"github.com/billingd/billingd/internal/devissuer"
 	"github.com/billingd/billingd/internal/failpoint"
 	"github.com/billingd/billingd/internal/receipt"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // Standing mandates (contract §13), end to end: a real billingd on a real
@@ -500,5 +501,30 @@ func TestMandateOverMCP(t *testing.T) {
 	structured(t, callTool(t, cs, "downgrade_plan", map[string]any{"to": "pro"}), &p)
 	if !p.ConfirmRequired || p.ConfirmToken == "" {
 		t.Fatalf("downgrade not covered: %+v", p)
+	}
+}
+
+// TestMandateSpendGivenBack: a change under a mandate that Stripe
+// definitely did not make (the card declined) leaves the mandate as it
+// was: its one change is still there for the next covered call.
+func TestMandateSpendGivenBack(t *testing.T) {
+	h := newHarness(t)
+	acct := h.createOrg("mgb", "Given Back", "pro")
+	g := generous()
+	g.MaxChanges = 1
+	m := h.grantMandate("mgb", "alice", g)
+	h.fake.FailNextForAt(acct.Subscription.StripeSubscriptionID, stripepaytest.UpdateSubscription, stripepaytest.DeclineCard)
+	r, _ := h.firstCall(h.user("mgb", "alice"), "upgrade", "scale")
+	wantStatus(t, r, http.StatusPaymentRequired, "payment_failed")
+	if got := h.mandateOf("mgb", "alice", m.ID); got.Changes != 0 || got.SpentCents != 0 {
+		t.Fatalf("a change not made counts: %+v", got)
+	}
+	r, a := h.firstCall(h.user("mgb", "alice"), "upgrade", "scale")
+	wantStatus(t, r, http.StatusOK, "")
+	if a.MandateID != m.ID {
+		t.Fatalf("answer %s", r.Body)
+	}
+	if got := h.mandateOf("mgb", "alice", m.ID); got.Changes != 1 {
+		t.Fatalf("after the change: %+v", got)
 	}
 }
