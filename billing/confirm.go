@@ -112,6 +112,11 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 	if acct.Unsettled {
 		return redemption{outcome: errUnsettled()}, nil
 	}
+	if caller.mandate != "" { // a first call a mandate covered (mandate.go)
+		if notCovered, err := s.spendMandate(ctx, tx, caller, c); notCovered != nil || err != nil {
+			return redemption{outcome: notCovered}, err
+		}
+	}
 	if refused, err := s.policyAtExecution(ctx, tx, caller, &c, acct.Policy, now); refused != nil || err != nil {
 		return redemption{outcome: refused}, err
 	}
@@ -476,6 +481,9 @@ func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Co
 	sub = subscriptionAfter(c, sub, applied)
 	sub.SyncedAt = now
 	result := ChangeResult{OK: true, Subscription: viewOf(sub), Charged: chargedFor(c, applied)}
+	if k := c.Consent; k != nil && k.Method == ConsentMandate {
+		result.MandateID = k.MandateID
+	}
 	if result.Notice = chargedNotice(result.Charged); result.Notice != "" {
 		s.log.WarnContext(ctx, "invoiced amount differs from the quote or is unknown", "confirmation_id", c.ID,
 			"quoted", result.Charged.QuotedAmountDueNowCents, "invoice_id", result.Charged.InvoiceID)

@@ -25,7 +25,7 @@ import (
 //   - anything else is agent_relayed: billingd has only the word of whoever
 //     presented the token;
 //   - a change the org's policy let run without asking anyone is
-//     policy_allow.
+//     policy_allow; one a standing mandate covered is mandate, naming it.
 
 // ConsentMethod names how the person agreed.
 type ConsentMethod string
@@ -53,6 +53,10 @@ const (
 	// ConsentPolicyAllow: the org's policy let the change run without
 	// asking anyone.
 	ConsentPolicyAllow ConsentMethod = "policy_allow"
+	// ConsentMandate: the person was not asked; a standing mandate they
+	// signed for earlier, after a fresh sign-in, covered the change
+	// (mandate.go). MandateID names it.
+	ConsentMandate ConsentMethod = "mandate"
 )
 
 // Whether a person was present when the change was agreed to.
@@ -78,6 +82,9 @@ type Consent struct {
 	ACR      string     `json:"acr,omitempty"`
 	// ApprovedBy is the approver (approved).
 	ApprovedBy string `json:"approved_by,omitempty"`
+	// MandateID is the standing mandate the change was made under
+	// (mandate).
+	MandateID string `json:"mandate_id,omitempty"`
 }
 
 // consentFor is how the person agreed to c, executed now by caller
@@ -86,6 +93,9 @@ type Consent struct {
 func consentFor(c Confirmation, caller Caller, callerIsAgent bool) *Consent {
 	if caller.viaAllow {
 		return &Consent{Method: ConsentPolicyAllow, HumanPresent: HumanNone}
+	}
+	if caller.mandate != "" {
+		return &Consent{Method: ConsentMandate, HumanPresent: HumanNone, MandateID: caller.mandate}
 	}
 	if recorded := recordedConsent(c); recorded != nil {
 		return recorded

@@ -50,6 +50,14 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	if err != nil {
 		return ChangeResult{}, err
 	}
+	var mandate *Mandate
+	if action == ActionConfirm {
+		// A standing mandate replaces the confirm level's second call,
+		// never a stronger level (mandate.go).
+		if mandate, err = s.coveringMandate(ctx, caller, req.Operation, terms, now); err != nil {
+			return ChangeResult{}, err
+		}
+	}
 	s.atAccount(ctx, StepIssue, &acct)
 	c, token, err := s.issue(ctx, caller, acct, req.Operation, terms, action)
 	if err != nil {
@@ -60,6 +68,9 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 		caller.viaAllow = true
 		return s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, At: req.At,
 			ConfirmToken: token, TokenWithheld: true})
+	}
+	if mandate != nil {
+		return s.executeUnderMandate(ctx, caller, req, mandate, c, token)
 	}
 	return s.proposal(c, token), nil
 }

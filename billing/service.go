@@ -181,6 +181,9 @@ type ChangeResult struct {
 	// Notice tells the caller something it must pass on: an amount
 	// invoiced that differs from the one quoted.
 	Notice string `json:"notice,omitempty"`
+	// MandateID: a standing mandate covered the first call, which executed
+	// at once under it (contract §13).
+	MandateID string `json:"mandate_id,omitempty"`
 }
 
 // Charged is the amount the provider invoiced for an executed change, with

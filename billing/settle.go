@@ -129,6 +129,9 @@ func (s *Service) consentHolds(ctx context.Context, tx Tx, c Confirmation, acct 
 		s.datePassed(c.Terms, now) {
 		return false, nil
 	}
+	if held, err := s.mandateStillHolds(ctx, tx, c, now); !held || err != nil {
+		return false, err
+	}
 	action, _, err := s.policyNow(ctx, tx, c, acct.Policy, false)
 	if err != nil {
 		return false, err

@@ -39,6 +39,9 @@ type Caller struct {
 	// viaAllow: the org's policy executed the change without asking
 	// anyone (set by billing only).
 	viaAllow bool
+	// mandate: the id of the standing mandate a covered first call executes
+	// under (mandate.go; set by billing only).
+	mandate string
 }
 
 // Org is a customer organisation with its Stripe customer.

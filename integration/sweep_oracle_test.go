@@ -36,6 +36,9 @@ import (
 //     retry with a token the caller does not hold.
 //  6. Every unknown outcome is settled within SETTLE_INTERVAL plus a bound,
 //     even while another row fails on every try (sweep.settle, sweep.poison).
+//  7. The changes Stripe made under a standing mandate stay within its
+//     bounds (max_changes, budget_cents, max_amount_due_cents), and each
+//     executed one says so (consent mandate, naming it) in its receipt.
 
 // sweepConfirmation is a confirmation as the database has it.
 type sweepConfirmation struct {
@@ -58,6 +61,84 @@ func (sw *sweep) judge(sc *sweepCase) {
 	sw.judgeConsent(sc, cfms)
 	sw.judgeScheduled(sc, cfms)
 	sw.judgeAnswers(sc, cfms, made)
+	sw.judgeMandates(sc, made)
+}
+
+// judgeMandates is oracle 7.
+func (sw *sweep) judgeMandates(sc *sweepCase, made map[string]stripepaytest.Made) {
+	type bounds struct {
+		id                  string
+		maxAmount, budget   int64
+		maxChanges, changes int
+		spent               int64
+	}
+	var mandates []bounds
+	spentBy := map[string]string{} // confirmation → mandate, by the recorded consent
+	amounts := map[string]int64{}
+	sw.query(func(ctx context.Context) error {
+		mandates, spentBy, amounts = nil, map[string]string{}, map[string]int64{}
+		rows, err := sw.h.db.Pool.Query(ctx, `SELECT id, max_amount_due_cents, budget_cents, max_changes FROM mandates WHERE org = $1`, sc.org)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var b bounds
+			if err := rows.Scan(&b.id, &b.maxAmount, &b.budget, &b.maxChanges); err != nil {
+				rows.Close()
+				return err
+			}
+			mandates = append(mandates, b)
+		}
+		rows.Close()
+		rows, err = sw.h.db.Pool.Query(ctx, `SELECT id, mandate_id, amount_due_cents FROM confirmations
+			WHERE org = $1 AND mandate_id IS NOT NULL`, sc.org)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, mandate string
+			var amount int64
+			if err := rows.Scan(&id, &mandate, &amount); err != nil {
+				return err
+			}
+			spentBy[id], amounts[id] = mandate, amount
+		}
+		return rows.Err()
+	})
+	for i := range mandates {
+		b := &mandates[i]
+		for id := range made {
+			if spentBy[id] != b.id {
+				continue
+			}
+			b.changes++
+			b.spent += amounts[id]
+			if amounts[id] > b.maxAmount {
+				sc.violate(7, "%s charged %d under mandate %s, whose per-change bound is %d", id, amounts[id], b.id, b.maxAmount)
+			}
+			if receipt := sw.receipt(id); !strings.Contains(jwsPayload(receipt), `"mandate_id":"`+b.id+`"`) {
+				sc.violate(7, "the receipt of %s, made under mandate %s, does not name it", id, b.id)
+			}
+		}
+		if b.changes > b.maxChanges || b.spent > b.budget {
+			sc.violate(7, "Stripe made %d changes (%d spent) under mandate %s: at most %d changes, %d budget",
+				b.changes, b.spent, b.id, b.maxChanges, b.budget)
+		}
+	}
+}
+
+// jwsPayload is the JSON payload of a compact JWS ("" if none).
+func jwsPayload(jws string) string {
+	parts := strings.Split(jws, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	return string(payload)
 }
 
 // disagreement says how billingd's subscription differs from Stripe's; ""

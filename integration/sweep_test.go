@@ -548,6 +548,16 @@ func sweepOps() []sweepOp {
 				sw.secondCall(sc, "upgrade", "scale", "", p)
 			}},
 		{name: "elicitation over MCP", plan: "pro", run: func(sw *sweep, sc *sweepCase) { sw.elicit(sc) }},
+		{name: "mandate", plan: "pro", setup: func(sw *sweep, sc *sweepCase) { sw.grantMandate(sc) },
+			run: func(sw *sweep, sc *sweepCase) {
+				// Covered, executed at once; then a change the mandate
+				// covers only if the first was finally not made (its
+				// spend given back): one change at most (oracle 7).
+				sw.call(sc, "mandate", sw.replicas[0].url, "POST", "/api/billing/upgrade", sc.payer,
+					map[string]string{"to": "scale"}, "", false)
+				sw.call(sc, "mandate again", sw.replicas[1].url, "POST", "/api/billing/downgrade", sc.payer,
+					map[string]string{"to": "free"}, "", false)
+			}},
 		{name: "upgrade, answer lost, settled by a replica", plan: "pro", run: func(sw *sweep, sc *sweepCase) {
 			sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.LoseResponse)
 			if p, ok := sw.firstCall(sc, "upgrade", "scale", ""); ok {
@@ -587,6 +597,19 @@ func sweepOps() []sweepOp {
 				}
 			}},
 	}
+}
+
+// sweepMandate is the mandate the sweep's mandate operation grants the
+// payer's agent: one change, to scale or free, within a budget.
+var sweepMandate = mandateGrant{Client: "test-agent", Operations: []string{"upgrade_plan", "downgrade_plan"},
+	ToPlans: []string{"scale", "free"}, MaxAmountDueCents: 40_000, BudgetCents: 40_000, MaxChanges: 1}
+
+// grantMandate grants sweepMandate as the payer, a person freshly signed
+// in (setup).
+func (sw *sweep) grantMandate(sc *sweepCase) {
+	g := sweepMandate
+	g.ExpiresAt = time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	sw.setupCall("POST", "/api/billing/mandates", sw.h.personAt(sc.org, "payer", time.Now(), false), g, nil)
 }
 
 // elicit asks for an upgrade over MCP from a client that shows the person

@@ -123,9 +123,10 @@ func registerTools(s *sdk.Server, t tools) {
 		Meta:        viewToolMeta(),
 	}, t.log, changePlan[downgradePlanArgs](t, billing.OpDowngrade))
 	addTool(s, &sdk.Tool{
-		Name:        toolSubscription,
-		Title:       "Current subscription",
-		Description: "Read the organisation's current plan, its status and the end of the current billing period. Changes nothing.",
+		Name:  toolSubscription,
+		Title: "Current subscription",
+		Description: "Read the organisation's current plan, its status and the end of the current billing period, and the standing mandates the user gave you " +
+			"(mandates: what each lets you change without asking, and what is left of it). Changes nothing.",
 		Annotations: readOnlyAnnotations("Current subscription"),
 	}, t.log, t.subscription)
 	addTool(s, &sdk.Tool{
@@ -224,17 +225,41 @@ func changeText(res billing.ChangeResult) string {
 	}
 }
 
-func (t tools) subscription(ctx context.Context, caller billing.Caller, _ noArgs) (billing.SubscriptionView, string, error) {
+// subscriptionResult is get_subscription's result: the subscription as
+// REST shows it and, for the agent asking, the standing mandates its user
+// gave it (contract §13), so that it knows before it asks what will
+// execute at once.
+type subscriptionResult struct {
+	Org              string                       `json:"org,omitempty"`
+	Plan             string                       `json:"plan"`
+	Status           string                       `json:"status"`
+	CurrentPeriodEnd time.Time                    `json:"current_period_end"`
+	ScheduledChange  *billing.ScheduledChangeView `json:"scheduled_change,omitempty"`
+	// Mandates are the active standing mandates of this agent's client for
+	// this user, with what is left of each.
+	Mandates []billing.MandatesLeft `json:"mandates,omitempty"`
+}
+
+func (t tools) subscription(ctx context.Context, caller billing.Caller, _ noArgs) (subscriptionResult, string, error) {
 	sub, err := t.svc.Subscription(ctx, caller)
 	if err != nil {
-		return billing.SubscriptionView{}, "", err
+		return subscriptionResult{}, "", err
 	}
+	mandates, err := t.svc.ActiveMandates(ctx, caller)
+	if err != nil {
+		return subscriptionResult{}, "", err
+	}
+	out := subscriptionResult{Org: sub.Org, Plan: sub.Plan, Status: sub.Status, CurrentPeriodEnd: sub.CurrentPeriodEnd,
+		ScheduledChange: sub.ScheduledChange, Mandates: mandates}
 	text := fmt.Sprintf("Organisation %s is on the %s plan (status %s); the current period ends %s.",
 		sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd.Format("January 2, 2006"))
 	if sc := sub.ScheduledChange; sc != nil {
 		text += fmt.Sprintf(" A change to the %s plan is scheduled for %s.", sc.To, sc.At.Format("January 2, 2006"))
 	}
-	return sub, text, nil
+	for _, m := range mandates {
+		text += " " + m.Words()
+	}
+	return out, text, nil
 }
 
 func (t tools) plans(_ context.Context, _ billing.Caller, _ noArgs) (planList, string, error) {

@@ -114,10 +114,14 @@ func New(cfg Config) *echo.Echo {
 	api.PUT("/policy", s.putPolicy, admin)
 	api.POST("/confirmations/:id/approve", s.decideApproval(true), admin)
 	api.POST("/confirmations/:id/reject", s.decideApproval(false), admin)
+	api.POST("/mandates", s.grantMandate, write)
+	api.GET("/mandates", s.listMandates, read)
+	api.DELETE("/mandates/:id", s.revokeMandate, write)
 	e.POST("/webhooks/stripe", s.stripeWebhook)
 	e.GET("/openapi.yaml", openAPI)
 	mountDashboard(e, s)
 	mountSignIn(e, s)
+	mountMandatesPage(e, s)
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {
 		s.routes[r.Path] = true

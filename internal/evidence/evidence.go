@@ -138,7 +138,8 @@ func InvoicedText(x Executed) string {
 }
 
 // ConsentText describes a consent for people: "agent_relayed (human
-// present: none)", "approved by admin-2 (human present: attested)".
+// present: none)", "approved by admin-2 (human present: attested)",
+// "mandate mdt_… (human present: none)".
 func ConsentText(k *billing.Consent) string {
 	if k == nil {
 		return "not recorded"
@@ -146,6 +147,9 @@ func ConsentText(k *billing.Consent) string {
 	text := string(k.Method)
 	if k.ApprovedBy != "" {
 		text += " by " + k.ApprovedBy
+	}
+	if k.MandateID != "" {
+		text += " " + k.MandateID
 	}
 	if k.AuthTime != nil {
 		text += ", signed in at " + k.AuthTime.UTC().Format(time.RFC3339)

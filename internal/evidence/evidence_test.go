@@ -335,3 +335,12 @@ func TestVerifyCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestConsentTextNamesTheMandate: a change made under a standing mandate
+// says which, for the person reading the verification report.
+func TestConsentTextNamesTheMandate(t *testing.T) {
+	k := &billing.Consent{Method: billing.ConsentMandate, HumanPresent: billing.HumanNone, MandateID: "mdt_abc"}
+	if got := ConsentText(k); got != "mandate mdt_abc (human present: none)" {
+		t.Fatalf("ConsentText = %q", got)
+	}
+}

@@ -38,6 +38,10 @@ const Type = "billingd-receipt+jwt"
 // from Type so that neither can be passed off as the other.
 const CheckpointType = "billingd-checkpoint+jwt"
 
+// MandateType is the JWS "typ" header of a signed standing mandate
+// (contract §13): signed like a receipt, never to be taken for one.
+const MandateType = "billingd-mandate+jwt"
+
 // Algorithms a receipt may be signed with: asymmetric only.
 var Algorithms = []jose.SignatureAlgorithm{jose.ES256, jose.EdDSA}
 
@@ -64,10 +68,14 @@ func KeySigner(key crypto.Signer) (Signer, error) {
 type Keys struct {
 	receipts    jose.Signer
 	checkpoints jose.Signer
+	mandates    jose.Signer
 	public      jose.JSONWebKeySet
 }
 
-var _ billing.ReceiptSigner = (*Keys)(nil)
+var (
+	_ billing.ReceiptSigner = (*Keys)(nil)
+	_ billing.MandateSigner = (*Keys)(nil)
+)
 
 // NewKeys builds a key set from signers, newest first.
 func NewKeys(signers ...Signer) (*Keys, error) {
@@ -91,6 +99,9 @@ func NewKeys(signers ...Signer) (*Keys, error) {
 				return nil, err
 			}
 			if k.checkpoints, err = newSigner(s, pub, CheckpointType); err != nil {
+				return nil, err
+			}
+			if k.mandates, err = newSigner(s, pub, MandateType); err != nil {
 				return nil, err
 			}
 		}
@@ -169,6 +180,11 @@ func (k *Keys) SignCheckpoint(c billing.Checkpoint) (string, error) {
 	return sign(k.checkpoints, c, "checkpoint")
 }
 
+// SignMandate implements billing.MandateSigner.
+func (k *Keys) SignMandate(c billing.MandateClaims) (string, error) {
+	return sign(k.mandates, c, "mandate")
+}
+
 func sign(signer jose.Signer, claims any, what string) (string, error) {
 	payload, err := json.Marshal(claims)
 	if err != nil {
@@ -195,6 +211,13 @@ func Verify(receipt string, set jose.JSONWebKeySet) (billing.ReceiptClaims, erro
 func VerifyCheckpoint(checkpoint string, set jose.JSONWebKeySet) (billing.Checkpoint, error) {
 	var c billing.Checkpoint
 	return c, verify(checkpoint, CheckpointType, "checkpoint", set, &c)
+}
+
+// VerifyMandate checks a signed mandate against set and returns its
+// claims.
+func VerifyMandate(mandate string, set jose.JSONWebKeySet) (billing.MandateClaims, error) {
+	var c billing.MandateClaims
+	return c, verify(mandate, MandateType, "mandate", set, &c)
 }
 
 // verify checks that token is a compact JWS of type typ signed by a key of

@@ -76,6 +76,7 @@ const consentWords = {
   verified_sign_in: "the person signed in again to confirm it",
   approved: "another person approved it",
   policy_allow: "nobody was asked: the organisation's policy allows it",
+  mandate: "nobody was asked: a standing mandate the person signed for earlier covered it",
 };
 
 // consentText is how the person agreed, for people.
@@ -86,6 +87,9 @@ function consentText(k) {
   let text = `${k.method} (${consentWords[k.method] || "unknown method"}); human present: ${k.human_present}`;
   if (k.approved_by) {
     text += `; approved by ${k.approved_by}`;
+  }
+  if (k.mandate_id) {
+    text += `; mandate ${k.mandate_id}`;
   }
   if (k.auth_time) {
     text += `; signed in at ${when(k.auth_time)}`;

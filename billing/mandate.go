@@ -1,0 +1,564 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Standing mandates (contract §13): a person, signed in afresh, lets one
+// agent client make bounded plan changes later without asking them each
+// time — AP2's open mandate, applied to plan changes.
+//
+// A mandate replaces exactly one thing: the confirm level's second call.
+// A first call by the mandate's client on behalf of its person that the
+// mandate covers is proposed as usual (quote, policy, issue) and then
+// redeemed at once, inside billingd, through the ordinary second call
+// (confirm.go) with the token it was just issued. Every guarantee of the
+// second call — the locks, the policy decided again, the check at the
+// provider, the recovery point, the settler, the sweep's oracle — applies
+// unchanged. What the mandate adds is one check in consume, under the
+// locks: the mandate row is locked and its bounds checked again against
+// what it has spent (spendMandate). The spend is the recovery point itself:
+// the confirmation becomes executing with consent
+// {"method":"mandate","mandate_id":…} in the write that commits the
+// recovery point, and a mandate's spend is the sum of its executing and
+// executed confirmations. A change finally not made leaves executing and
+// so gives back what it spent, whichever replica records it and however
+// late; nothing is released by hand.
+//
+// What a mandate never does: outrank a deny, an approve or a verify rule
+// (the policy asks for more than a confirmation; the person is not there
+// to give it: the ordinary handshake follows), let an agent grant itself a
+// mandate, or cover a change of another client, another person or another
+// org.
+
+// MaxMandateLifetime is the longest a mandate may run (contract §13).
+const MaxMandateLifetime = 90 * 24 * time.Hour
+
+// MandateSignInMaxAge is how old the person's sign-in may be when granting
+// a mandate (contract §13: auth_time at most 5 minutes old).
+const MandateSignInMaxAge = 5 * time.Minute
+
+// maxMandateChanges bounds max_changes: a mandate is for a few changes,
+// and the count must fit its column.
+const maxMandateChanges = 1000
+
+// Mandate statuses.
+const (
+	MandateActive  = "active"
+	MandateExpired = "expired"
+	MandateRevoked = "revoked"
+)
+
+// MandateRequest is what a person grants (POST /api/billing/mandates).
+// Every bound is required: a nil field is refused.
+type MandateRequest struct {
+	Client            string
+	Operations        []Operation
+	ToPlans           []string
+	MaxAmountDueCents *int64
+	BudgetCents       *int64
+	MaxChanges        *int
+	ExpiresAt         *time.Time
+}
+
+// Mandate is a granted mandate with what it has spent.
+type Mandate struct {
+	ID                string      `json:"id"`
+	Org               string      `json:"org"`
+	Principal         string      `json:"principal"` // the person who granted it (sub)
+	Client            string      `json:"client"`    // the agent client it lets act
+	Operations        []Operation `json:"operations"`
+	ToPlans           []string    `json:"to_plans"`
+	MaxAmountDueCents int64       `json:"max_amount_due_cents"`
+	BudgetCents       int64       `json:"budget_cents"`
+	MaxChanges        int         `json:"max_changes"`
+	Currency          string      `json:"currency"`
+	CurrencyDigits
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	RevokedBy string     `json:"revoked_by,omitempty"`
+	// Status is active, expired or revoked, as of the database's now.
+	Status string `json:"status"`
+	// SpentCents and Changes are what its executed and executing changes
+	// used (their quoted amounts due now).
+	SpentCents int64 `json:"spent_cents"`
+	Changes    int   `json:"changes"`
+	// JWS is the signed mandate (MandateClaims), the person's proof of
+	// what they allowed.
+	JWS string `json:"mandate"`
+}
+
+// statusAt is m's status at now.
+func (m Mandate) statusAt(now time.Time) string {
+	switch {
+	case m.RevokedAt != nil:
+		return MandateRevoked
+	case !now.Before(m.ExpiresAt):
+		return MandateExpired
+	}
+	return MandateActive
+}
+
+// MandateClaims are what a signed mandate states: every bound, named as
+// the request names it, and the person.
+type MandateClaims struct {
+	Issuer            string      `json:"iss"`
+	Subject           string      `json:"sub"`
+	IssuedAt          int64       `json:"iat"`
+	Expiry            int64       `json:"exp"`
+	MandateID         string      `json:"mandate_id"`
+	Org               string      `json:"org"`
+	Client            string      `json:"client"`
+	Operations        []Operation `json:"operations"`
+	ToPlans           []string    `json:"to_plans"`
+	MaxAmountDueCents int64       `json:"max_amount_due_cents"`
+	BudgetCents       int64       `json:"budget_cents"`
+	MaxChanges        int         `json:"max_changes"`
+	ExpiresAt         time.Time   `json:"expires_at"`
+	Currency          string      `json:"currency"`
+	CurrencyDigits
+	// AuthTime is the person's sign-in the grant was made with.
+	AuthTime time.Time `json:"auth_time"`
+}
+
+// MandateSigner signs mandates with the receipt keys (internal/receipt).
+type MandateSigner interface {
+	SignMandate(MandateClaims) (string, error)
+}
+
+// MandateStore keeps mandates. What a mandate spent is computed from its
+// confirmations (see above), never stored beside it.
+type MandateStore interface {
+	// InsertMandate stores m with the audit event, in one transaction.
+	InsertMandate(ctx context.Context, m Mandate, event AuditEvent) error
+	// Mandates lists the org's mandates, newest first, with what each
+	// spent; only principal's when principal is set, and only client's
+	// when client is set.
+	Mandates(ctx context.Context, org, principal, client string) ([]Mandate, error)
+	// RevokeMandate marks the org's mandate id revoked by by, now, with the
+	// audit event, unless it was already revoked; it returns the mandate.
+	// allowed decides, on the locked row, whether by may revoke it; false:
+	// nothing is written and ErrNotFound is returned.
+	RevokeMandate(ctx context.Context, org, id, by string, allowed func(Mandate) bool, event AuditEvent) (Mandate, error)
+}
+
+// mandateLocker is what a second call's transaction needs of a mandate:
+// the row locked, with what it spent as of the lock (ErrNotFound if the
+// org has no such mandate). The PostgreSQL store's Tx has it.
+type mandateLocker interface {
+	LockMandate(ctx context.Context, org, id string) (Mandate, time.Time, error)
+}
+
+// Audit events of mandates.
+const (
+	EventMandateGranted = "MANDATE_GRANTED"
+	EventMandateRevoked = "MANDATE_REVOKED"
+)
+
+const mandatePrefix = "mdt_"
+
+func newMandateID() string { return mandatePrefix + randomString(confirmationIDBytes) }
+
+// WellFormedMandateID reports whether s can be a mandate id.
+func WellFormedMandateID(s string) bool { return mandateIDPattern.MatchString(s) }
+
+var mandateIDPattern = regexp.MustCompile(`^mdt_[A-Za-z0-9_-]{16,64}$`)
+
+// clientIDPattern: printable ASCII without spaces, as OAuth client ids are.
+var clientIDPattern = regexp.MustCompile(`^[\x21-\x7e]{1,255}$`)
+
+func (s *Service) mandateStore() (MandateStore, error) {
+	ms, ok := s.store.(MandateStore)
+	if !ok {
+		return nil, Errorf(CodeInternal, "mandates are not available with this store")
+	}
+	return ms, nil
+}
+
+// GrantMandate is POST /api/billing/mandates: a person, signed in within
+// the last five minutes, grants an agent client a mandate.
+func (s *Service) GrantMandate(ctx context.Context, caller Caller, req MandateRequest) (Mandate, error) {
+	ms, err := s.mandateStore()
+	if err != nil {
+		return Mandate{}, err
+	}
+	signer, ok := s.receipts.(MandateSigner)
+	if !ok {
+		return Mandate{}, Errorf(CodeInternal, "mandates need receipt signing keys")
+	}
+	acct, now, err := s.account(ctx, caller.Org)
+	if err != nil {
+		return Mandate{}, err
+	}
+	if s.people.isAgent(acct.Policy, caller) {
+		return Mandate{}, Errorf(CodeOperationDenied, "only a person grants a mandate, never an agent")
+	}
+	if caller.AuthTime.IsZero() || now.Sub(caller.AuthTime) > MandateSignInMaxAge+s.skew {
+		return Mandate{}, &Error{Code: CodeInsufficientUserAuthentication,
+			Message: "granting a mandate needs a sign-in less than 5 minutes old: sign in again and retry",
+			StepUp:  &StepUp{VerifyURL: s.publicBaseURL + "/mandates"}}
+	}
+	from, _ := s.catalog.Plan(acct.Subscription.Plan)
+	m, err := s.mandateOf(caller, req, now, from.Currency)
+	if err != nil {
+		return Mandate{}, err
+	}
+	claims := MandateClaims{Issuer: s.publicBaseURL, Subject: m.Principal, IssuedAt: now.Unix(), Expiry: m.ExpiresAt.Unix(),
+		MandateID: m.ID, Org: m.Org, Client: m.Client, Operations: m.Operations, ToPlans: m.ToPlans,
+		MaxAmountDueCents: m.MaxAmountDueCents, BudgetCents: m.BudgetCents, MaxChanges: m.MaxChanges,
+		ExpiresAt: m.ExpiresAt, Currency: m.Currency, CurrencyDigits: m.CurrencyDigits, AuthTime: caller.AuthTime.UTC()}
+	if m.JWS, err = signer.SignMandate(claims); err != nil {
+		return Mandate{}, wrapErr(CodeInternal, "internal error", fmt.Errorf("sign mandate: %w", err))
+	}
+	granted := s.event(caller, "", EventMandateGranted, "", m.ID)
+	if err := ms.InsertMandate(ctx, m, granted); err != nil {
+		return Mandate{}, storeError("store mandate", err)
+	}
+	return m, nil
+}
+
+// mandateOf validates a request into a mandate granted now. Messages name
+// the field, never what was written in it.
+func (s *Service) mandateOf(caller Caller, req MandateRequest, now time.Time, currency string) (Mandate, error) {
+	bad := func(msg string) (Mandate, error) { return Mandate{}, Errorf(CodeInvalidRequest, "%s", msg) }
+	switch {
+	case req.MaxAmountDueCents == nil || req.BudgetCents == nil || req.MaxChanges == nil || req.ExpiresAt == nil ||
+		req.Client == "" || len(req.Operations) == 0 || len(req.ToPlans) == 0:
+		return bad("every bound is required: client, operations, to_plans, max_amount_due_cents, budget_cents, max_changes, expires_at")
+	case !clientIDPattern.MatchString(req.Client):
+		return bad("client must be an OAuth client id")
+	case *req.MaxAmountDueCents < 0 || *req.BudgetCents < 0:
+		return bad("max_amount_due_cents and budget_cents must not be negative")
+	case *req.MaxChanges < 1 || *req.MaxChanges > maxMandateChanges:
+		return bad(fmt.Sprintf("max_changes must be 1 to %d", maxMandateChanges))
+	case !req.ExpiresAt.After(now):
+		return bad("expires_at must be in the future")
+	case req.ExpiresAt.Sub(now) > MaxMandateLifetime:
+		return bad("expires_at must be at most 90 days away")
+	case len(req.Operations) > 2 || len(req.ToPlans) > 50:
+		return bad("too many operations or to_plans")
+	}
+	for _, op := range req.Operations {
+		if op != OpUpgrade && op != OpDowngrade {
+			return bad("operations must be upgrade_plan or downgrade_plan")
+		}
+	}
+	for _, id := range req.ToPlans {
+		if _, ok := s.catalog.Plan(id); !ok {
+			return bad("to_plans must name plans of the catalog")
+		}
+	}
+	ops, plans := slices.Clone(req.Operations), slices.Clone(req.ToPlans)
+	slices.Sort(ops)
+	slices.Sort(plans)
+	return Mandate{
+		ID: newMandateID(), Org: caller.Org, Principal: caller.Principal, Client: req.Client,
+		Operations: slices.Compact(ops), ToPlans: slices.Compact(plans),
+		MaxAmountDueCents: *req.MaxAmountDueCents, BudgetCents: *req.BudgetCents, MaxChanges: *req.MaxChanges,
+		Currency: currency, CurrencyDigits: DigitsOf(currency),
+		CreatedAt: now, ExpiresAt: req.ExpiresAt.UTC().Truncate(time.Second), Status: MandateActive,
+	}, nil
+}
+
+// Mandates is GET /api/billing/mandates: the caller's own, or the org's
+// for an admin.
+func (s *Service) Mandates(ctx context.Context, caller Caller) ([]Mandate, error) {
+	ms, err := s.mandateStore()
+	if err != nil {
+		return nil, err
+	}
+	principal := caller.Principal
+	if caller.Admin {
+		principal = ""
+	}
+	list, err := ms.Mandates(ctx, caller.Org, principal, "")
+	if err != nil {
+		return nil, storeError("list mandates", err)
+	}
+	if list == nil {
+		list = []Mandate{}
+	}
+	return list, nil
+}
+
+// RevokeMandate is DELETE /api/billing/mandates/{id}: by the person who
+// granted it or an admin, at once. A change already executing under it
+// (its recovery point committed) is not recalled; none starts after.
+func (s *Service) RevokeMandate(ctx context.Context, caller Caller, id string) (Mandate, error) {
+	ms, err := s.mandateStore()
+	if err != nil {
+		return Mandate{}, err
+	}
+	if !WellFormedMandateID(id) {
+		return Mandate{}, Errorf(CodeNotFound, "no such mandate")
+	}
+	allowed := func(m Mandate) bool { return caller.Admin || m.Principal == caller.Principal }
+	m, err := ms.RevokeMandate(ctx, caller.Org, id, caller.Principal, allowed,
+		s.event(caller, "", EventMandateRevoked, "", id))
+	if errors.Is(err, ErrNotFound) {
+		return Mandate{}, Errorf(CodeNotFound, "no such mandate")
+	}
+	if err != nil {
+		return Mandate{}, storeError("revoke mandate", err)
+	}
+	return m, nil
+}
+
+// mandateFacts are what a mandate decides a change on.
+type mandateFacts struct {
+	org, principal, client string
+	op                     Operation
+	to                     string
+	atPeriodEnd            bool
+	amountDueCents         int64
+}
+
+// covers reports whether m, with what it spent, covers the change at now:
+// "" if it does, else why not (for logs and tests).
+func (m Mandate) covers(f mandateFacts, now time.Time) string {
+	switch {
+	case m.Org != f.org || m.Principal != f.principal || m.Client != f.client:
+		return "another org, person or client"
+	case m.statusAt(now) != MandateActive:
+		return m.statusAt(now)
+	case !slices.Contains(m.Operations, f.op):
+		return "operation"
+	case !slices.Contains(m.ToPlans, f.to):
+		return "plan"
+	case f.atPeriodEnd:
+		// A change at the period's end charges later, at a price the
+		// person's bounds were not set against.
+		return "at period end"
+	case f.amountDueCents > m.MaxAmountDueCents:
+		return "amount"
+	case m.SpentCents+f.amountDueCents > m.BudgetCents:
+		return "budget"
+	case m.Changes >= m.MaxChanges:
+		return "changes"
+	}
+	return ""
+}
+
+// coveringMandate is the oldest of the caller's mandates that covers the
+// quoted change, or nil. It locks nothing: spendMandate decides again under
+// the locks.
+func (s *Service) coveringMandate(ctx context.Context, caller Caller, op Operation, t Terms, now time.Time) (*Mandate, error) {
+	ms, ok := s.store.(MandateStore)
+	if !ok || caller.Client == "" {
+		return nil, nil
+	}
+	list, err := ms.Mandates(ctx, caller.Org, caller.Principal, caller.Client)
+	if err != nil {
+		return nil, storeError("read mandates", err)
+	}
+	f := mandateFactsOf(caller, op, t)
+	for i := len(list) - 1; i >= 0; i-- { // newest first: the oldest covering one
+		if list[i].covers(f, now) == "" {
+			return &list[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// mandateFactsOf are the facts a mandate decides a change on: who asks,
+// through which client, and the change.
+func mandateFactsOf(caller Caller, op Operation, t Terms) mandateFacts {
+	return mandateFacts{org: caller.Org, principal: caller.Principal, client: caller.Client,
+		op: op, to: t.ToPlan, atPeriodEnd: t.AtPeriodEnd, amountDueCents: t.AmountDueCents}
+}
+
+// errMandateNoLongerCovers: between the first call's look and the locks,
+// the mandate was revoked or spent by a concurrent change. Nothing was
+// recorded; the first call answers with the ordinary proposal.
+var errMandateNoLongerCovers = errors.New("the mandate no longer covers the change")
+
+// spendMandate is the mandate's check in consume, under the subscription's
+// and the confirmation's locks: the mandate row locked (after them: the one
+// lock order), its bounds decided again with what it spent as of the lock.
+// The spend itself is the recovery point that follows (see above); the
+// mandate's lock is held until it commits, so two changes can never both
+// count on the same remaining budget.
+func (s *Service) spendMandate(ctx context.Context, tx Tx, caller Caller, c Confirmation) (notCovered error, err error) {
+	locker, ok := tx.(mandateLocker)
+	if !ok {
+		return errMandateNoLongerCovers, nil
+	}
+	m, now, err := locker.LockMandate(ctx, c.Org, caller.mandate)
+	if errors.Is(err, ErrNotFound) {
+		return errMandateNoLongerCovers, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock mandate: %w", err)
+	}
+	if why := m.covers(mandateFactsOf(caller, c.Operation, c.Terms), now); why != "" {
+		s.log.Info("mandate no longer covers the change; ordinary handshake", "mandate_id", m.ID,
+			"confirmation_id", c.ID, "why", why)
+		return errMandateNoLongerCovers, nil
+	}
+	return nil, nil
+}
+
+// executeUnderMandate redeems the confirmation just issued for a covered
+// first call, as its second call, under mandate m. A mandate that no
+// longer covers it when locked leaves the ordinary proposal.
+func (s *Service) executeUnderMandate(ctx context.Context, caller Caller, req ChangeRequest, m *Mandate,
+	c Confirmation, token string) (ChangeResult, error) {
+	caller.mandate = m.ID
+	res, err := s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, At: req.At,
+		ConfirmToken: token, TokenWithheld: true})
+	switch {
+	case errors.Is(err, errMandateNoLongerCovers):
+		return s.proposal(c, token), nil
+	case ErrorCode(err) == CodeApprovalPending:
+		// The policy, decided again at execution, now asks for an
+		// approval (recorded on c): the ordinary handshake, whose token
+		// the agent needs for its second call once approved.
+		c.Approval = ApprovalPending
+		return s.proposal(c, token), nil
+	case ErrorCode(err) == CodeInsufficientUserAuthentication:
+		// Likewise for a verification the policy now asks for.
+		c.VerifyRequired = true
+		return s.proposal(c, token), nil
+	}
+	return res, err
+}
+
+// MandatesLeft is what get_subscription tells an agent of its mandates.
+type MandatesLeft struct {
+	ID                string      `json:"id"`
+	Operations        []Operation `json:"operations"`
+	ToPlans           []string    `json:"to_plans"`
+	MaxAmountDueCents int64       `json:"max_amount_due_cents"`
+	BudgetLeftCents   int64       `json:"budget_left_cents"`
+	ChangesLeft       int         `json:"changes_left"`
+	Currency          string      `json:"currency"`
+	CurrencyDigits
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ActiveMandates lists the active mandates of the caller's client on
+// behalf of the caller's principal, with what is left of each.
+func (s *Service) ActiveMandates(ctx context.Context, caller Caller) ([]MandatesLeft, error) {
+	ms, ok := s.store.(MandateStore)
+	if !ok || caller.Client == "" {
+		return nil, nil
+	}
+	list, err := ms.Mandates(ctx, caller.Org, caller.Principal, caller.Client)
+	if err != nil {
+		return nil, storeError("read mandates", err)
+	}
+	var left []MandatesLeft
+	for _, m := range list {
+		if m.Status != MandateActive || m.Changes >= m.MaxChanges {
+			continue
+		}
+		left = append(left, MandatesLeft{ID: m.ID, Operations: m.Operations, ToPlans: m.ToPlans,
+			MaxAmountDueCents: m.MaxAmountDueCents, BudgetLeftCents: max(m.BudgetCents-m.SpentCents, 0),
+			ChangesLeft: m.MaxChanges - m.Changes, Currency: m.Currency, CurrencyDigits: m.CurrencyDigits,
+			ExpiresAt: m.ExpiresAt})
+	}
+	return left, nil
+}
+
+// mandateStillHolds is the mandate's part of a resend's consent (settle.go,
+// consentHolds): a change made under a mandate is sent again only while
+// the mandate is neither revoked nor expired. Its budget needs no second
+// look: the change has counted against it since its recovery point.
+func (s *Service) mandateStillHolds(ctx context.Context, tx Tx, c Confirmation, now time.Time) (bool, error) {
+	k := c.Consent
+	if k == nil || k.Method != ConsentMandate {
+		return true, nil
+	}
+	locker, ok := tx.(mandateLocker)
+	if !ok {
+		return false, nil
+	}
+	m, _, err := locker.LockMandate(ctx, c.Org, k.MandateID)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lock mandate: %w", err)
+	}
+	return m.statusAt(now) == MandateActive, nil
+}
+
+// Words states m's bounds as a person reads them, amounts written in the
+// currency's digits: what the dashboard shows before the person confirms,
+// and beside each mandate after.
+func (m Mandate) Words() string {
+	return fmt.Sprintf("%s may %s to %s without asking you: at most %s charged now per change and %s in all, "+
+		"at most %d %s, until %s. Policies that ask for more than a confirmation still apply.",
+		m.Client, opWords(m.Operations), m.ToPlansWords(), formatMoney(m.MaxAmountDueCents, m.Currency),
+		formatMoney(m.BudgetCents, m.Currency), m.MaxChanges, plural(m.MaxChanges, "change", "changes"),
+		m.ExpiresAt.UTC().Format("Jan 2, 2006 15:04 UTC"))
+}
+
+// SpentWords states what m has used, as a person reads it.
+func (m Mandate) SpentWords() string {
+	return fmt.Sprintf("%s spent in %d %s", formatMoney(m.SpentCents, m.Currency), m.Changes,
+		plural(m.Changes, "change", "changes"))
+}
+
+// ToPlansWords names m's plans.
+func (m Mandate) ToPlansWords() string { return strings.Join(m.ToPlans, " or ") }
+
+// Words states what is left of a mandate, for the agent holding it.
+func (l MandatesLeft) Words() string {
+	return fmt.Sprintf("Standing mandate %s lets you %s to %s without asking the user: at most %s charged now per change; "+
+		"%s and %d %s left; until %s. A first call it covers executes at once (its result carries mandate_id); "+
+		"any other change needs the usual confirmation.",
+		l.ID, opWords(l.Operations), strings.Join(l.ToPlans, " or "), formatMoney(l.MaxAmountDueCents, l.Currency),
+		formatMoney(l.BudgetLeftCents, l.Currency), l.ChangesLeft, plural(l.ChangesLeft, "change", "changes"),
+		l.ExpiresAt.UTC().Format("Jan 2, 2006 15:04 UTC"))
+}
+
+func opWords(ops []Operation) string {
+	words := make([]string, len(ops))
+	for i, op := range ops {
+		words[i] = strings.TrimSuffix(string(op), "_plan")
+	}
+	return strings.Join(words, " or ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// PreviewMandate checks req as GrantMandate would, but for the sign-in's
+// age, and returns the mandate it would grant, without id or signature:
+// what the dashboard states in words before the person confirms.
+func (s *Service) PreviewMandate(ctx context.Context, caller Caller, req MandateRequest) (Mandate, error) {
+	acct, now, err := s.account(ctx, caller.Org)
+	if err != nil {
+		return Mandate{}, err
+	}
+	if s.people.isAgent(acct.Policy, caller) {
+		return Mandate{}, Errorf(CodeOperationDenied, "only a person grants a mandate, never an agent")
+	}
+	from, _ := s.catalog.Plan(acct.Subscription.Plan)
+	m, err := s.mandateOf(caller, req, now, from.Currency)
+	m.ID = ""
+	return m, err
+}
+
+// MandateCurrency is the currency a mandate of the caller's org counts
+// in: its plan's.
+func (s *Service) MandateCurrency(ctx context.Context, caller Caller) (string, error) {
+	acct, _, err := s.account(ctx, caller.Org)
+	if err != nil {
+		return "", err
+	}
+	from, _ := s.catalog.Plan(acct.Subscription.Plan)
+	return from.Currency, nil
+}
