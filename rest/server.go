@@ -57,6 +57,8 @@ type Config struct {
 	// TokenPaste lets the pages sign in with a pasted bearer token: billingd
 	// dev only.
 	TokenPaste bool
+	// WebhookEndpoints manages outbound webhook endpoints; nil: no routes.
+	WebhookEndpoints WebhookEndpoints
 }
 
 // Observer receives the outcome of each handshake call, for metrics.
@@ -114,6 +116,7 @@ func New(cfg Config) *echo.Echo {
 	api.PUT("/policy", s.putPolicy, admin)
 	api.POST("/confirmations/:id/approve", s.decideApproval(true), admin)
 	api.POST("/confirmations/:id/reject", s.decideApproval(false), admin)
+	s.mountWebhookEndpoints(api, admin)
 	e.POST("/webhooks/stripe", s.stripeWebhook)
 	e.GET("/openapi.yaml", openAPI)
 	mountDashboard(e, s)

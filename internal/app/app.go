@@ -28,6 +28,7 @@ import (
 	"github.com/billingd/billingd/internal/signin"
 	"github.com/billingd/billingd/internal/stripepay"
 	"github.com/billingd/billingd/internal/telemetry"
+	"github.com/billingd/billingd/internal/webhooks"
 	"github.com/billingd/billingd/mcp"
 	"github.com/billingd/billingd/rest"
 )
@@ -52,7 +53,11 @@ type App struct {
 	// Receipts signs receipts and audit checkpoints; its published keys
 	// are served at /.well-known/jwks.json.
 	Receipts *receipt.Set
-	verifier *auth.Verifier
+	// Endpoints manages outbound webhook endpoints; Deliverer sends their
+	// deliveries (webhooks.go).
+	Endpoints *webhooks.Endpoints
+	Deliverer *webhooks.Deliverer
+	verifier  *auth.Verifier
 	// signIn signs people in on the pages; nil without OIDC_CLIENT_ID.
 	signIn rest.SignIn
 }
@@ -126,6 +131,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 		}
 		a.signIn = client
 	}
+	a.newWebhooks()
 	a.Handler = a.edge()
 	a.MetricsHandler = MetricsHandler(a.Metrics)
 	return a, nil
@@ -155,7 +161,7 @@ func (a *App) edge() http.Handler {
 		ParseWebhook: webhookParser(a.Config.StripeWebhookSecret), Ready: a.Store.Ready, Logger: a.Log,
 		Observer: a.Metrics, ReceiptKeys: a.publishedReceiptKeys,
 		SignIn: a.signIn, Sessions: a.Store, SignInLimits: a.Config.SignInLimits, TokenPaste: a.Config.DevTokenPaste,
-		TrustedProxies: a.Config.TrustedProxies,
+		TrustedProxies: a.Config.TrustedProxies, WebhookEndpoints: a.Endpoints,
 	})
 	edge := httpedge.New(httpedge.Config{
 		Logger: a.Log, Observer: a.Metrics,
