@@ -19,10 +19,11 @@ type WebhookEndpoints interface {
 	RotateSecret(ctx context.Context, caller billing.Caller, id string) (webhooks.Endpoint, error)
 }
 
-// mountWebhookEndpoints adds the endpoints' routes (billing:admin).
+// mountWebhookEndpoints adds the endpoints' routes (billing:admin); without
+// WebhookEndpoints they answer not_found.
 func (s *server) mountWebhookEndpoints(api *echo.Group, admin echo.MiddlewareFunc) {
 	if s.WebhookEndpoints == nil {
-		return
+		s.WebhookEndpoints = noEndpoints{}
 	}
 	api.POST("/webhook-endpoints", s.createWebhookEndpoint, admin)
 	api.GET("/webhook-endpoints", s.listWebhookEndpoints, admin)
@@ -69,4 +70,20 @@ func (s *server) rotateWebhookSecret(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, e)
+}
+
+// noEndpoints serves a server built without outbound webhooks.
+type noEndpoints struct{}
+
+var errNoEndpoints = billing.Errorf(billing.CodeNotFound, "outbound webhooks are not available")
+
+func (noEndpoints) Create(context.Context, billing.Caller, webhooks.CreateRequest) (webhooks.Endpoint, error) {
+	return webhooks.Endpoint{}, errNoEndpoints
+}
+func (noEndpoints) List(context.Context, billing.Caller) ([]webhooks.Endpoint, error) {
+	return nil, errNoEndpoints
+}
+func (noEndpoints) Delete(context.Context, billing.Caller, string) error { return errNoEndpoints }
+func (noEndpoints) RotateSecret(context.Context, billing.Caller, string) (webhooks.Endpoint, error) {
+	return webhooks.Endpoint{}, errNoEndpoints
 }

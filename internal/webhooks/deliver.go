@@ -27,8 +27,12 @@ const (
 	DefaultWorkers = 8
 	DefaultPoll    = time.Second
 	// leaseMargin is how much longer than the request's timeout a claim
-	// lasts: recording the outcome fits in it.
-	leaseMargin = 10 * time.Second
+	// lasts. The send is over when Timeout is (the client's timeout covers
+	// connecting and reading the answer), so no other replica sends while
+	// it may still be going on; should recording its outcome take longer
+	// than the margin, the delivery is sent once more, after it: at least
+	// once, never twice at the same time.
+	leaseMargin = 2 * time.Second
 	// keepFinished is how long delivered and failed deliveries stay for
 	// the dashboard.
 	keepFinished = 7 * 24 * time.Hour
