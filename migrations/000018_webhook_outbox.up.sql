@@ -59,23 +59,27 @@ CREATE UNIQUE INDEX webhook_deliveries_dedupe_idx ON webhook_deliveries (endpoin
 -- index probe; events of other types do not call it at all (WHEN).
 CREATE FUNCTION webhook_outbox_from_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    ev      jsonb;
-    details jsonb;
-    c       jsonb;
-    types   text[];
-    t       text;
+    details  jsonb := '{}';
+    c        jsonb := '{}';
+    types    text[];
+    t        text;
     event_id text;
-    given   integer;
-    needed  integer;
-    data    jsonb;
+    given    integer;
+    needed   integer;
+    data     jsonb;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM webhook_endpoints WHERE org = NEW.org) THEN
         RETURN NULL;
     END IF;
-    ev := to_jsonb(NEW);
-    details := CASE WHEN jsonb_typeof(ev->'details') = 'object' THEN ev->'details' ELSE '{}' END;
-    SELECT to_jsonb(x) INTO c FROM confirmations x WHERE x.id = NEW.confirmation_id;
-    c := coalesce(c, '{}');
+    IF NEW.event IN ('TOKEN_ISSUED', 'OPERATION_EXECUTED') THEN
+        SELECT to_jsonb(x) INTO c FROM confirmations x WHERE x.id = NEW.confirmation_id;
+        c := coalesce(c, '{}');
+    END IF;
+    IF NEW.event LIKE 'APPROVAL\_%' THEN
+        details := to_jsonb(NEW)->'details';
+        details := CASE WHEN jsonb_typeof(details) = 'object' THEN details ELSE '{}' END;
+    END IF;
+    -- Which outbound types the event is.
     types := CASE NEW.event
         WHEN 'TOKEN_ISSUED' THEN CASE
             WHEN c->>'approval' = 'pending' THEN ARRAY['approval.requested']
@@ -92,8 +96,13 @@ BEGIN
         WHEN 'SCHEDULED_CHANGE_APPLIED' THEN ARRAY['change.executed']
         WHEN 'OPERATION_FAILED' THEN ARRAY['change.failed']
     END;
-    IF types IS NULL THEN
+    -- Nothing more unless an endpoint of the org asked for one of them.
+    IF types IS NULL OR NOT EXISTS (SELECT 1 FROM webhook_endpoints WHERE org = NEW.org AND events && types) THEN
         RETURN NULL;
+    END IF;
+    IF c = '{}' THEN
+        SELECT to_jsonb(x) INTO c FROM confirmations x WHERE x.id = NEW.confirmation_id;
+        c := coalesce(c, '{}');
     END IF;
     needed := CASE WHEN jsonb_typeof(c->'approvals_required') = 'number' THEN (c->>'approvals_required')::numeric::integer
         WHEN jsonb_typeof(details->'approvals_required') = 'number' THEN (details->>'approvals_required')::numeric::integer

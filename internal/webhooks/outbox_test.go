@@ -362,6 +362,20 @@ func TestOutboxFromAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A first call under the verify level, and a downgrade at the period's
+	// end executed (scheduled), each of another principal.
+	v := c
+	v.ID, v.TokenHash, v.Principal, v.Approval, v.VerifyRequired = "cfm_verify", []byte("h2"), "carol", "", true
+	if _, err := o.store.IssueConfirmation(ctx, v, time.Hour, template); err != nil {
+		t.Fatal(err)
+	}
+	pe := c
+	pe.ID, pe.TokenHash, pe.Principal, pe.Approval, pe.Operation = "cfm_period_end", []byte("h3"), "dave", "", billing.OpDowngrade
+	pe.Terms.AtPeriodEnd = true
+	if _, err := o.store.IssueConfirmation(ctx, pe, time.Hour, template); err != nil {
+		t.Fatal(err)
+	}
+	o.audit(billing.AuditEvent{Event: billing.EventOperationExecuted, Org: "acme", Principal: "dave", ConfirmationID: "cfm_period_end"})
 	o.audit(
 		billing.AuditEvent{Event: billing.EventTokenValidated, Org: "acme", Principal: "alice", ConfirmationID: "cfm_appr"},
 		billing.AuditEvent{Event: billing.EventApprovalRejected, Org: "acme", Principal: "bob", ConfirmationID: "cfm_appr", Reason: "expired"},
@@ -396,7 +410,8 @@ func TestOutboxFromAudit(t *testing.T) {
 			t.Errorf("mandate.used data %v", r.Data)
 		}
 	}
-	want := []string{"approval.requested→all", "approval.requested→approvals", "approval.expired→all",
+	want := []string{"approval.requested→all", "approval.requested→approvals", "verification.requested→all",
+		"change.scheduled→all", "approval.expired→all",
 		"approval.expired→approvals", "approval.rejected→all", "change.executed→all", "mandate.used→all"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("outbox:\n got %v\nwant %v", got, want)
@@ -404,7 +419,7 @@ func TestOutboxFromAudit(t *testing.T) {
 	if err := (&webhooks.Endpoints{Store: o.hooks}).Delete(ctx, admin, all.ID); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(o.deliveries()); n != 2 {
+	if n := len(o.deliveries()); n != 2 { // approval.requested and approval.expired to the Slack one
 		t.Fatalf("after deleting an endpoint %d deliveries remain, want its 2 others'", n)
 	}
 }
