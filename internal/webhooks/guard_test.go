@@ -160,7 +160,3 @@ func TestClientFollowsNoRedirect(t *testing.T) {
 		t.Fatalf("status %d, redirect target reached %d times", resp.StatusCode, inner.Load())
 	}
 }
-
-func itoa(n int) string {
-	return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(n)).String()[len("0.0.0.0:"):]
-}
