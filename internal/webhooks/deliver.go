@@ -212,6 +212,12 @@ func (d *Deliverer) send(ctx context.Context, del Delivery) (int, error) {
 	req.Header.Set("webhook-signature", sig)
 	resp, err := d.client.Do(req)
 	if err != nil {
+		// Not the *url.Error itself: it names the URL, and a Slack
+		// incoming-webhook URL is a secret (this error is logged).
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return 0, fmt.Errorf("send: %w", err)
 	}
 	defer resp.Body.Close()

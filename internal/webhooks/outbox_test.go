@@ -294,7 +294,7 @@ func TestDeliveryRefusesPrivateAddresses(t *testing.T) {
 	}
 	port := strconv.Itoa(r.Listener.Addr().(*net.TCPAddr).Port)
 	strict := webhooks.Guard{Resolver: &rebinding{}}
-	o.endpoint(strict, "https://hooks.rebind.example:"+port+"/", "", webhooks.ChangeFailed)
+	o.endpoint(strict, "https://hooks.rebind.example:"+port+"/services/T0/B0/SECRETPATH", "", webhooks.ChangeFailed)
 	o.audit(failed("cfm_1"))
 	d := &webhooks.Deliverer{Store: o.hooks, Guard: strict}
 	if n, err := d.RunOnce(context.Background()); n != 1 || err != nil {
@@ -305,7 +305,8 @@ func TestDeliveryRefusesPrivateAddresses(t *testing.T) {
 		`SELECT status, coalesce(last_error, '') FROM webhook_deliveries`).Scan(&status, &lastError); err != nil {
 		t.Fatal(err)
 	}
-	if status != webhooks.StatusPending || !strings.Contains(lastError, "not public") || len(r.received()) != 0 {
+	if status != webhooks.StatusPending || !strings.Contains(lastError, "not public") || len(r.received()) != 0 ||
+		strings.Contains(lastError, "SECRETPATH") {
 		t.Fatalf("status %s, error %q, received %d", status, lastError, len(r.received()))
 	}
 }
