@@ -46,6 +46,9 @@ CREATE TABLE webhook_deliveries (
 );
 CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
 CREATE INDEX webhook_deliveries_endpoint_idx ON webhook_deliveries (endpoint_id, id DESC);
+-- The deliveries in flight (claimed, not yet recorded), which a claim asks
+-- about for each endpoint, without reading the endpoint's history.
+CREATE INDEX webhook_deliveries_in_flight_idx ON webhook_deliveries (endpoint_id) WHERE status = 'pending' AND lease IS NOT NULL;
 CREATE INDEX webhook_deliveries_finished_idx ON webhook_deliveries (finished_at) WHERE status <> 'pending';
 CREATE UNIQUE INDEX webhook_deliveries_dedupe_idx ON webhook_deliveries (endpoint_id, dedupe_key);
 
