@@ -66,7 +66,8 @@ type Endpoint struct {
 	Secret    string    `json:"secret,omitempty"`
 	CreatedBy string    `json:"created_by,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
-	// SecretRotatedUntil: the previous secret still signs until then.
+	// PreviousSecretUntil: after a rotation, the previous secret still
+	// signs until then.
 	PreviousSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
 	// Recent are the endpoint's latest deliveries, newest first (lists).
 	Recent []DeliveryStatus `json:"recent_deliveries,omitempty"`
@@ -106,7 +107,8 @@ type Delivery struct {
 type Outcome struct {
 	DeliveryID int64
 	Lease      string
-	// Status: delivered, pending (retry at RetryAt) or failed (no more).
+	// Status: delivered, pending (tried again after RetryAfter) or failed
+	// (no more attempts).
 	Status     string
 	RetryAfter time.Duration
 	HTTPStatus int
