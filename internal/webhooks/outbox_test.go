@@ -3,6 +3,7 @@ package webhooks_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -422,5 +423,32 @@ func TestOutboxFromAudit(t *testing.T) {
 	}
 	if n := len(o.deliveries()); n != 2 { // approval.requested and approval.expired to the Slack one
 		t.Fatalf("after deleting an endpoint %d deliveries remain, want its 2 others'", n)
+	}
+}
+
+// TestOutboxFollowsTheTransaction: a step whose transaction rolls back
+// leaves no delivery of its events; one that commits leaves them.
+func TestOutboxFollowsTheTransaction(t *testing.T) {
+	o := newOutbox(t)
+	o.endpoint(webhooks.Guard{AllowPrivate: true}, "http://127.0.0.1:9/", "", webhooks.ChangeFailed)
+	ctx := context.Background()
+	errStep := errors.New("the step failed")
+	err := o.store.InTx(ctx, func(tx billing.Tx) error {
+		if err := tx.Record(ctx, billing.Record{Events: []billing.AuditEvent{failed("cfm_rolled_back")}}); err != nil {
+			return err
+		}
+		return errStep
+	})
+	if !errors.Is(err, errStep) {
+		t.Fatal(err)
+	}
+	if rows := o.deliveries(); len(rows) != 0 {
+		t.Fatalf("a rolled-back event was delivered: %+v", rows)
+	}
+	err = o.store.InTx(ctx, func(tx billing.Tx) error {
+		return tx.Record(ctx, billing.Record{Events: []billing.AuditEvent{failed("cfm_committed")}})
+	})
+	if rows := o.deliveries(); err != nil || len(rows) != 1 || rows[0].Data["confirmation_id"] != "cfm_committed" {
+		t.Fatalf("committed: %v %+v", err, rows)
 	}
 }
