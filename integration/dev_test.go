@@ -88,6 +88,14 @@ func TestDev(t *testing.T) {
 		// demo-agent is an agent (it is not in PERSON_CLIENTS): its change
 		// is on record as relayed, with no person shown to be present.
 		wantDevConsent(t, out, base, billing.Consent{Method: billing.ConsentAgentRelayed, HumanPresent: billing.HumanNone})
+		// On one machine the webhook receiver is local too: billingd dev
+		// allows private networks (WEBHOOK_ALLOW_PRIVATE_NETWORKS).
+		admin := bearerToken(t, printedLine(t, out, "curl -s '"+base+"/api/billing/audit?limit=10'"))
+		status, body = post(t, base+"/api/billing/webhook-endpoints", admin,
+			`{"url":"http://127.0.0.1:9/hook","events":["approval.requested"]}`)
+		if status != 201 || !strings.Contains(string(body), `"secret":"whsec_`) {
+			t.Fatalf("a local webhook endpoint in billingd dev: %d %s", status, body)
+		}
 		if out := dev.stdout.String(); !strings.Contains(out, `"url": "`+base+`/mcp"`) || !strings.Contains(out, `"BILLINGD_ACCESS_TOKEN": "ey`) {
 			t.Errorf("MCP client configurations missing:\n%s", out)
 		}

@@ -57,6 +57,8 @@ type Config struct {
 	// TokenPaste lets the pages sign in with a pasted bearer token: billingd
 	// dev only.
 	TokenPaste bool
+	// WebhookEndpoints manages outbound webhook endpoints; nil: no routes.
+	WebhookEndpoints WebhookEndpoints
 }
 
 // Observer receives the outcome of each handshake call, for metrics.
@@ -117,6 +119,7 @@ func New(cfg Config) *echo.Echo {
 	api.POST("/mandates", s.grantMandate, write)
 	api.GET("/mandates", s.listMandates, read)
 	api.DELETE("/mandates/:id", s.revokeMandate, write)
+	s.mountWebhookEndpoints(api, admin)
 	e.POST("/webhooks/stripe", s.stripeWebhook)
 	e.GET("/openapi.yaml", openAPI)
 	mountDashboard(e, s)

@@ -65,6 +65,7 @@ func devCmd(ctx context.Context, e env, args []string) (err error) {
 	}
 	go a.RunPurge(ctx)
 	go a.RunSettle(ctx)
+	go a.RunWebhooks(ctx)
 	// A busy metrics port must not keep a newcomer from the demo.
 	metricsLn, err := listenMetrics(a.Config.MetricsAddr)
 	if err != nil {

@@ -38,6 +38,7 @@ func serve(ctx context.Context, e env, args []string) error {
 	defer a.Close()
 	go a.RunPurge(ctx)
 	go a.RunSettle(ctx)
+	go a.RunWebhooks(ctx)
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("listen on LISTEN_ADDR %s: %w", cfg.ListenAddr, err)

@@ -30,6 +30,7 @@ import (
 	"github.com/billingd/billingd/internal/stripepay"
 	"github.com/billingd/billingd/internal/telemetry"
 	"github.com/billingd/billingd/internal/tracing"
+	"github.com/billingd/billingd/internal/webhooks"
 	"github.com/billingd/billingd/mcp"
 	"github.com/billingd/billingd/rest"
 )
@@ -55,8 +56,12 @@ type App struct {
 	// are served at /.well-known/jwks.json.
 	Receipts *receipt.Set
 	// tracing is nil when traces are off.
-	tracing  *tracing.Tracing
-	verifier *auth.Verifier
+	tracing *tracing.Tracing
+	// Endpoints manages outbound webhook endpoints; Deliverer sends their
+	// deliveries (webhooks.go).
+	Endpoints *webhooks.Endpoints
+	Deliverer *webhooks.Deliverer
+	verifier  *auth.Verifier
 	// signIn signs people in on the pages; nil without OIDC_CLIENT_ID.
 	signIn rest.SignIn
 }
@@ -135,6 +140,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 		}
 		a.signIn = client
 	}
+	a.newWebhooks()
 	a.Handler = a.edge()
 	a.MetricsHandler = MetricsHandler(a.Metrics)
 	return a, nil
@@ -164,7 +170,7 @@ func (a *App) edge() http.Handler {
 		ParseWebhook: webhookParser(a.Config.StripeWebhookSecret), Ready: a.Store.Ready, Logger: a.Log,
 		Observer: a.Metrics, ReceiptKeys: a.publishedReceiptKeys,
 		SignIn: a.signIn, Sessions: a.Store, SignInLimits: a.Config.SignInLimits, TokenPaste: a.Config.DevTokenPaste,
-		TrustedProxies: a.Config.TrustedProxies,
+		TrustedProxies: a.Config.TrustedProxies, WebhookEndpoints: a.Endpoints,
 	})
 	edge := httpedge.New(httpedge.Config{
 		Logger: a.Log, Observer: a.Metrics,

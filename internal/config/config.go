@@ -115,6 +115,8 @@ type Config struct {
 	// hop not in them. From any other peer the header is ignored; empty:
 	// from every peer.
 	TrustedProxies []netip.Prefix
+	// Webhooks configures outbound webhooks (webhooks.go).
+	Webhooks Webhooks
 }
 
 // Load reads and checks every variable. Variables a command needs but that
@@ -186,6 +188,7 @@ func Load(getenv func(string) string) (Config, error) {
 		PerConfirmation: 10,
 	}
 	c.TrustedProxies = trustedProxies(getenv("TRUSTED_PROXIES"), fail)
+	c.Webhooks = webhooksConfig(getenv, fail)
 	c.PurgeRetention = duration(getenv, "PURGE_RETENTION", time.Hour, time.Minute, 90*24*time.Hour, fail)
 	c.PurgeInterval = duration(getenv, "PURGE_INTERVAL", time.Minute, time.Second, 24*time.Hour, fail)
 	c.SettleInterval = duration(getenv, "SETTLE_INTERVAL", 15*time.Second, 100*time.Millisecond, time.Hour, fail)

@@ -82,6 +82,9 @@ func isLoopback(listenAddr string) bool {
 // the development token issuer. On error it stops whatever it had started.
 func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Env, err error) {
 	e := &Env{Config: cfg, dir: opts.Dir, stateDir: opts.Dir, standIn: cmp.Or(opts.Stripe, StripeFake), progress: opts.Progress}
+	// One machine: a developer's webhook receiver runs on it too
+	// (WEBHOOK_ALLOW_PRIVATE_NETWORKS, contract §3).
+	e.Config.Webhooks.AllowPrivateNetworks = true
 	if e.progress == nil {
 		e.progress = io.Discard
 	}

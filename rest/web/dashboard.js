@@ -59,8 +59,10 @@ async function refresh() {
     return false;
   }
   const admin = isAdmin(who);
-  const audit = admin ? await api("GET", "/api/billing/audit?limit=50") : null;
-  if (audit && tokenRefused([audit])) {
+  const [audit, hooks] = admin
+    ? await Promise.all([api("GET", "/api/billing/audit?limit=50"), api("GET", "/api/billing/webhook-endpoints")])
+    : [null, null];
+  if (audit && tokenRefused([audit, hooks])) {
     return false;
   }
   showSignedIn(true);
@@ -77,6 +79,7 @@ async function refresh() {
   // Only billing:admin sees the org's approvals and audit log.
   renderApprovals(admin && pending.ok ? pending : null);
   renderAudit(audit && audit.ok ? audit.data.events : null);
+  renderWebhooks(hooks && hooks.ok ? hooks.data.webhook_endpoints : null);
   if (audit && !audit.ok) {
     fail(describeError(audit));
   }
@@ -84,7 +87,7 @@ async function refresh() {
 }
 
 function clearPage() {
-  for (const id of ["plans", "pending", "approvals-list", "audit-events", "receipt-claims"]) {
+  for (const id of ["plans", "pending", "approvals-list", "audit-events", "receipt-claims", "webhook-deliveries"]) {
     $(id).replaceChildren();
   }
   $("receipt").hidden = true;
@@ -288,6 +291,34 @@ function renderAudit(events) {
     return row;
   });
   $("audit-events").replaceChildren(...rows);
+}
+
+// ---- Webhook endpoints ------------------------------------------------------
+
+// renderWebhooks shows each endpoint (its URL, format and events) with its
+// recent deliveries: a row per delivery, or one saying there is none yet.
+function renderWebhooks(endpoints) {
+  $("webhooks").hidden = endpoints === null;
+  $("webhooks-none").hidden = !endpoints || endpoints.length > 0;
+  const rows = [];
+  for (const e of endpoints || []) {
+    const name = `${e.url} (${e.format}: ${e.events.join(", ")})`;
+    const deliveries = e.recent_deliveries || [];
+    if (deliveries.length === 0) {
+      const row = el("tr", null, { "data-endpoint": e.id });
+      row.append(el("td", name), el("td", "no deliveries yet", { colspan: "5" }));
+      rows.push(row);
+    }
+    for (const d of deliveries) {
+      const row = el("tr", null, { "data-endpoint": e.id, "data-event": d.event_id });
+      const last = d.last_status ? `HTTP ${d.last_status}` : d.last_error || "";
+      const status = d.status === "pending" && d.next_attempt_at ? `pending (next ${when(d.next_attempt_at)})` : d.status;
+      row.append(el("td", name), el("td", d.type), el("td", when(d.created_at)), el("td", status),
+        el("td", d.attempts), el("td", last));
+      rows.push(row);
+    }
+  }
+  $("webhook-deliveries").replaceChildren(...rows);
 }
 
 async function cancelPending(id, button) {

@@ -1,0 +1,158 @@
+package webhooks
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+)
+
+// Limits of an org's endpoints.
+const (
+	MaxEndpoints  = 20
+	maxURLLength  = 2048
+	RotationGrace = 24 * time.Hour // the previous secret signs this long after a rotation
+	recentPerList = 10
+)
+
+// Endpoints manages an org's webhook endpoints: every rule of what may be
+// registered lives here, the transports only decode and encode.
+type Endpoints struct {
+	Store Store
+	Guard Guard
+}
+
+// CreateRequest is the body of POST /api/billing/webhook-endpoints.
+type CreateRequest struct {
+	URL    string   `json:"url"`
+	Events []string `json:"events"`
+	Format string   `json:"format,omitempty"`
+}
+
+// Create registers an endpoint and returns it with its secret, the only
+// time the secret is shown.
+func (s *Endpoints) Create(ctx context.Context, caller billing.Caller, req CreateRequest) (Endpoint, error) {
+	if err := requireAdmin(caller); err != nil {
+		return Endpoint{}, err
+	}
+	e, err := s.validate(ctx, req)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	existing, err := s.Store.Endpoints(ctx, caller.Org, 0)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("list webhook endpoints: %w", err)
+	}
+	if len(existing) >= MaxEndpoints {
+		return Endpoint{}, billing.Errorf(billing.CodeInvalidRequest, "an org may have at most %d webhook endpoints", MaxEndpoints)
+	}
+	e.ID, e.Org, e.CreatedBy, e.Secret = newEndpointID(), caller.Org, caller.Principal, NewSecret()
+	created, err := s.Store.CreateEndpoint(ctx, e)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("create webhook endpoint: %w", err)
+	}
+	return created, nil
+}
+
+// validate checks a request and returns the endpoint it describes.
+func (s *Endpoints) validate(ctx context.Context, req CreateRequest) (Endpoint, error) {
+	invalid := func(msg string) error { return billing.Errorf(billing.CodeInvalidRequest, "%s", msg) }
+	if req.URL == "" || len(req.URL) > maxURLLength {
+		return Endpoint{}, invalid("url is required (at most 2048 characters)")
+	}
+	if len(req.Events) == 0 {
+		return Endpoint{}, invalid("events must name at least one event type")
+	}
+	var events []string
+	for _, t := range req.Events {
+		if !KnownEventType(t) {
+			return Endpoint{}, invalid("events holds an unknown event type; known: approval.requested, approval.granted, " +
+				"approval.rejected, approval.expired, verification.requested, change.executed, change.scheduled, change.failed, mandate.used")
+		}
+		if !slices.Contains(events, t) {
+			events = append(events, t)
+		}
+	}
+	format := req.Format
+	switch format {
+	case "":
+		format = FormatStandard
+	case FormatStandard, FormatSlack:
+	default:
+		return Endpoint{}, invalid(`format must be "standard" or "slack"`)
+	}
+	if err := s.Guard.CheckURL(ctx, req.URL); err != nil {
+		if errors.Is(err, ErrRefusedAddress) {
+			return Endpoint{}, invalid("url must resolve to public addresses only")
+		}
+		return Endpoint{}, &billing.Error{Code: billing.CodeInvalidRequest,
+			Message: "url must be an absolute https URL whose host resolves", Err: err}
+	}
+	return Endpoint{URL: req.URL, Events: events, Format: format}, nil
+}
+
+// List returns the org's endpoints, without secrets, each with its recent
+// deliveries.
+func (s *Endpoints) List(ctx context.Context, caller billing.Caller) ([]Endpoint, error) {
+	if err := requireAdmin(caller); err != nil {
+		return nil, err
+	}
+	es, err := s.Store.Endpoints(ctx, caller.Org, recentPerList)
+	if err != nil {
+		return nil, fmt.Errorf("list webhook endpoints: %w", err)
+	}
+	for i := range es {
+		es[i].Secret = ""
+	}
+	return es, nil
+}
+
+// Delete removes an endpoint with its deliveries.
+func (s *Endpoints) Delete(ctx context.Context, caller billing.Caller, id string) error {
+	if err := requireAdmin(caller); err != nil {
+		return err
+	}
+	err := s.Store.DeleteEndpoint(ctx, caller.Org, id)
+	if errors.Is(err, billing.ErrNotFound) {
+		return billing.Errorf(billing.CodeNotFound, "webhook endpoint not found")
+	}
+	if err != nil {
+		return fmt.Errorf("delete webhook endpoint: %w", err)
+	}
+	return nil
+}
+
+// RotateSecret gives an endpoint a new secret, shown once; the previous one
+// keeps signing (a second signature) for RotationGrace, so that receivers
+// can switch without losing a delivery.
+func (s *Endpoints) RotateSecret(ctx context.Context, caller billing.Caller, id string) (Endpoint, error) {
+	if err := requireAdmin(caller); err != nil {
+		return Endpoint{}, err
+	}
+	e, err := s.Store.RotateSecret(ctx, caller.Org, id, NewSecret(), RotationGrace)
+	if errors.Is(err, billing.ErrNotFound) {
+		return Endpoint{}, billing.Errorf(billing.CodeNotFound, "webhook endpoint not found")
+	}
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("rotate webhook secret: %w", err)
+	}
+	return e, nil
+}
+
+func requireAdmin(caller billing.Caller) error {
+	if !caller.Admin {
+		return billing.Errorf(billing.CodeInsufficientScope, "webhook endpoints need billing:admin")
+	}
+	return nil
+}
+
+func newEndpointID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "we_" + hex.EncodeToString(b)
+}
