@@ -386,16 +386,12 @@ var errMandateNoLongerCovers = errors.New("the mandate no longer covers the chan
 // mandate's lock is held until it commits, so two changes can never both
 // count on the same remaining budget.
 func (s *Service) spendMandate(ctx context.Context, tx Tx, caller Caller, c Confirmation) (notCovered error, err error) {
-	locker, ok := tx.(mandateLocker)
-	if !ok {
-		return errMandateNoLongerCovers, nil
-	}
-	m, now, err := locker.LockMandate(ctx, c.Org, caller.mandate)
-	if errors.Is(err, ErrNotFound) {
-		return errMandateNoLongerCovers, nil
-	}
+	m, now, found, err := lockMandate(ctx, tx, c.Org, caller.mandate)
 	if err != nil {
-		return nil, fmt.Errorf("lock mandate: %w", err)
+		return nil, err
+	}
+	if !found {
+		return errMandateNoLongerCovers, nil
 	}
 	if why := m.covers(mandateFactsOf(caller, c.Operation, c.Terms), now); why != "" {
 		s.log.Info("mandate no longer covers the change; ordinary handshake", "mandate_id", m.ID,
@@ -476,18 +472,29 @@ func (s *Service) mandateStillHolds(ctx context.Context, tx Tx, c Confirmation, 
 	if k == nil || k.Method != ConsentMandate {
 		return true, nil
 	}
-	locker, ok := tx.(mandateLocker)
-	if !ok {
-		return false, nil
-	}
-	m, _, err := locker.LockMandate(ctx, c.Org, k.MandateID)
-	if errors.Is(err, ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("lock mandate: %w", err)
+	m, _, found, err := lockMandate(ctx, tx, c.Org, k.MandateID)
+	if err != nil || !found {
+		return false, err
 	}
 	return m.statusAt(now) == MandateActive, nil
+}
+
+// lockMandate locks the org's mandate id through tx, with the database's
+// now; found is false when there is none (or tx's store keeps no
+// mandates).
+func lockMandate(ctx context.Context, tx Tx, org, id string) (m Mandate, now time.Time, found bool, err error) {
+	locker, ok := tx.(mandateLocker)
+	if !ok {
+		return Mandate{}, time.Time{}, false, nil
+	}
+	m, now, err = locker.LockMandate(ctx, org, id)
+	if errors.Is(err, ErrNotFound) {
+		return Mandate{}, time.Time{}, false, nil
+	}
+	if err != nil {
+		return Mandate{}, time.Time{}, false, fmt.Errorf("lock mandate: %w", err)
+	}
+	return m, now, true, nil
 }
 
 // Words states m's bounds as a person reads them, amounts written in the

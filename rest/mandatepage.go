@@ -87,17 +87,28 @@ func (s *server) renderMandatesList(c echo.Context, ws *websession.Session, call
 	return s.renderMandates(c, v)
 }
 
+// mandateForm is the session a form of the page was posted in, or the
+// page that refuses it: the fresh sign-in has ended, or the form did not
+// come from the page (CSRF).
+func (s *server) mandateForm(c echo.Context) (*websession.Session, billing.Caller, *mandatesView) {
+	ws, caller := s.mandateSession(c)
+	if ws == nil {
+		return nil, caller, &mandatesView{Title: "Sign in again", Failed: true, Again: true,
+			Message: "Your sign-in for mandates has ended: sign in again."}
+	}
+	if err := s.checkCSRF(c, ws); err != nil {
+		return nil, caller, &mandatesView{Title: "Refused", Failed: true,
+			Message: "This form did not come from billingd's mandates page, so nothing was recorded."}
+	}
+	return ws, caller, nil
+}
+
 // mandatesPost is the grant form: action review states the bounds in
 // words; action grant grants exactly what the review stated.
 func (s *server) mandatesPost(c echo.Context) error {
-	ws, caller := s.mandateSession(c)
-	if ws == nil {
-		return s.renderMandates(c, mandatesView{Title: "Sign in again", Failed: true, Again: true,
-			Message: "Your sign-in for mandates has ended: sign in again."})
-	}
-	if err := s.checkCSRF(c, ws); err != nil {
-		return s.renderMandates(c, mandatesView{Title: "Refused", Failed: true,
-			Message: "This form did not come from billingd's mandates page, so nothing was recorded."})
+	ws, caller, refused := s.mandateForm(c)
+	if refused != nil {
+		return s.renderMandates(c, *refused)
 	}
 	ctx := c.Request().Context()
 	if c.FormValue("action") == "grant" {
@@ -128,14 +139,9 @@ func (s *server) mandatesPost(c echo.Context) error {
 
 // mandatesRevoke revokes one of the person's mandates.
 func (s *server) mandatesRevoke(c echo.Context) error {
-	ws, caller := s.mandateSession(c)
-	if ws == nil {
-		return s.renderMandates(c, mandatesView{Title: "Sign in again", Failed: true, Again: true,
-			Message: "Your sign-in for mandates has ended: sign in again."})
-	}
-	if err := s.checkCSRF(c, ws); err != nil {
-		return s.renderMandates(c, mandatesView{Title: "Refused", Failed: true,
-			Message: "This form did not come from billingd's mandates page, so nothing was recorded."})
+	ws, caller, refused := s.mandateForm(c)
+	if refused != nil {
+		return s.renderMandates(c, *refused)
 	}
 	if _, err := s.Service.RevokeMandate(c.Request().Context(), caller, c.Param("id")); err != nil {
 		return s.mandatesRefused(c, err)
