@@ -175,7 +175,7 @@ func TestDatabaseOutage(t *testing.T) {
 // server is a billingd serve process.
 type server struct {
 	cmd  *exec.Cmd
-	logs *bytes.Buffer
+	logs *lockedBuffer // written by the process while the test reads it
 	done chan error
 }
 
@@ -200,7 +200,7 @@ func (h *harness) launchServe(bin, addr string) (*server, error) {
 		}
 	}
 	cmd.Env = append(cmd.Env, "LISTEN_ADDR="+addr)
-	s := &server{cmd: cmd, logs: &bytes.Buffer{}, done: make(chan error, 1)}
+	s := &server{cmd: cmd, logs: &lockedBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = s.logs
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -295,7 +295,7 @@ func TestGracefulShutdown(t *testing.T) {
 	select {
 	case err := <-s.done:
 		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, s.logs)
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, s.logs.String())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("billingd did not exit after SIGTERM")
