@@ -115,7 +115,7 @@ func (e *env) pgbenchVars(clients int) []string {
 		{"subtotal_cents", 1500}, {"discount_cents", 0}, {"tax_cents", 0}, {"applied_cents", 0}, {"no_consent", "null"},
 		{"at_period_end", "false"}, {"no_renewal", "null"}, {"no_cancels", "null"}, {"no_scheduled", "null"},
 		{"consent", `{"method":"agent_relayed","human_present":"none"}`},
-		{"reason", "-"}, {"approval", billing.ApprovalGranted}, {"agent", false}, {"verify_required", false}, {"livemode", false}, {"attempt", 0},
+		{"lock_wait", "50ms"}, {"reason", "-"}, {"approval", billing.ApprovalGranted}, {"agent", false}, {"verify_required", false}, {"livemode", false}, {"attempt", 0},
 		{"approvals_required", 1},
 		{"result", fmt.Sprintf(`{"ok":true,"subscription":{"plan":"scale","status":"active","current_period_end":%q}}`, periodEnd.Format(time.RFC3339))},
 	}

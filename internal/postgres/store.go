@@ -175,6 +175,17 @@ WITH quotable AS (
 )
 SELECT created_at, expires_at FROM issued`
 
+// firstCallLockWait bounds how long a first call waits for a step that
+// holds its subscription (lock_timeout, for that statement alone). A replay
+// of an executed token, a refused second call or a webhook without a
+// Stripe request hold it for a round trip or two and are waited for; a
+// second call at Stripe (its check of the subscription or its update), the
+// settler or a webhook reading Stripe hold it for a Stripe request, which a
+// first call never waits for (nor holds a pool connection meanwhile): that
+// is a conflict, answered with Retry-After. The issue statement's own locks
+// (the chain head, superseded rows) are waited for as before.
+const firstCallLockWait = "50ms"
+
 // IssueConfirmation implements billing.Store.
 func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, ttl time.Duration, template billing.AuditEvent) (billing.Confirmation, error) {
 	t := c.Terms
@@ -192,16 +203,15 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 	// but each gets its own snapshot, so the issue statement, run once the
 	// lock is held, sees the pending confirmation the previous holder
 	// committed. It then takes the subscription FOR SHARE, so that the issue
-	// statement's snapshot sees every recovery point committed before: NOWAIT,
-	// as a step that holds the subscription (a second call, the settler, a
-	// webhook) is changing it or checking it at Stripe, and a first call
-	// never waits for Stripe on their behalf (nor holds a pool connection
-	// meanwhile): it is a conflict, answered at once with Retry-After. One
+	// statement's snapshot sees every recovery point committed before, waiting
+	// at most firstCallLockWait for a step that holds it (see there). One
 	// round trip in all.
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
 		c.Org+"/"+c.Principal+"/"+string(c.Operation)) // a collision only serialises more
-	batch.Queue(`SELECT 1 FROM subscriptions WHERE org = $1 FOR SHARE NOWAIT`, c.Org)
+	batch.Queue(`SELECT set_config('lock_timeout', $1, true)`, firstCallLockWait)
+	batch.Queue(`SELECT 1 FROM subscriptions WHERE org = $1 FOR SHARE`, c.Org)
+	batch.Queue(`SELECT set_config('lock_timeout', '0', true)`)
 	batch.Queue(issueSQL, args...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&c.CreatedAt, &c.ExpiresAt)
 	})

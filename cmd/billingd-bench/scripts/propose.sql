@@ -25,7 +25,9 @@ SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE
 			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
 			AND at > now() - :window_us * interval '1 microsecond';
 SELECT pg_advisory_xact_lock(hashtextextended(:principal, 0));
-SELECT 1 FROM subscriptions WHERE org = :org FOR SHARE NOWAIT;
+SELECT set_config('lock_timeout', :lock_wait, true);
+SELECT 1 FROM subscriptions WHERE org = :org FOR SHARE;
+SELECT set_config('lock_timeout', '0', true);
 WITH quotable AS (
 	SELECT 1 FROM subscriptions WHERE org = :org AND version = :acct_version
 		AND NOT EXISTS (SELECT 1 FROM confirmations WHERE org = :org AND status = 'executing')
