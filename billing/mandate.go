@@ -200,10 +200,13 @@ func (s *Service) GrantMandate(ctx context.Context, caller Caller, req MandateRe
 	if s.people.isAgent(acct.Policy, caller) {
 		return Mandate{}, Errorf(CodeOperationDenied, "only a person grants a mandate, never an agent")
 	}
-	if caller.AuthTime.IsZero() || now.Sub(caller.AuthTime) > MandateSignInMaxAge+s.skew {
+	if caller.AuthTime.IsZero() || now.Sub(caller.AuthTime) > MandateSignInMaxAge+s.skew ||
+		len(s.acrValues) > 0 && !slices.Contains(s.acrValues, caller.ACR) {
+		// As strong a sign-in as the verify level asks for one change
+		// (VERIFY_ACR_VALUES): a mandate lets many go through.
 		return Mandate{}, &Error{Code: CodeInsufficientUserAuthentication,
-			Message: "granting a mandate needs a sign-in less than 5 minutes old: sign in again and retry",
-			StepUp:  &StepUp{VerifyURL: s.publicBaseURL + "/mandates"}}
+			Message: "granting a mandate needs a sign-in less than 5 minutes old, of the strength this service asks for a verified change: sign in again and retry",
+			StepUp:  &StepUp{VerifyURL: s.publicBaseURL + "/mandates", ACRValues: slices.Clone(s.acrValues)}}
 	}
 	from, _ := s.catalog.Plan(acct.Subscription.Plan)
 	m, err := s.mandateOf(caller, req, now, from.Currency)
@@ -317,6 +320,7 @@ type mandateFacts struct {
 	op                     Operation
 	to                     string
 	atPeriodEnd            bool
+	cancels                bool // the change cancels a scheduled change (a keep, or an upgrade over a scheduled downgrade)
 	amountDueCents         int64
 }
 
@@ -336,6 +340,11 @@ func (m Mandate) covers(f mandateFacts, now time.Time) string {
 		// A change at the period's end charges later, at a price the
 		// person's bounds were not set against.
 		return "at period end"
+	case f.cancels:
+		// Cancelling a scheduled change (the person's downgrade, say)
+		// costs nothing now and the higher price at every renewal after:
+		// what it costs is not what the bounds measure.
+		return "cancels a scheduled change"
 	case f.amountDueCents > m.MaxAmountDueCents:
 		return "amount"
 	case m.SpentCents+f.amountDueCents > m.BudgetCents:
@@ -371,7 +380,7 @@ func (s *Service) coveringMandate(ctx context.Context, caller Caller, op Operati
 // through which client, and the change.
 func mandateFactsOf(caller Caller, op Operation, t Terms) mandateFacts {
 	return mandateFacts{org: caller.Org, principal: caller.Principal, client: caller.Client,
-		op: op, to: t.ToPlan, atPeriodEnd: t.AtPeriodEnd, amountDueCents: t.AmountDueCents}
+		op: op, to: t.ToPlan, atPeriodEnd: t.AtPeriodEnd, cancels: t.Cancels != nil, amountDueCents: t.AmountDueCents}
 }
 
 // errMandateNoLongerCovers: between the first call's look and the locks,

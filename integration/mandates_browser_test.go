@@ -1,14 +1,18 @@
 package integration
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/devissuer"
 	"github.com/billingd/billingd/internal/receipt"
 )
 
@@ -103,4 +107,33 @@ func TestMandatesPageInBrowser(t *testing.T) {
 	b.loginAs("alice", true)
 	b.do(chromedp.WaitVisible(chromedp.ID("mandate-client")))
 	b.wantNoScriptErrors()
+}
+
+// TestMandatesPageNeedsTheScopes: the page grants and revokes only for a
+// sign-in with billing:write and lists only with billing:read, as the REST
+// routes do: a person whose sign-in allows reading alone, with the page's
+// own CSRF token, grants nothing.
+func TestMandatesPageNeedsTheScopes(t *testing.T) {
+	h := newHarness(t, withoutTokenPaste())
+	h.createOrg("mps", "Mandate Scopes", "pro")
+	h.issuer.SetUsers(devissuer.User{Subject: "reader", Org: "mps", Scopes: []string{auth.ScopeRead}})
+	b := newBrowser(t)
+	b.do(chromedp.Navigate(h.url + "/mandates"))
+	b.loginAs("reader", true)
+	b.do(chromedp.WaitVisible(chromedp.ID("mandate-client")))
+	csrf := b.eval(`document.querySelector('input[name=csrf_token]').value`)
+	if csrf == "" {
+		t.Fatal("no CSRF token on the page")
+	}
+	grant := url.Values{"action": {"grant"}, "csrf_token": {csrf}, "client": {"test-agent"},
+		"operations": {"upgrade_plan"}, "to_plans": {"scale"}, "max_amount_due_cents": {"100"},
+		"budget_cents": {"100"}, "max_changes": {"1"}, "expires_at": {time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339)}}
+	r := h.withCookie(b.sessionCookie(h), "POST", "/mandates", grant)
+	if r.Status != http.StatusOK || !strings.Contains(string(r.Body), "lacks billing:write") {
+		t.Fatalf("a grant by a read-only sign-in: %d %s", r.Status, r.Body)
+	}
+	var n int
+	if err := h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM mandates WHERE org = 'mps'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d mandates granted (%v), want none", n, err)
+	}
 }

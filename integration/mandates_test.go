@@ -528,3 +528,83 @@ func TestMandateSpendGivenBack(t *testing.T) {
 		t.Fatalf("after the change: %+v", got)
 	}
 }
+
+// TestMandateSpendOutlivesThePurge: what a mandate spent is the sum of the
+// changes made under it, and the purge of finished confirmations
+// (PURGE_RETENTION) keeps those while the mandate is in force. Before, an
+// hour after each change the mandate had its whole budget and every change
+// back: the hostile review made a third change under a mandate of two.
+func TestMandateSpendOutlivesThePurge(t *testing.T) {
+	h := newHarness(t, withEnv("PURGE_RETENTION", "1h"))
+	h.createOrg("mp", "Mandate Purge", "pro")
+	quoted := h.propose(h.user("mp", "quoter"), "upgrade", "scale").Details.AmountDueNowCents
+	g := generous()
+	g.ToPlans, g.BudgetCents, g.MaxAmountDueCents, g.MaxChanges = []string{"pro", "scale"}, quoted, quoted, 2
+	m := h.grantMandate("mp", "alice", g)
+	agent := h.user("mp", "alice")
+	for _, change := range [][2]string{{"upgrade", "scale"}, {"downgrade", "pro"}} {
+		r, a := h.firstCall(agent, change[0], change[1])
+		wantStatus(t, r, http.StatusOK, "")
+		if a.MandateID != m.ID {
+			t.Fatalf("%s under mandate %q, want %s", change[0], a.MandateID, m.ID)
+		}
+	}
+	h.exec(t, `UPDATE confirmations SET finished_at = now() - interval '2 hours' WHERE org = 'mp' AND status = 'executed'`)
+	h.app.PurgeOnce(context.Background())
+	if got := h.mandateOf("mp", "alice", m.ID); got.SpentCents != quoted || got.Changes != 2 {
+		t.Fatalf("after the purge: spent %d in %d changes, want %d in 2", got.SpentCents, got.Changes, quoted)
+	}
+	r, a := h.firstCall(agent, "upgrade", "scale")
+	wantStatus(t, r, http.StatusAccepted, "")
+	if a.MandateID != "" {
+		t.Fatalf("a third change under a mandate of two (%s)", a.MandateID)
+	}
+	// Revoked, what it spent no longer matters: the purge takes it.
+	wantStatus(t, h.do("DELETE", "/api/billing/mandates/"+m.ID, h.personAt("mp", "alice", time.Now(), false), nil), http.StatusOK, "")
+	if n := h.app.PurgeOnce(context.Background()); n < 2 {
+		t.Errorf("purged %d confirmations of a revoked mandate, want its 2", n)
+	}
+}
+
+// TestMandateNeverCancelsAScheduledChange: keeping the plan against the
+// person's own scheduled downgrade costs nothing now and the higher price
+// at every renewal; no mandate covers it (the hostile review had a mandate
+// of budget 0 cancel the person's downgrade at once).
+func TestMandateNeverCancelsAScheduledChange(t *testing.T) {
+	h := newHarness(t)
+	h.createOrg("mk", "Mandate Keep", "scale")
+	person := h.personAt("mk", "alice", time.Now(), false)
+	p := h.proposeAt(person, "downgrade", "pro", "period_end")
+	h.confirmAt(person, "downgrade", "pro", "period_end", p.ConfirmToken)
+	g := generous()
+	g.Operations, g.ToPlans, g.MaxAmountDueCents, g.BudgetCents, g.MaxChanges = []string{"upgrade_plan"}, []string{"scale"}, 0, 0, 1
+	h.grantMandate("mk", "alice", g)
+	r, a := h.firstCall(h.user("mk", "alice"), "upgrade", "scale")
+	wantStatus(t, r, http.StatusAccepted, "")
+	if a.MandateID != "" {
+		t.Fatalf("a mandate cancelled the scheduled downgrade (%s)", a.MandateID)
+	}
+	if sub := h.subscriptionView(person); sub.ScheduledChange == nil {
+		t.Fatal("the scheduled downgrade is gone")
+	}
+}
+
+// TestMandateGrantNeedsTheVerifiedStrength: with VERIFY_ACR_VALUES, a
+// mandate (many changes without asking) needs as strong a sign-in as one
+// verified change: a fresh single-factor sign-in is 401 with the acr
+// values asked for.
+func TestMandateGrantNeedsTheVerifiedStrength(t *testing.T) {
+	h := newHarness(t, withEnv("VERIFY_ACR_VALUES", "mfa"))
+	h.createOrg("ma", "Mandate ACR", "pro")
+	person := func(acr string) string {
+		return mint(h.t, h, devissuer.Claims{Subject: "alice", Org: "ma", Client: personClient,
+			Scopes: []string{auth.ScopeRead, auth.ScopeWrite}, Audience: []string{h.url},
+			Extra: map[string]any{"auth_time": time.Now().Unix(), "acr": acr}})
+	}
+	r := h.do("POST", "/api/billing/mandates", person("pwd"), generous())
+	wantStatus(t, r, http.StatusUnauthorized, "insufficient_user_authentication")
+	if !strings.Contains(r.Header.Get("WWW-Authenticate"), `acr_values="mfa"`) {
+		t.Errorf("WWW-Authenticate %q, want acr_values=\"mfa\"", r.Header.Get("WWW-Authenticate"))
+	}
+	wantStatus(t, h.do("POST", "/api/billing/mandates", person("mfa"), generous()), http.StatusCreated, "")
+}

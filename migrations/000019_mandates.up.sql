@@ -27,9 +27,11 @@ CREATE TABLE mandates (
 );
 CREATE INDEX mandates_grantee_idx ON mandates (org, principal, client);
 
--- The mandate a confirmation executes under: set by the recovery point's
--- consent ({"method":"mandate","mandate_id":…}), so that the spend and the
--- recovery point are one write, committed together.
-ALTER TABLE confirmations
-    ADD COLUMN mandate_id text GENERATED ALWAYS AS (consent ->> 'mandate_id') STORED;
+-- The mandate a confirmation executes under: written by the recovery
+-- point's UPDATE with the consent ({"method":"mandate","mandate_id":…}), so
+-- that the spend and the recovery point are one write, committed together.
+-- A plain nullable column: adding it rewrites nothing (a generated column
+-- would rewrite confirmations under an exclusive lock, stopping every
+-- handshake while it ran).
+ALTER TABLE confirmations ADD COLUMN mandate_id text;
 CREATE INDEX confirmations_mandate_idx ON confirmations (mandate_id) WHERE mandate_id IS NOT NULL;

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/httpedge"
 	"github.com/billingd/billingd/internal/websession"
 )
@@ -51,25 +52,36 @@ func mountMandatesPage(e *echo.Echo, s *server) {
 }
 
 // mandateSession is the browser's session from the page's fresh sign-in,
-// and the caller it makes: a person's, with that sign-in's time.
-func (s *server) mandateSession(c echo.Context) (*websession.Session, billing.Caller) {
+// the caller it makes (a person's, with that sign-in's time) and the
+// identity whose scopes bound what the page may do, as the REST routes'.
+func (s *server) mandateSession(c echo.Context) (*websession.Session, billing.Caller, auth.Identity) {
 	ws := s.session(c)
 	if ws == nil || ws.VerifyID != mandatesSignIn {
-		return nil, billing.Caller{}
+		return nil, billing.Caller{}, auth.Identity{}
 	}
-	caller, _ := sessionCaller(ws, requestID(c))
+	caller, id := sessionCaller(ws, requestID(c))
 	caller.AuthTime, caller.ACR = ws.VerifyAuthTime, ws.VerifyACR
-	return ws, caller
+	return ws, caller, id
 }
 
 // mandatesPage lists the person's mandates with a form to grant one, or
 // starts the fresh sign-in.
 func (s *server) mandatesPage(c echo.Context) error {
-	ws, caller := s.mandateSession(c)
+	ws, caller, id := s.mandateSession(c)
 	if ws == nil || c.QueryParam("sign_in") == "again" {
 		return s.startSignIn(c, "/mandates", mandatesSignIn, "")
 	}
+	if !id.HasScope(auth.ScopeRead) {
+		return s.renderMandates(c, noScope(auth.ScopeRead))
+	}
 	return s.renderMandatesList(c, ws, caller, mandatesView{Title: "Standing mandates"})
+}
+
+// noScope is the page that refuses a sign-in without scope, as the REST
+// routes refuse its token.
+func noScope(scope string) mandatesView {
+	return mandatesView{Title: "Refused", Failed: true,
+		Message: "Your sign-in does not allow this (it lacks " + scope + "), so nothing was recorded."}
 }
 
 func (s *server) renderMandatesList(c echo.Context, ws *websession.Session, caller billing.Caller, v mandatesView) error {
@@ -91,7 +103,7 @@ func (s *server) renderMandatesList(c echo.Context, ws *websession.Session, call
 // page that refuses it: the fresh sign-in has ended, or the form did not
 // come from the page (CSRF).
 func (s *server) mandateForm(c echo.Context) (*websession.Session, billing.Caller, *mandatesView) {
-	ws, caller := s.mandateSession(c)
+	ws, caller, id := s.mandateSession(c)
 	if ws == nil {
 		return nil, caller, &mandatesView{Title: "Sign in again", Failed: true, Again: true,
 			Message: "Your sign-in for mandates has ended: sign in again."}
@@ -99,6 +111,10 @@ func (s *server) mandateForm(c echo.Context) (*websession.Session, billing.Calle
 	if err := s.checkCSRF(c, ws); err != nil {
 		return nil, caller, &mandatesView{Title: "Refused", Failed: true,
 			Message: "This form did not come from billingd's mandates page, so nothing was recorded."}
+	}
+	if !id.HasScope(auth.ScopeWrite) { // granting and revoking, as POST and DELETE /api/billing/mandates
+		v := noScope(auth.ScopeWrite)
+		return nil, caller, &v
 	}
 	return ws, caller, nil
 }

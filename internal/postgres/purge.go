@@ -9,8 +9,9 @@ import (
 // PurgeFinished deletes up to batch confirmations that stopped being
 // redeemable (finished, or expired unfinished) more than retention ago, and
 // Stripe event ids older than a week (Stripe retries deliveries for three
-// days). Audit events are kept, and so are executing confirmations: their
-// outcome is still to be settled. SKIP LOCKED lets several replicas purge at
+// days). Audit events are kept, and so are executing confirmations (their
+// outcome is still to be settled) and the changes made under a mandate
+// still in force (what it spent is the sum of them: mandates.go). SKIP LOCKED lets several replicas purge at
 // once without waiting on each other or on a second call holding a row.
 func (s *Store) PurgeFinished(ctx context.Context, retention time.Duration, batch int) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `
@@ -18,6 +19,9 @@ func (s *Store) PurgeFinished(ctx context.Context, retention time.Duration, batc
 			SELECT id FROM confirmations
 			WHERE coalesce(finished_at, expires_at) < now() - $1 * interval '1 microsecond'
 				AND status <> 'executing' -- unsettled: kept until its outcome is known
+				-- what a mandate still in force spent: kept while it is
+				AND (mandate_id IS NULL OR NOT EXISTS (SELECT 1 FROM mandates m
+					WHERE m.id = confirmations.mandate_id AND m.revoked_at IS NULL AND m.expires_at > now()))
 			ORDER BY coalesce(finished_at, expires_at)
 			LIMIT $2 FOR UPDATE SKIP LOCKED)`, retention.Microseconds(), batch)
 	if err != nil {

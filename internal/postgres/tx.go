@@ -268,7 +268,8 @@ func (t *storeTx) lockConfirmation(ctx context.Context, batch *pgx.Batch, lockSQ
 // recoveryPointSQL marks confirmation $1 executing under attempt $2, with
 // how the person agreed ($3) when the step knows it.
 const recoveryPointSQL = `UPDATE confirmations SET status = 'executing', attempt = $2, attempted_at = clock_timestamp(),
-		sent_at = coalesce(sent_at, clock_timestamp()), consent = coalesce($3, consent) WHERE id = $1`
+		sent_at = coalesce(sent_at, clock_timestamp()), consent = coalesce($3, consent),
+		mandate_id = coalesce($3::jsonb ->> 'mandate_id', mandate_id) WHERE id = $1`
 
 // SaveRecoveryPoint implements billing.Tx in one round trip: the waiting
 // writes, the confirmation marked executing, COMMIT, then BEGIN and the

@@ -94,7 +94,8 @@ SELECT EXISTS (SELECT 1 FROM confirmations
 \endpipeline
 \startpipeline
 UPDATE confirmations SET status = 'executing', attempt = :attempt, attempted_at = clock_timestamp(),
-		sent_at = coalesce(sent_at, clock_timestamp()), consent = coalesce(:consent, consent) WHERE id = :cid;
+		sent_at = coalesce(sent_at, clock_timestamp()), consent = coalesce(:consent, consent),
+		mandate_id = coalesce(:consent::jsonb ->> 'mandate_id', mandate_id) WHERE id = :cid;
 INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id, consent)
 			VALUES (:ev_validated, :org, :principal, :client, :operation, :cid, :ok, :reason, :request_id, :no_consent);
 COMMIT;
