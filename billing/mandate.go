@@ -358,9 +358,9 @@ func (m Mandate) covers(f mandateFacts, now time.Time) string {
 // coveringMandate is the oldest of the caller's mandates that covers the
 // quoted change, or nil. It locks nothing: spendMandate decides again under
 // the locks.
-func (s *Service) coveringMandate(ctx context.Context, caller Caller, op Operation, t Terms, now time.Time) (*Mandate, error) {
+func (s *Service) coveringMandate(ctx context.Context, caller Caller, acct Account, op Operation, t Terms, now time.Time) (*Mandate, error) {
 	ms, ok := s.store.(MandateStore)
-	if !ok || caller.Client == "" {
+	if !ok || caller.Client == "" || !acct.Mandated {
 		return nil, nil
 	}
 	list, err := ms.Mandates(ctx, caller.Org, caller.Principal, caller.Client)

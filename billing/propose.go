@@ -54,7 +54,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	if action == ActionConfirm {
 		// A standing mandate replaces the confirm level's second call,
 		// never a stronger level (mandate.go).
-		if mandate, err = s.coveringMandate(ctx, caller, req.Operation, terms, now); err != nil {
+		if mandate, err = s.coveringMandate(ctx, caller, acct, req.Operation, terms, now); err != nil {
 			return ChangeResult{}, err
 		}
 	}

@@ -92,6 +92,11 @@ type Account struct {
 	// executed until it is settled: a later change would make it impossible
 	// to tell from the provider whether the first one was applied.
 	Unsettled bool
+	// Mandated: the principal the account was read for (Store.
+	// AccountForCall) holds a standing mandate in force, so a first call
+	// looks for one that covers its change (mandate.go); without one it
+	// spends no round trip looking.
+	Mandated bool
 }
 
 // Status is the lifecycle state of a confirmation.

@@ -97,10 +97,12 @@ func (pc policyColumn) Scan(src any) error {
 	}
 }
 
-// accountSQL reads an org's account, the clock, and whether a change of the
-// org is executing.
+// accountSQL reads an org's account, the clock, whether a change of the
+// org is executing and whether principal $2 holds a mandate in force.
 const accountSQL = `SELECT ` + accountColumns + `, now(),
-			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
+			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing'),
+			EXISTS (SELECT 1 FROM mandates m WHERE m.org = o.id AND m.principal = $2
+				AND m.revoked_at IS NULL AND m.expires_at > now())
 		FROM ` + accountFrom + ` WHERE o.id = $1`
 
 // Account implements billing.Store.
@@ -119,8 +121,8 @@ func (s *Store) AccountForCall(ctx context.Context, org, principal string, windo
 	if window > 0 {
 		queueActivity(batch, org, principal, window, &activity)
 	}
-	batch.Queue(accountSQL, org).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(append(scanAccount(&a), &activity.Now, &a.Unsettled)...)
+	batch.Queue(accountSQL, org, principal).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(append(scanAccount(&a), &activity.Now, &a.Unsettled, &a.Mandated)...)
 		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil

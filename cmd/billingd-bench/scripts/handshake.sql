@@ -22,7 +22,9 @@
 SELECT o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
 	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, now(),
-			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing')
+			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing'),
+			EXISTS (SELECT 1 FROM mandates m WHERE m.org = o.id AND m.principal = :principal
+				AND m.revoked_at IS NULL AND m.expires_at > now())
 		FROM orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id WHERE o.id = :org
 \gset acct_
 \startpipeline
