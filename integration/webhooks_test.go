@@ -497,3 +497,31 @@ func TestApprovalNotificationsOfTwoApproversAndExpiry(t *testing.T) {
 		t.Errorf("%d approval.expired deliveries, want 1", expired)
 	}
 }
+
+// TestMandateUsedIsDelivered: a change an agent makes under a standing
+// mandate (contract §13) reaches the org's endpoints as mandate.used (and
+// change.executed), naming the mandate and the change.
+func TestMandateUsedIsDelivered(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withEnv("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true"), withEnv("WEBHOOK_POLL_INTERVAL", "100ms"))
+	h.createOrg("mused", "Mandate Used", "pro")
+	recv := newHookReceiver(t, 0)
+	ep := h.addEndpoint("mused", map[string]any{"url": recv.URL + "/std", "events": []string{"mandate.used", "change.executed"}})
+	recv.mu.Lock()
+	recv.secrets["/std"] = ep.Secret
+	recv.mu.Unlock()
+	h.runDeliverer()
+
+	m := h.grantMandate("mused", "alice", generous())
+	r, a := h.firstCall(h.user("mused", "alice"), "upgrade", "scale")
+	wantStatus(t, r, http.StatusOK, "")
+	if a.MandateID != m.ID {
+		t.Fatalf("executed under %q, want %s", a.MandateID, m.ID)
+	}
+	used := recv.waitFor("/std", "mandate.used", 10*time.Second)
+	d, _ := used.body["data"].(map[string]any)
+	if d["mandate_id"] != m.ID || d["consent_method"] != "mandate" || d["to"] != "scale" || d["requester"] != "alice" {
+		t.Errorf("mandate.used data %v", d)
+	}
+	recv.waitFor("/std", "change.executed", 10*time.Second)
+}
