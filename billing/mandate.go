@@ -423,9 +423,13 @@ func (s *Service) executeUnderMandate(ctx context.Context, caller Caller, req Ch
 		return s.proposal(c, token), nil
 	case ErrorCode(err) == CodeApprovalPending:
 		// The policy, decided again at execution, now asks for an
-		// approval (recorded on c): the ordinary handshake, whose token
-		// the agent needs for its second call once approved.
+		// approval (recorded on c, with the approvers it needs): the
+		// ordinary handshake, whose token the agent needs for its second
+		// call once approved, showing what was recorded.
 		c.Approval = ApprovalPending
+		if recorded, err := s.recordedConfirmation(ctx, caller.Org, c.ID); err == nil {
+			c = recorded
+		}
 		return s.proposal(c, token), nil
 	case ErrorCode(err) == CodeInsufficientUserAuthentication:
 		// Likewise for a verification the policy now asks for.
@@ -433,6 +437,15 @@ func (s *Service) executeUnderMandate(ctx context.Context, caller Caller, req Ch
 		return s.proposal(c, token), nil
 	}
 	return res, err
+}
+
+// recordedConfirmation reads the org's confirmation id as committed.
+func (s *Service) recordedConfirmation(ctx context.Context, org, id string) (c Confirmation, err error) {
+	err = s.store.InTx(ctx, func(tx Tx) (err error) {
+		c, _, err = tx.LockByID(ctx, org, id)
+		return err
+	})
+	return c, err
 }
 
 // MandatesLeft is what get_subscription tells an agent of its mandates.

@@ -397,9 +397,9 @@ func TestMandateDecidedAgainUnderLocks(t *testing.T) {
 	}))
 	t.Cleanup(ctl.Close)
 	h := newHarness(t, withEnv("BILLINGD_FAILPOINTS", ctl.URL))
-	policy := func(action string) string {
-		return `INSERT INTO org_policies (org, policy, updated_by) SELECT org, '{"rules":[{"name":"now","action":"` +
-			action + `"}]}', 'root' FROM mandates WHERE id = $1`
+	policy := func(rule string) string {
+		return `INSERT INTO org_policies (org, policy, updated_by) SELECT org, '{"rules":[{"name":"now",` +
+			rule + `}]}', 'root' FROM mandates WHERE id = $1`
 	}
 	for name, change := range map[string]string{
 		"revoked":      `UPDATE mandates SET revoked_at = now(), revoked_by = 'alice' WHERE id = $1`,
@@ -408,8 +408,9 @@ func TestMandateDecidedAgainUnderLocks(t *testing.T) {
 		// The policy turns while the first call quotes: decided again at
 		// execution, as always; the agent gets the ordinary handshake
 		// with what the policy now asks for.
-		"policy turns to approve": policy("approve"),
-		"policy turns to verify":  policy("verify"),
+		"policy turns to approve":        policy(`"action":"approve"`),
+		"policy turns to approve by two": policy(`"action":"approve","approvals_required":2`),
+		"policy turns to verify":         policy(`"action":"verify"`),
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := "ml" + strings.ReplaceAll(name, " ", "")
@@ -436,10 +437,16 @@ func TestMandateDecidedAgainUnderLocks(t *testing.T) {
 				var flags struct {
 					ApprovalRequired     bool `json:"approval_required"`
 					VerificationRequired bool `json:"verification_required"`
+					Details              struct {
+						ApprovalsRequired int `json:"approvals_required"`
+					} `json:"details"`
 				}
 				r.decode(t, &flags)
-				if flags.ApprovalRequired != strings.HasSuffix(name, "approve") || flags.VerificationRequired != strings.HasSuffix(name, "verify") {
+				if flags.ApprovalRequired != strings.Contains(name, "approve") || flags.VerificationRequired != strings.HasSuffix(name, "verify") {
 					t.Fatalf("the proposal does not say what the policy now asks: %s", r.Body)
+				}
+				if strings.HasSuffix(name, "by two") && flags.Details.ApprovalsRequired != 2 {
+					t.Fatalf("the proposal says %d approvers are needed, want the policy's 2: %s", flags.Details.ApprovalsRequired, r.Body)
 				}
 				if got := h.mandateOf(o, "alice", mandate); got.Changes != 0 {
 					t.Fatalf("the mandate counts a change not made: %+v", got)
