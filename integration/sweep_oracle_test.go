@@ -508,9 +508,15 @@ func startSweepReplica(t *testing.T, h *harness, bin, addr string) *sweepReplica
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
+	// The test's context ends before any cleanup runs (the kills of the
+	// processes included): from then on a replica that dies stays dead,
+	// and the cleanup waits for this watcher, which never reports after
+	// the test is over.
+	stop := t.Context().Done()
+	watching := make(chan struct{})
+	t.Cleanup(func() { <-watching })
 	go func() {
+		defer close(watching)
 		for {
 			select {
 			case <-srv.done:
@@ -524,7 +530,11 @@ func startSweepReplica(t *testing.T, h *harness, bin, addr string) *sweepReplica
 			}
 			next, err := h.launchServe(bin, addr)
 			if err != nil {
-				t.Errorf("restart billingd at %s: %v", addr, err)
+				select {
+				case <-stop: // the test ended while it restarted
+				default:
+					t.Errorf("restart billingd at %s: %v", addr, err)
+				}
 				return
 			}
 			srv = next
