@@ -178,14 +178,16 @@ func TestRelaySilentServer(t *testing.T) {
 	responseHeaderTimeout = 200 * time.Millisecond
 	server := sdk.NewServer(&sdk.Implementation{Name: "test", Version: "1"}, nil)
 	release := make(chan struct{})
-	defer close(release)
+	var released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
 	type in struct{}
 	sdk.AddTool(server, &sdk.Tool{Name: "hang"}, func(context.Context, *sdk.CallToolRequest, in) (*sdk.CallToolResult, any, error) {
 		<-release
 		return &sdk.CallToolResult{}, nil, nil
 	})
 	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil))
-	defer srv.Close()
+	defer srv.Close() // waits for every handler: the hanging tool must be free by then
+	defer free()
 	cs, _ := connectThroughBridge(t, srv.URL, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -196,5 +198,8 @@ func TestRelaySilentServer(t *testing.T) {
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatalf("the next call: %v", err)
 	}
+	// Closing the session (DELETE) waits for the server's calls in flight:
+	// the hanging one first.
+	free()
 	_ = cs.Close()
 }
