@@ -51,6 +51,8 @@ func (s *Server) Invoice(id string) (amountDue int64, currency string, ok bool) 
 // counts billingd's updates), and makes a customer.subscription.updated
 // event (deleted when the status becomes canceled).
 func (s *Server) ChangeInDashboard(subscriptionID string, edit func(*Subscription)) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub, ok := s.subs[subscriptionID]
@@ -64,7 +66,9 @@ func (s *Server) ChangeInDashboard(subscriptionID string, edit func(*Subscriptio
 			return fmt.Errorf("no price %s", it.PriceID)
 		}
 	}
+	pending := s.beginWrite(Dashboard, subscriptionID, "", time.Now())
 	*sub = edited
+	s.endWrite(pending, true)
 	kind := "customer.subscription.updated"
 	if sub.Status == "canceled" {
 		kind = "customer.subscription.deleted"

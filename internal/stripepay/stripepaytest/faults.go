@@ -36,6 +36,7 @@ const (
 	dropConnection
 	delayAnswer
 	stallExecution
+	lingerExecution
 	applyThenServerError
 	rateLimited
 )
@@ -88,6 +89,12 @@ func Delay(d time.Duration) Fault { return Fault{kind: delayAnswer, delay: d} }
 // when a client hangs up, and so does the fake: it stops waiting at that
 // moment and executes the request anyway, saving the response for a retry.
 func Stall(d time.Duration) Fault { return Fault{kind: stallExecution, delay: d} }
+
+// Linger holds the request for d before executing it, its idempotency key
+// in flight, and goes on holding it when the client hangs up: the request
+// is still running at Stripe while the client, having given up, reads the
+// subscription back. It then executes and saves its response for a retry.
+func Linger(d time.Duration) Fault { return Fault{kind: lingerExecution, delay: d} }
 
 // FailNext injects f into the next POST /v1/subscriptions/{id} that executes.
 func (s *Server) FailNext(f Fault) { s.FailNextAt(UpdateSubscription, f) }

@@ -66,23 +66,54 @@ func (s *Server) endpoint(e Endpoint, fn endpointFunc) http.Handler {
 				return
 			}
 		}
+		arrived := time.Now()
 		sub := s.subscriptionOf(e, r)
 		fault, aimed := s.takeFaultFor(sub, e)
 		if !aimed {
 			fault = s.takeFault(e)
 		}
-		if fault.kind == stallExecution {
+		switch fault.kind {
+		case stallExecution:
 			sleep(r.Context(), fault.delay)
+		case lingerExecution:
+			sleep(context.Background(), fault.delay)
 		}
-		res, made := s.execute(fn, r, fault)
+		res, logged := s.executeLogged(e, fn, r, fault, sub, key, arrived)
 		if key != "" {
 			s.finishKey(key, res)
 		}
-		if made && r.Method == http.MethodPost {
-			s.noteMade(e, sub, key)
+		if e == GetSubscription && res.status == http.StatusOK {
+			s.noteRead(sub)
 		}
 		s.deliver(w, r, res, fault)
+		if logged >= 0 && fault.kind == delayAnswer && r.Context().Err() != nil {
+			s.unanswered(logged) // the client gave up before the answer came
+		}
 	})
+}
+
+// executeLogged executes the request and, for a write to a subscription
+// that succeeded, logs it with the states around it (made.go); logged is
+// its place in the log, or -1.
+func (s *Server) executeLogged(e Endpoint, fn endpointFunc, r *http.Request, fault Fault, sub, key string,
+	arrived time.Time) (res result, logged int) {
+	if sub == "" || r.Method != http.MethodPost {
+		res, _ = s.execute(fn, r, fault)
+		return res, -1
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.mu.Lock()
+	pending := s.beginWrite(e, sub, key, arrived)
+	s.mu.Unlock()
+	res, made := s.execute(fn, r, fault)
+	if !made {
+		return res, -1
+	}
+	answered := fault.kind != loseResponse && fault.kind != applyThenServerError && fault.kind != dropConnection
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return res, s.endWrite(pending, answered)
 }
 
 func (s *Server) count(e Endpoint) {

@@ -2,42 +2,152 @@ package stripepaytest
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// What the fake made, and faults aimed at one subscription: the failpoint
-// sweep (integration/sweep_test.go) judges every case by what Stripe
-// really did, and arms a fault for the one subscription its case is about
-// while other subscriptions' requests (settlers, other cases) go on.
+// What Stripe did, as evidence billingd cannot write, and faults aimed at
+// one subscription. The failpoint sweep (integration/sweep_test.go) judges
+// every case from this log and from what its own callers were told, never
+// from billingd's records: every write to a subscription — billingd's
+// requests, changes in Stripe's dashboard, renewals — with the
+// subscription's state just before and just after it, and every read of it.
+// It arms a fault for the one subscription its case is about while other
+// subscriptions' requests (settlers, other cases) go on.
 
-// Made is a request that executed at the fake and succeeded (its change is
-// made, whatever answer the client then got): not a replay, a refusal or a
-// request a fault stopped before it executed.
-type Made struct {
-	Endpoint     Endpoint
+// The writers that are not an endpoint billingd calls.
+const (
+	// Dashboard is a change made in Stripe's dashboard (ChangeInDashboard).
+	Dashboard Endpoint = "dashboard"
+	// Renewal is the subscription's renewal (RenewNow, AdvanceClock).
+	Renewal Endpoint = "renewal"
+)
+
+// SubState is what a write can change of a subscription: its first item's
+// price and quantity, its status, and the change its schedule will make
+// at the next phase ("" for none).
+type SubState struct {
+	PriceID  string
+	Quantity int64
+	Status   string
+	// Scheduled is the next phase's first item when it differs from the
+	// current one: its price, quantity and start ("price_x×1@2026-…Z").
+	Scheduled string
+}
+
+// Write is one write to a subscription that executed and succeeded (its
+// change is made, whatever answer the client then got): not a replay, a
+// refusal or a request a fault stopped before it executed. A write whose
+// Before equals its After changed nothing (a schedule made from the
+// subscription).
+type Write struct {
+	Endpoint     Endpoint // Dashboard and Renewal for Stripe's own writes
 	Subscription string
 	// Key is the request's idempotency key ("" for none).
 	Key string
-	At  time.Time // the wall clock's (not the fake's, which AdvanceClock moves)
-	// LatestInvoice is the subscription's latest invoice right after the
-	// request (an update that invoiced made it).
-	LatestInvoice string
-	// PriceID is the subscription's price right after the request.
-	PriceID string
+	// Arrived is when the request reached the endpoint, At when it
+	// executed: a stalled request executes long after it arrived. Both
+	// are the wall clock's (not the fake's, which AdvanceClock moves).
+	Arrived, At   time.Time
+	Before, After SubState
+	// Invoice is the invoice the write made ("" for none).
+	Invoice string
+	// Answered: the client got the write's own answer (not lost, replaced
+	// by a 500, cut, or held until the client gave up).
+	Answered bool
 }
 
-// MadeFor lists what executed for the subscription, oldest first.
-func (s *Server) MadeFor(subscriptionID string) []Made {
+// Changed reports whether the write changed the subscription.
+func (w Write) Changed() bool { return w.Before != w.After }
+
+// WritesFor lists every write to the subscription, oldest first.
+func (s *Server) WritesFor(subscriptionID string) []Write {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []Made
-	for _, m := range s.made {
-		if m.Subscription == subscriptionID {
-			out = append(out, m)
+	var out []Write
+	for _, w := range s.writes {
+		if w.Subscription == subscriptionID {
+			out = append(out, w)
 		}
 	}
 	return out
+}
+
+// ReadsOf lists when the subscription was read (GET), oldest first.
+func (s *Server) ReadsOf(subscriptionID string) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.reads[subscriptionID]...)
+}
+
+// stateOf is the subscription's state now. Callers hold s.mu.
+func (s *Server) stateOf(subscriptionID string) SubState {
+	sub, ok := s.subs[subscriptionID]
+	if !ok {
+		return SubState{}
+	}
+	st := SubState{Status: sub.Status}
+	if len(sub.Items) > 0 {
+		st.PriceID, st.Quantity = sub.Items[0].PriceID, sub.Items[0].Quantity
+	}
+	sch, ok := s.schedules[sub.Schedule]
+	if !ok || sch.Current+1 >= len(sch.Phases) || len(sch.Phases[sch.Current+1].Items) == 0 {
+		return st
+	}
+	next := sch.Phases[sch.Current+1]
+	item := next.Items[0]
+	if item.PriceID != st.PriceID || item.Quantity != st.Quantity {
+		st.Scheduled = item.PriceID + "×" + strconv.FormatInt(item.Quantity, 10) + "@" + next.Start.UTC().Format(time.RFC3339)
+	}
+	return st
+}
+
+// writing is a write under way: what the subscription was before it.
+type writing struct {
+	endpoint      Endpoint
+	subscription  string
+	key           string
+	arrived       time.Time
+	before        SubState
+	latestInvoice string
+}
+
+// beginWrite notes the subscription's state before a write. Callers hold
+// s.mu, and keep holding s.writeMu until endWrite.
+func (s *Server) beginWrite(e Endpoint, subscriptionID, key string, arrived time.Time) writing {
+	w := writing{endpoint: e, subscription: subscriptionID, key: key, arrived: arrived, before: s.stateOf(subscriptionID)}
+	if sub, ok := s.subs[subscriptionID]; ok {
+		w.latestInvoice = sub.LatestInvoice
+	}
+	return w
+}
+
+// endWrite logs a write that executed and succeeded, and returns its place
+// in the log. Callers hold s.mu.
+func (s *Server) endWrite(w writing, answered bool) int {
+	entry := Write{Endpoint: w.endpoint, Subscription: w.subscription, Key: w.key, Arrived: w.arrived,
+		At: time.Now(), Before: w.before, After: s.stateOf(w.subscription), Answered: answered}
+	if sub, ok := s.subs[w.subscription]; ok && sub.LatestInvoice != w.latestInvoice {
+		entry.Invoice = sub.LatestInvoice
+	}
+	s.writes = append(s.writes, entry)
+	return len(s.writes) - 1
+}
+
+// unanswered marks the write at i as one whose answer the client never
+// got.
+func (s *Server) unanswered(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes[i].Answered = false
+}
+
+// noteRead logs a read of the subscription.
+func (s *Server) noteRead(subscriptionID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads[subscriptionID] = append(s.reads[subscriptionID], time.Now())
 }
 
 // FailNextFor injects f into the next request about the subscription that
@@ -122,20 +232,6 @@ func (s *Server) takeFaultFor(subscriptionID string, e Endpoint) (Fault, bool) {
 	return Fault{}, false
 }
 
-// noteMade records a request that executed and succeeded.
-func (s *Server) noteMade(e Endpoint, subscriptionID, key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := Made{Endpoint: e, Subscription: subscriptionID, Key: key, At: time.Now()}
-	if sub, ok := s.subs[subscriptionID]; ok {
-		m.LatestInvoice = sub.LatestInvoice
-		if len(sub.Items) > 0 {
-			m.PriceID = sub.Items[0].PriceID
-		}
-	}
-	s.made = append(s.made, m)
-}
-
 // RenewNow brings the subscription's renewal to now, as if its period had
 // been due to end this instant: the subscription's period and its
 // schedule's phases move back by what was left of the period, then it
@@ -143,6 +239,8 @@ func (s *Server) noteMade(e Endpoint, subscriptionID, key string) {
 // subscriptions, and the fake's clock, stay as they are: a test renews one
 // subscription without moving Stripe's time away from the database's.
 func (s *Server) RenewNow(subscriptionID string) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub, ok := s.subs[subscriptionID]

@@ -476,6 +476,8 @@ func (s *Server) cancelSchedule(r *http.Request) (any, error) {
 // here: the fake's clock (SetClock) alone renews nothing, as a test
 // clock's subscriptions wait for the clock to be advanced.
 func (s *Server) AdvanceClock(d time.Duration) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.offset += d
@@ -489,8 +491,11 @@ func (s *Server) AdvanceClock(d time.Duration) {
 	}
 }
 
-// renew moves sub into its next period. Callers hold s.mu.
+// renew moves sub into its next period, a write of Stripe's own (made.go).
+// Callers hold s.writeMu and s.mu.
 func (s *Server) renew(sub *Subscription) {
+	pending := s.beginWrite(Renewal, sub.ID, "", time.Now())
+	defer s.endWrite(pending, true)
 	boundary := sub.CurrentPeriodEnd
 	if sch, ok := s.schedules[sub.Schedule]; ok && sch.Status == "active" {
 		s.advanceSchedule(sch, sub, boundary)

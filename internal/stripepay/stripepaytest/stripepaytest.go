@@ -97,7 +97,12 @@ type Server struct {
 	faults    map[Endpoint][]Fault
 	faultsFor map[string][]Fault // by subscription (made.go)
 	alwaysFor map[string]Fault   // by subscription, until cleared
-	made      []Made             // what executed and succeeded (made.go)
+	// writes is every write to a subscription, reads every read of one
+	// (made.go); writeMu makes a write and the states noted around it
+	// one step, so that no other write comes between.
+	writes  []Write
+	reads   map[string][]time.Time
+	writeMu sync.Mutex
 	chaos     func(Endpoint) Fault
 	keys      keyStore
 	invoices  map[string]invoiceJSON
@@ -135,6 +140,7 @@ func New() *Server {
 		alwaysFor: map[string]Fault{},
 		keys:      newKeyStore(maxStoredKeys),
 		invoices:  map[string]invoiceJSON{},
+		reads:     map[string][]time.Time{},
 	}
 	s.pacer = NewPacer(s.routes())
 	s.handler = s.pacer
