@@ -100,12 +100,12 @@ type Server struct {
 	// writes is every write to a subscription, reads every read of one
 	// (made.go); writeMu makes a write and the states noted around it
 	// one step, so that no other write comes between.
-	writes  []Write
-	reads   map[string][]time.Time
-	writeMu sync.Mutex
-	chaos     func(Endpoint) Fault
-	keys      keyStore
-	invoices  map[string]invoiceJSON
+	writes   []Write
+	reads    map[string][]time.Time
+	writeMu  sync.Mutex
+	chaos    func(Endpoint) Fault
+	keys     keyStore
+	invoices map[string]invoiceJSON
 	// invoiceAdjustment is added to the next invoice an update makes.
 	invoiceAdjustment int64
 	events            []Event
