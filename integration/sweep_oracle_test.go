@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,28 +20,42 @@ import (
 )
 
 // The sweep's oracle: one judge of every case's end state and of every
-// answer given during it (docs/guarantees.md states it):
+// answer given during it (docs/guarantees.md states it). It judges from
+// evidence billingd cannot write (sweep_evidence_test.go): the Stripe
+// fake's log of every write and read, every answer a caller got, and the
+// consents the test gave. billingd's records are a second witness that
+// must agree (rule 2), never the judge.
 //
 //  1. Stripe's subscription (price, schedule) equals billingd's (plan,
-//     scheduled_change).
-//  2. Every change Stripe made has exactly one OPERATION_EXECUTED and one
-//     receipt, whose amount is that change's own invoice (or says it is
-//     unknown); nothing else has one.
-//  3. Nothing reached Stripe without consent that held when it was sent.
-//  4. A scheduled change disappears only when a change that cancels it was
-//     made (or the renewal applied it).
-//  5. Every answer was true when given: "nothing was changed" / "not made"
-//     only if Stripe has no such change; a quote only from the
-//     subscription as it then was, with its amount written in Stripe's
-//     digits (the sweep's catalog is in KWD: thousandths); no advice to
-//     retry with a token the caller does not hold.
+//     scheduled_change): on the path, before any late webhook makes
+//     billingd read Stripe again, and after it.
+//  2. billingd's records agree with Stripe: a change is recorded executed,
+//     with one OPERATION_EXECUTED and one receipt, exactly when Stripe
+//     made all of it.
+//  3. Each Stripe write is explained by exactly one consent that held when
+//     it was sent, from the state the person was shown to the state they
+//     agreed to; no consent produced two writes of one change.
+//  4. A scheduled change disappears only when a change that cancels it
+//     was made (or the renewal applied it).
+//  5. Every answer was true when given, tokenless ones included: "not
+//     made" / "nothing was changed" only if Stripe has no such change,
+//     then or later; "executed" only with the change made and Stripe
+//     showing what the answer says; a quote only from the subscription as
+//     it then was, with its amount written in Stripe's digits (the sweep's
+//     catalog is in KWD: thousandths), never while a change was running
+//     at Stripe; no advice to retry with a token the caller does not hold;
+//     every receipt a person can fetch states the invoice Stripe made for
+//     that change (a downgrade's too), or says it is unknown only when
+//     billingd could not know it.
 //  6. Every unknown outcome is settled within SETTLE_INTERVAL plus a bound,
 //     even while another row fails on every try (sweep.settle, sweep.poison).
 //  7. The changes Stripe made under a standing mandate stay within its
-//     bounds (max_changes, budget_cents, max_amount_due_cents), and each
-//     executed one says so (consent mandate, naming it) in its receipt.
+//     bounds as the person granted them (max_changes, budget_cents,
+//     max_amount_due_cents), counted from Stripe's writes, and each
+//     receipt names the mandate.
 
-// sweepConfirmation is a confirmation as the database has it.
+// sweepConfirmation is a confirmation as the database has it: the second
+// witness.
 type sweepConfirmation struct {
 	id, status, operation, from, to string
 	atPeriodEnd, cancels            bool
@@ -48,83 +63,87 @@ type sweepConfirmation struct {
 	sent, finished                  *time.Time
 }
 
-func (c sweepConfirmation) keep() bool { return c.from == c.to }
-
 // judge applies the oracle to a settled case.
 func (sw *sweep) judge(sc *sweepCase) {
-	cfms := sw.confirmations(sc.org)
-	made := sw.madeAtStripe(sc, cfms)
+	sc.mu.Lock()
+	for _, c := range sc.consents {
+		c.approvedAt = sc.approvals[c.confirmation]
+	}
+	sc.mu.Unlock()
+	for _, why := range sw.explain(sc) {
+		sc.violate(3, "%s", why)
+	}
+	sw.judgeDuplicates(sc)
 	if d := sw.disagreement(sc); d != "" {
 		sc.violate(1, "%s", d)
 	}
-	sw.judgeRecords(sc, cfms, made)
-	sw.judgeConsent(sc, cfms)
-	sw.judgeScheduled(sc, cfms)
-	sw.judgeAnswers(sc, cfms, made)
-	sw.judgeMandates(sc, made)
+	sw.judgeRecords(sc)
+	sw.judgeScheduled(sc)
+	sw.judgeAnswers(sc)
+	sw.judgeReceipts(sc)
+	sw.judgeMandates(sc)
 }
 
-// judgeMandates is oracle 7.
-func (sw *sweep) judgeMandates(sc *sweepCase, made map[string]stripepaytest.Made) {
-	type bounds struct {
-		id                  string
-		maxAmount, budget   int64
-		maxChanges, changes int
-		spent               int64
+// judgeDuplicates is rule 3's "no consent produced two writes" for the
+// writes that changed nothing Stripe's state shows (the same price set
+// again still makes an invoice): two requests of one confirmation that
+// executed at one endpoint under different keys, putting back a released
+// schedule aside.
+func (sw *sweep) judgeDuplicates(sc *sweepCase) {
+	seen := map[string]string{} // confirmation and endpoint → the first key
+	for _, w := range sw.caseWrites(sc) {
+		id, ok := confirmationOfKey(w.Key)
+		if !ok || strings.Contains(w.Key, ":restore") {
+			continue
+		}
+		at := id + " " + string(w.Endpoint)
+		if first, dup := seen[at]; dup && first != w.Key {
+			sc.violate(3, "%s executed twice for %s: under %s and %s", w.Endpoint, id, first, w.Key)
+		}
+		seen[at] = w.Key
 	}
-	var mandates []bounds
-	spentBy := map[string]string{} // confirmation → mandate, by the recorded consent
-	amounts := map[string]int64{}
-	sw.query(func(ctx context.Context) error {
-		mandates, spentBy, amounts = nil, map[string]string{}, map[string]int64{}
-		rows, err := sw.h.db.Pool.Query(ctx, `SELECT id, max_amount_due_cents, budget_cents, max_changes FROM mandates WHERE org = $1`, sc.org)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var b bounds
-			if err := rows.Scan(&b.id, &b.maxAmount, &b.budget, &b.maxChanges); err != nil {
-				rows.Close()
-				return err
-			}
-			mandates = append(mandates, b)
-		}
-		rows.Close()
-		rows, err = sw.h.db.Pool.Query(ctx, `SELECT id, mandate_id, amount_due_cents FROM confirmations
-			WHERE org = $1 AND mandate_id IS NOT NULL`, sc.org)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id, mandate string
-			var amount int64
-			if err := rows.Scan(&id, &mandate, &amount); err != nil {
-				return err
-			}
-			spentBy[id], amounts[id] = mandate, amount
-		}
-		return rows.Err()
-	})
-	for i := range mandates {
-		b := &mandates[i]
-		for id := range made {
-			if spentBy[id] != b.id {
-				continue
-			}
-			b.changes++
-			b.spent += amounts[id]
-			if amounts[id] > b.maxAmount {
-				sc.violate(7, "%s charged %d under mandate %s, whose per-change bound is %d", id, amounts[id], b.id, b.maxAmount)
-			}
-			if receipt := sw.receipt(id); !strings.Contains(jwsPayload(receipt), `"mandate_id":"`+b.id+`"`) {
-				sc.violate(7, "the receipt of %s, made under mandate %s, does not name it", id, b.id)
+}
+
+// confirmationOfKey is the confirmation an idempotency key of billingd's
+// names ("billingd-<id>", then an attempt's "-<n>" and a step's ":…").
+func confirmationOfKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "billingd-")
+	if !ok {
+		return "", false
+	}
+	rest, _, _ = strings.Cut(rest, ":")
+	if i := strings.LastIndexByte(rest, '-'); i > 0 && strings.Trim(rest[i+1:], "0123456789") == "" && i < len(rest)-1 {
+		rest = rest[:i]
+	}
+	return rest, true
+}
+
+// judgeMandates is oracle 7: the bounds as the test granted them, counted
+// from Stripe's writes.
+func (sw *sweep) judgeMandates(sc *sweepCase) {
+	m := sc.mandate
+	if m == nil {
+		return
+	}
+	changes, spent := 0, int64(0)
+	for _, c := range m.requests {
+		for _, w := range c.writes {
+			changes++
+			amount, _, _ := sw.h.fake.Invoice(w.Invoice)
+			spent += amount
+			if amount > m.grant.MaxAmountDueCents {
+				sc.violate(7, "Stripe charged %d for %s under the mandate, whose per-change bound is %d", amount, c, m.grant.MaxAmountDueCents)
 			}
 		}
-		if b.changes > b.maxChanges || b.spent > b.budget {
-			sc.violate(7, "Stripe made %d changes (%d spent) under mandate %s: at most %d changes, %d budget",
-				b.changes, b.spent, b.id, b.maxChanges, b.budget)
+		if len(c.writes) > 0 && c.confirmation != "" {
+			if receipt, _ := sw.receiptShown(sc, c); receipt != "" && !strings.Contains(jwsPayload(receipt), `"mandate_id":"`+m.id+`"`) {
+				sc.violate(7, "the receipt of %s, made under mandate %s, does not name it", c, m.id)
+			}
 		}
+	}
+	if changes > m.grant.MaxChanges || spent > m.grant.BudgetCents {
+		sc.violate(7, "Stripe made %d changes (%d spent) under the mandate: at most %d changes, %d budget",
+			changes, spent, m.grant.MaxChanges, m.grant.BudgetCents)
 	}
 }
 
@@ -222,38 +241,6 @@ func (sw *sweep) query(fn func(context.Context) error) {
 	sw.t.Fatal(err)
 }
 
-// madeAtStripe maps each confirmation whose change Stripe made to the
-// request that made it: an update (a change now) or the phases of a
-// schedule (at the period's end) under one of its attempts' keys, or, for
-// a keep, the release of the schedule while the subscription was on the
-// plan kept (a release after the renewal made the scheduled change, or
-// after a change in Stripe's dashboard, keeps nothing). A keep whose
-// read-back finds a price changed in Stripe's dashboard is not judged
-// made: Stripe's answers do not tell whether the dashboard's change came
-// before the release or after it, and billingd says the plan was not kept
-// and the scheduled change is gone, which holds either way.
-func (sw *sweep) madeAtStripe(sc *sweepCase, cfms []sweepConfirmation) map[string]stripepaytest.Made {
-	made := map[string]stripepaytest.Made{}
-	for _, m := range sw.h.fake.MadeFor(sc.sub) {
-		for _, c := range cfms {
-			suffix, ok := keyOf(m.Key, c.id)
-			if !ok {
-				continue
-			}
-			switch {
-			case m.Endpoint == stripepaytest.UpdateSubscription && suffix == "",
-				m.Endpoint == stripepaytest.UpdateSchedule && suffix == ":phases",
-				m.Endpoint == stripepaytest.ReleaseSchedule && c.keep() && strings.HasPrefix(suffix, ":release:") &&
-					planOfPrice(m.PriceID) == c.to && !sc.dashboard:
-				if _, seen := made[c.id]; !seen { // the first: since then the change exists
-					made[c.id] = m
-				}
-			}
-		}
-	}
-	return made
-}
-
 var attemptSuffix = regexp.MustCompile(`^(-[0-9]+)?(:.*)?$`)
 
 // keyOf reports whether key is one of confirmation id's idempotency keys
@@ -270,27 +257,24 @@ func keyOf(key, id string) (suffix string, ok bool) {
 	return m[2], true
 }
 
-// judgeRecords is oracle 2.
-func (sw *sweep) judgeRecords(sc *sweepCase, cfms []sweepConfirmation, made map[string]stripepaytest.Made) {
+// judgeRecords is oracle 2: billingd's records, the second witness, agree
+// with what Stripe did.
+func (sw *sweep) judgeRecords(sc *sweepCase) {
 	executed := map[string]int{}
 	for _, e := range sw.h.auditEvents(sc.org) {
 		if e.Event == billing.EventOperationExecuted {
 			executed[e.ConfirmationID]++
 		}
 	}
-	for _, c := range cfms {
-		m, wasMade := made[c.id]
-		if c.keep() && sc.dashboard {
-			// Stripe's answers do not tell whether the dashboard's change
-			// came before the keep's release or after it (madeAtStripe):
-			// either record is true.
-			wasMade = c.status == "executed"
-		}
+	writes := sw.caseWrites(sc)
+	for _, c := range sw.confirmations(sc.org) {
+		made, known := sw.madeByEvidence(sc, c.id, writes)
 		switch {
-		case wasMade && c.status != "executed":
-			sc.violate(2, "Stripe made the change of %s (%s→%s); billingd records it %s", c.id, c.from, c.to, c.status)
-		case !wasMade && c.status == "executed":
-			sc.violate(2, "billingd records %s (%s→%s) executed; Stripe made no such change", c.id, c.from, c.to)
+		case !known || sw.ambiguous(sc, c.id):
+		case made && c.status != "executed":
+			sc.violate(2, "Stripe made all of %s (%s→%s); billingd records it %s", c.id, c.from, c.to, c.status)
+		case !made && c.status == "executed":
+			sc.violate(2, "billingd records %s (%s→%s) executed; Stripe did not make it", c.id, c.from, c.to)
 		}
 		want := 0
 		if c.status == "executed" {
@@ -299,44 +283,146 @@ func (sw *sweep) judgeRecords(sc *sweepCase, cfms []sweepConfirmation, made map[
 		if executed[c.id] != want {
 			sc.violate(2, "%s (%s) has %d OPERATION_EXECUTED, want %d", c.id, c.status, executed[c.id], want)
 		}
-		receipt := sw.receipt(c.id)
-		switch {
+		switch receipt := sw.receipt(c.id); {
 		case c.status == "executed" && receipt == "":
 			sc.violate(2, "executed %s has no receipt", c.id)
 		case c.status != "executed" && receipt != "":
 			sc.violate(2, "%s (%s) has a receipt", c.id, c.status)
-		case receipt != "" && wasMade && m.Endpoint == stripepaytest.UpdateSubscription && c.operation == "upgrade_plan":
-			sw.judgeReceiptAmount(sc, c, m, receipt)
 		}
 	}
 }
 
-// judgeReceiptAmount: an upgrade's receipt states the amount of the
-// invoice its own update made, or says it is unknown.
-func (sw *sweep) judgeReceiptAmount(sc *sweepCase, c sweepConfirmation, m stripepaytest.Made, receipt string) {
+// ambiguous reports whether the consent given to confirmation id is a keep
+// whose outcome billingd cannot know (sweepConsent.ambiguous).
+func (sw *sweep) ambiguous(sc *sweepCase, id string) bool {
+	writes, reads := sw.caseWrites(sc), sw.h.fake.ReadsOf(sc.sub)
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for _, c := range sc.consents {
+		if c.confirmation == id && id != "" {
+			return c.ambiguous(writes, reads)
+		}
+	}
+	return false
+}
+
+// madeByEvidence says whether Stripe made all of confirmation id's change,
+// from the consent given to it; known is false for a confirmation no
+// consent of the test's names (one never sent, or an agent's request
+// whose answer was lost: then the writes its key names decide).
+func (sw *sweep) madeByEvidence(sc *sweepCase, id string, writes []stripepaytest.Write) (made, known bool) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for _, c := range sc.consents {
+		if c.confirmation == id {
+			return c.madeAll(), true
+		}
+	}
+	for _, w := range writes {
+		if _, ok := keyOf(w.Key, id); ok && w.Changed() {
+			return true, false
+		}
+	}
+	return false, false
+}
+
+// judgeReceipts: every receipt a person can fetch is of a change Stripe
+// made, and states the invoice Stripe made for it (rule 5).
+func (sw *sweep) judgeReceipts(sc *sweepCase) {
+	sc.mu.Lock()
+	consents := slices.Clone(sc.consents)
+	sc.mu.Unlock()
+	for _, c := range consents {
+		if c.confirmation == "" {
+			continue
+		}
+		receipt, status := sw.receiptShown(sc, c)
+		switch {
+		case status != http.StatusOK && status != http.StatusNotFound:
+			sc.violate(5, "the receipt of %s answered %d", c, status)
+		case receipt == "":
+		case !c.madeAll():
+			sc.violate(5, "%s has a receipt; Stripe did not make the change", c)
+		default:
+			sw.judgeReceiptAmount(sc, c, receipt)
+		}
+	}
+}
+
+// receiptShown is the receipt of c's change as its person fetches it.
+func (sw *sweep) receiptShown(sc *sweepCase, c *sweepConsent) (string, int) {
+	token := sc.payer
+	if strings.HasPrefix(c.who, "other") {
+		token = sc.other
+	}
+	var r response
+	for try := 0; try < 10; try++ {
+		if r = sw.h.do("GET", "/api/billing/confirmations/"+c.confirmation+"/receipt", token, nil); r.Status != http.StatusServiceUnavailable {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var view billing.ReceiptView
+	if r.Status != http.StatusOK || json.Unmarshal(r.Body, &view) != nil {
+		return "", r.Status
+	}
+	return view.Receipt, r.Status
+}
+
+// judgeReceiptAmount: a receipt states the amount of the invoice its own
+// change made (0 and no invoice for one that invoiced nothing: a change at
+// the period's end, a keep; a downgrade's 0 with its credit), or says it is
+// unknown — only when billingd could not know it: the write's answer was
+// lost, or a later invoice made it ambiguous.
+func (sw *sweep) judgeReceiptAmount(sc *sweepCase, c *sweepConsent, receipt string) {
 	var claims struct {
-		AmountDueNowCents int64  `json:"amount_due_now_cents"`
+		AmountDueNowCents *int64 `json:"amount_due_now_cents"`
 		InvoiceID         string `json:"invoice_id"`
 		Unknown           bool   `json:"amount_invoiced_unknown"`
 	}
-	parts := strings.Split(receipt, ".")
-	payload, err := base64.RawURLEncoding.DecodeString(parts[min(1, len(parts)-1)])
-	if err != nil || json.Unmarshal(payload, &claims) != nil {
-		sc.violate(2, "receipt of %s is not a JWS with claims", c.id)
+	if json.Unmarshal([]byte(jwsPayload(receipt)), &claims) != nil {
+		sc.violate(5, "the receipt of %s is not a JWS with claims", c)
 		return
+	}
+	var invoiced stripepaytest.Write // the write that invoiced, if any
+	for _, w := range c.writes {
+		if w.Invoice != "" {
+			invoiced = w
+		}
 	}
 	if claims.Unknown {
+		couldNotKnow := false
+		for _, w := range c.writes {
+			couldNotKnow = couldNotKnow || !w.Answered || sw.invoicedAfter(sc, w)
+		}
+		if !couldNotKnow {
+			sc.violate(5, "the receipt of %s says the amount is unknown; Stripe answered every request of it, and its invoice (%q) is the latest",
+				c, invoiced.Invoice)
+		}
 		return
 	}
-	amount, _, ok := sw.h.fake.Invoice(m.LatestInvoice)
-	switch {
-	case !ok:
-		sc.violate(2, "receipt of %s states %d as invoiced; the update made no invoice", c.id, claims.AmountDueNowCents)
-	case claims.InvoiceID != "" && claims.InvoiceID != m.LatestInvoice:
-		sc.violate(2, "receipt of %s names invoice %s; the change's own is %s", c.id, claims.InvoiceID, m.LatestInvoice)
-	case claims.AmountDueNowCents != amount:
-		sc.violate(2, "receipt of %s states %d; the change's own invoice is %d", c.id, claims.AmountDueNowCents, amount)
+	stated := int64(0)
+	if claims.AmountDueNowCents != nil {
+		stated = *claims.AmountDueNowCents
 	}
+	amount, _, _ := sw.h.fake.Invoice(invoiced.Invoice)
+	switch {
+	case claims.InvoiceID != invoiced.Invoice:
+		sc.violate(5, "the receipt of %s names invoice %q; the change's own is %q", c, claims.InvoiceID, invoiced.Invoice)
+	case stated != amount:
+		sc.violate(5, "the receipt of %s states %d; the change's own invoice is %d", c, stated, amount)
+	}
+}
+
+// invoicedAfter reports whether another invoice of the subscription came
+// after w's (a renewal, another change).
+func (sw *sweep) invoicedAfter(sc *sweepCase, w stripepaytest.Write) bool {
+	for _, later := range sw.caseWrites(sc) {
+		if later.At.After(w.At) && (later.Invoice != "" || later.Endpoint == stripepaytest.Renewal) {
+			return true
+		}
+	}
+	return false
 }
 
 func (sw *sweep) receipt(id string) string {
@@ -358,41 +444,19 @@ var sentAfterDecision = map[string]bool{
 	"period_end/keep": true, "period_end/restore": true,
 }
 
-// judgeConsent is oracle 3: once the policy denies every change, no request
-// reaches Stripe but the one whose consent was decided before.
-func (sw *sweep) judgeConsent(sc *sweepCase, cfms []sweepConfirmation) {
-	if sc.deniedAt.IsZero() {
-		return
-	}
-	inFlight := sentAfterDecision[sc.step.String()]
-	for _, m := range sw.h.fake.MadeFor(sc.sub) {
-		// Putting back a released scheduled change (":restore-<n>-<t>:schedule",
-		// ":…:phases") undoes a change not made: it needs no consent.
-		if !m.At.After(sc.deniedAt) || strings.Contains(m.Key, ":restore") {
-			continue
-		}
-		for _, c := range cfms {
-			if _, ok := keyOf(m.Key, c.id); ok && !(inFlight && m.At.Before(sc.deniedAt.Add(sweepStripeTimeout))) {
-				sc.violate(3, "%s reached Stripe (%s) for %s after the policy denied every change", m.Endpoint, m.Key, c.id)
-			}
-		}
-	}
-}
-
 // judgeScheduled is oracle 4.
-func (sw *sweep) judgeScheduled(sc *sweepCase, cfms []sweepConfirmation) {
-	if sc.scheduledBefore == "" || sc.dashboard || sw.scheduledAtStripe(sc.sub) == sc.scheduledBefore {
-		return
-	}
-	if sc.renewed {
+func (sw *sweep) judgeScheduled(sc *sweepCase) {
+	if sc.scheduledBefore == "" || sc.dashboard || sc.renewed || sw.scheduledAtStripe(sc.sub) == sc.scheduledBefore {
 		// The renewal applied it; or it passed while the change was
 		// released (Stripe down across the period's end): a date gone
 		// cannot be scheduled again, and billingd says so rather than
 		// make a change now that nobody agreed to.
 		return
 	}
-	for _, c := range cfms {
-		if c.status == "executed" && c.cancels {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for _, c := range sc.consents {
+		if c.from.scheduled == stateScheduled(sc.scheduledBefore) && c.madeAll() {
 			return
 		}
 	}
@@ -403,43 +467,88 @@ func (sw *sweep) judgeScheduled(sc *sweepCase, cfms []sweepConfirmation) {
 var notMade = regexp.MustCompile(`(?i)nothing was changed|not made|nothing was sent`)
 
 // judgeAnswers is oracle 5.
-func (sw *sweep) judgeAnswers(sc *sweepCase, cfms []sweepConfirmation, made map[string]stripepaytest.Made) {
+func (sw *sweep) judgeAnswers(sc *sweepCase) {
 	sc.mu.Lock()
-	answers := append([]sweepAnswer(nil), sc.answers...)
+	answers := slices.Clone(sc.answers)
 	sc.mu.Unlock()
 	for _, a := range answers {
 		body := string(a.body)
-		if a.status >= 400 && a.confirmation != "" && notMade.MatchString(body) {
-			if m, ok := made[a.confirmation]; ok && m.At.Before(a.at) {
-				sc.violate(5, "the %s call was answered %d %q; Stripe had made the change", a.who, a.status, body)
-			}
+		c := a.consent
+		if c != nil && sw.ambiguous(sc, c.confirmation) {
+			continue
 		}
-		if a.status >= 400 && a.confirmation != "" && strings.Contains(body, "nothing was changed") {
-			// Not even the first step of the change, the release of the
-			// scheduled change it cancels, may have been made at Stripe by
-			// then. (A schedule made from the subscription, whose phases
-			// are not set yet, changes nothing.)
-			for _, m := range sw.h.fake.MadeFor(sc.sub) {
-				if suffix, ok := keyOf(m.Key, a.confirmation); ok && m.At.Before(a.at) &&
-					(suffix == "" || strings.HasPrefix(suffix, ":release:") || suffix == ":phases") {
-					sc.violate(5, "the %s call was answered %q; Stripe had made %s (%s)", a.who, body, m.Endpoint, m.Key)
-				}
+		if c != nil && a.status >= 400 && notMade.MatchString(body) {
+			sw.judgeNotMade(sc, a, c)
+		}
+		if c != nil && a.executed() {
+			claims, _ := a.claims()
+			shows := sweepState{plan: claims.Subscription.Plan}
+			if v := claims.Subscription.ScheduledChange; v != nil {
+				shows.scheduled = v.To + "@" + v.At.UTC().Format(time.RFC3339)
+			}
+			switch {
+			case !c.madeAll():
+				sc.violate(5, "the %s call was answered %d %q; Stripe did not make all of %s", a.who, a.status, body, c)
+			case !sw.movedByOthers(sc, c, a.at) && shows != a.stripe:
+				sc.violate(5, "the %s call was answered that the subscription is %s; Stripe had %s", a.who, shows, a.stripe)
 			}
 		}
 		if !a.tokenHeld && strings.Contains(body, "same token") {
 			sc.violate(5, "the %s call, which holds no token, was told to retry with the same token: %q", a.who, body)
 		}
 		if a.status == http.StatusAccepted {
-			sw.judgeQuote(sc, a, cfms)
+			sw.judgeQuote(sc, a)
+		}
+	}
+}
+
+// movedByOthers reports whether someone else (Stripe's dashboard, the
+// renewal) changed the subscription after c's last write and before t: an
+// answer about c's change cannot know of it.
+func (sw *sweep) movedByOthers(sc *sweepCase, c *sweepConsent, t time.Time) bool {
+	sc.mu.Lock()
+	var last time.Time
+	for _, w := range c.writes {
+		last = w.At
+	}
+	sc.mu.Unlock()
+	for _, w := range sw.caseWrites(sc) {
+		if (w.Endpoint == stripepaytest.Dashboard || w.Endpoint == stripepaytest.Renewal) && w.At.After(last) && w.At.Before(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// judgeNotMade: "nothing was changed" is false once any part of the
+// change reached Stripe before the answer (a request still running there
+// included); "not made" once Stripe made all of it before the answer, or
+// at all when the answer is final (not "retry").
+func (sw *sweep) judgeNotMade(sc *sweepCase, a sweepAnswer, c *sweepConsent) {
+	body := string(a.body)
+	final := a.status != http.StatusServiceUnavailable && a.status != http.StatusTooManyRequests &&
+		!strings.Contains(strings.ToLower(body), "retry")
+	sc.mu.Lock()
+	made, writes := c.madeAll(), slices.Clone(c.writes)
+	sc.mu.Unlock()
+	if final && made {
+		sc.violate(5, "the %s call was answered %d %q; Stripe made %s", a.who, a.status, body, c)
+		return
+	}
+	nothing := strings.Contains(body, "nothing was changed")
+	for _, w := range writes {
+		if w.Arrived.Before(a.at) && (nothing || made && !w.At.After(a.at)) {
+			sc.violate(5, "the %s call was answered %d %q; Stripe had %s (%s) under way from %s", a.who, a.status, body,
+				w.Endpoint, w.Key, w.Arrived.Format("15:04:05.000"))
 		}
 	}
 }
 
 // judgeQuote: a quote is made from the subscription as it then was:
 // Stripe's plan when it was answered (unless Stripe's dashboard or the
-// renewal moved it, which billingd learns later), and never while
-// another change of the subscription was in flight.
-func (sw *sweep) judgeQuote(sc *sweepCase, a sweepAnswer, cfms []sweepConfirmation) {
+// renewal moved it, which billingd learns later), and never while a change
+// of the subscription was running at Stripe.
+func (sw *sweep) judgeQuote(sc *sweepCase, a sweepAnswer) {
 	var p proposal
 	if json.Unmarshal(a.body, &p) != nil || p.ConfirmationID == "" {
 		return
@@ -452,9 +561,22 @@ func (sw *sweep) judgeQuote(sc *sweepCase, a sweepAnswer, cfms []sweepConfirmati
 				p.Summary, due, written, p.Details.Exponent)
 		}
 	}
-	if !sc.dashboard && !sc.renewed && p.Details.From != a.stripePlan && p.Details.From != p.Details.To {
-		sc.violate(5, "the %s call quoted a change from %s while Stripe was on %s", a.who, p.Details.From, a.stripePlan)
+	sc.mu.Lock()
+	moved := sc.dashboard || sc.renewed
+	sc.mu.Unlock()
+	if !moved && p.Details.From != a.stripe.plan && p.Details.From != p.Details.To {
+		sc.violate(5, "the %s call quoted a change from %s while Stripe was on %s", a.who, p.Details.From, a.stripe.plan)
 	}
+	for _, w := range sw.caseWrites(sc) {
+		// A write that reached Stripe before the first call was made, and
+		// executed after its answer, was running all along.
+		if w.Endpoint != stripepaytest.Dashboard && w.Endpoint != stripepaytest.Renewal && w.Changed() &&
+			w.Arrived.Before(a.sent) && w.At.After(a.at) && planOfPrice(w.Before.PriceID) == p.Details.From {
+			sc.violate(5, "the %s call quoted from %s while %s (%s) was running at Stripe", a.who, p.Details.From, w.Endpoint, w.Key)
+		}
+	}
+	// The second witness: billingd's records of what was in flight.
+	cfms := sw.confirmations(sc.org)
 	var quoted *sweepConfirmation
 	for i := range cfms {
 		if cfms[i].id == p.ConfirmationID {
@@ -481,19 +603,21 @@ func signedWebhook(ev stripepaytest.Event) *http.Request {
 	return req
 }
 
-// roundTripQuiet sends req to h (its path on h.url) and ignores the
-// answer: a delivery that fails is delivered again later.
-func (h *harness) roundTripQuiet(req *http.Request) {
-	u := h.url + req.URL.Path
-	out, err := http.NewRequest(req.Method, u, req.Body)
+// deliver sends req to base (its path on base) and reports whether it was
+// taken (2xx): a delivery that fails is delivered again later.
+func deliver(base string, req *http.Request) bool {
+	out, err := http.NewRequest(req.Method, base+req.URL.Path, req.Body)
 	if err != nil {
-		return
+		return false
 	}
 	out.Header = req.Header
 	client := &http.Client{Timeout: 10 * time.Second}
-	if resp, err := client.Do(out); err == nil {
-		resp.Body.Close()
+	resp, err := client.Do(out)
+	if err != nil {
+		return false
 	}
+	resp.Body.Close()
+	return resp.StatusCode/100 == 2
 }
 
 // sweepReplica is a billingd serve process of the sweep, restarted at once

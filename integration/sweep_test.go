@@ -40,11 +40,18 @@ import (
 func TestFailpointSweep(t *testing.T) {
 	// Not parallel: it kills and restarts processes and cuts the database.
 	sw := newSweep(t)
-	cases := sw.plan(os.Getenv("SWEEP") == "full")
-	only, err := regexp.Compile(os.Getenv("SWEEP_ONLY")) // to run again the cases a failure names
+	// SWEEP_OPS keeps the operations whose names it matches, SWEEP_ONLY
+	// the cases: to run again the cases a failure names, or the ones a
+	// mutant must fail (integration/mutants).
+	ops, err := regexp.Compile(os.Getenv("SWEEP_OPS"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	only, err := regexp.Compile(os.Getenv("SWEEP_ONLY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := sw.plan(os.Getenv("SWEEP") == "full", ops)
 	var ran []*sweepCase
 	for _, sc := range cases {
 		if only.MatchString(sc.String()) {
@@ -52,7 +59,7 @@ func TestFailpointSweep(t *testing.T) {
 			ran = append(ran, sc)
 		}
 	}
-	sw.report(ran, only.String() == "")
+	sw.report(ran, only.String() == "" && ops.String() == "")
 }
 
 // sweepOp is one operation the sweep runs: setup brings the org to where
@@ -64,8 +71,10 @@ type sweepOp struct {
 	// otherOp and otherTo are another member's pending change (default:
 	// downgrade to free), which a fault may redeem.
 	otherOp, otherTo string
-	setup            func(sw *sweep, sc *sweepCase)
-	run              func(sw *sweep, sc *sweepCase)
+	// approval: the org's policy asks a person's approval of its changes.
+	approval bool
+	setup    func(sw *sweep, sc *sweepCase)
+	run      func(sw *sweep, sc *sweepCase)
 }
 
 // sweepFault happens when the armed step begins; it returns the action the
@@ -97,10 +106,23 @@ type sweepCase struct {
 	deniedAt  time.Time // when the policy turned to deny (fault policy)
 	dashboard bool      // Stripe's dashboard changed the subscription
 	renewed   bool      // the test clock renewed the subscription
+	// webhookLost: a delivery of Stripe's event got no 2xx, so Stripe
+	// would deliver it again later.
+	webhookLost bool
 	// scheduledBefore is the change scheduled at Stripe when the operation
 	// began ("" for none).
 	scheduledBefore string
 	violations      []string
+
+	// The evidence (sweep_evidence_test.go): the writes to the
+	// subscription before setupWrites were the setup's; the proposals
+	// shown, by confirmation; the consents given; the approvals given, by
+	// confirmation; the mandate granted.
+	setupWrites int
+	shown       map[string]proposal
+	consents    []*sweepConsent
+	approvals   map[string]time.Time
+	mandate     *sweepMandateGiven
 }
 
 func (sc *sweepCase) String() string {
@@ -114,9 +136,12 @@ type sweepAnswer struct {
 	body         []byte
 	confirmation string // the confirmation it is about, if known
 	tokenHeld    bool   // the caller holds the confirmation's token
-	// stripePlan is Stripe's plan the moment the answer arrived.
-	stripePlan string
-	at         time.Time
+	// consent is the consent the call was made under (nil for a first
+	// call, a policy change, an approval).
+	consent *sweepConsent
+	// stripe is Stripe's subscription the moment the answer arrived.
+	stripe   sweepState
+	sent, at time.Time
 }
 
 // sweep is the sweep's world: the harness (database, issuer, Stripe fake,
@@ -140,6 +165,7 @@ const (
 	// recovery point (billing.attemptOver), then a round takes a settle.
 	sweepSettleBound = 3*sweepStripeTimeout + 5*time.Second
 	sweepApplication = "billingd-sweep"
+	sweepConfirmTTL  = 30 * time.Second
 	// sweepRestoreBound bounds how long an owed restore takes: a few
 	// settle rounds, each of which may wait STRIPE_TIMEOUT twice.
 	sweepRestoreBound = 5 * (sweepSettleInterval + 2*sweepStripeTimeout)
@@ -163,7 +189,7 @@ func sweepCatalog(t *testing.T) string {
 }
 
 func newSweep(t *testing.T) *sweep {
-	h := newHarness(t, withPrivatePostgres(), withEnv("PLANS_FILE", sweepCatalog(t)), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("CONFIRM_TTL", "30s"),
+	h := newHarness(t, withPrivatePostgres(), withEnv("PLANS_FILE", sweepCatalog(t)), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret), withEnv("CONFIRM_TTL", sweepConfirmTTL.String()),
 		withEnv("STRIPE_TIMEOUT", sweepStripeTimeout.String()))
 	for id, amount := range sweepPrices {
 		h.fake.SetPrice("price_billingd_"+id, amount, sweepCurrency)
@@ -226,6 +252,7 @@ func (sw *sweep) run(sc *sweepCase) {
 	sw.t.Helper()
 	h := sw.h
 	sc.org = fmt.Sprintf("sw%04d", sc.n)
+	sc.shown, sc.approvals = map[string]proposal{}, map[string]time.Time{}
 	var acct billing.Account
 	sw.retry("create org", func() (err error) {
 		acct, err = h.app.Service.CreateOrg(context.Background(), sc.org, "Sweep "+sc.org, "billing@"+sc.org+".example", sc.op.plan)
@@ -239,7 +266,9 @@ func (sw *sweep) run(sc *sweepCase) {
 	}
 	otherOp, otherTo := cmp.Or(sc.op.otherOp, "downgrade"), cmp.Or(sc.op.otherTo, "free")
 	sw.setupCall("POST", "/api/billing/"+otherOp, sc.other, map[string]string{"to": otherTo}, &sc.otherPending)
+	sc.noteShown(sc.otherPending)
 	sc.scheduledBefore = sw.scheduledAtStripe(sc.sub)
+	sc.setupWrites = len(h.fake.WritesFor(sc.sub))
 
 	sw.mu.Lock()
 	sw.current = sc
@@ -250,6 +279,7 @@ func (sw *sweep) run(sc *sweepCase) {
 	sw.current = nil
 	sw.mu.Unlock()
 	h.fake.ClearFaultsFor(sc.sub)
+	h.fake.AdjustNextInvoice(0) // a fault's adjustment no update took
 
 	sw.judge(sc)
 	for _, v := range sc.violations {
@@ -277,8 +307,9 @@ func (sw *sweep) run(sc *sweepCase) {
 			}
 			return rows.Err()
 		})
-		for _, m := range sw.h.fake.MadeFor(sc.sub) {
-			sw.t.Logf("%s: Stripe made %s %s (price after: %s)", sc, m.Endpoint, m.Key, m.PriceID)
+		for _, w := range sw.caseWrites(sc) {
+			sw.t.Logf("%s: Stripe: %s %s at %s (arrived %s): %s → %s", sc, w.Endpoint, w.Key, w.At.Format("15:04:05.000"),
+				w.Arrived.Format("15:04:05.000"), stateAtStripe(w.Before), stateAtStripe(w.After))
 		}
 	}
 }
@@ -305,6 +336,16 @@ func (sw *sweep) settle(sc *sweepCase) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// Rule 1 holds on the path itself, before any late webhook makes
+	// billingd read Stripe again; unless something billingd had no way to
+	// see changed Stripe (the dashboard, the renewal), or a delivery failed
+	// (Stripe delivers it again: the late webhook is part of the path).
+	sc.mu.Lock()
+	repairable := sc.dashboard || sc.renewed || sc.webhookLost
+	sc.mu.Unlock()
+	if d := sw.disagreement(sc); d != "" && !repairable {
+		sc.violate(1, "before any late webhook: %s", d)
 	}
 	// The late delivery is Stripe's, after every fault: a fault armed at a
 	// webhook's step does not fire in it (there would be no delivery after).
@@ -410,7 +451,7 @@ func (sc *sweepCase) violate(oracle int, format string, args ...any) {
 func (sw *sweep) record(sc *sweepCase, a sweepAnswer) sweepAnswer {
 	a.at = time.Now()
 	if sub, ok := sw.h.fake.Subscription(sc.sub); ok {
-		a.stripePlan = planOfPrice(sub.Items[0].PriceID)
+		a.stripe = sweepState{plan: planOfPrice(sub.Items[0].PriceID), scheduled: stateScheduled(sw.scheduledAtStripe(sc.sub))}
 	}
 	sc.mu.Lock()
 	sc.answers = append(sc.answers, a)
@@ -421,12 +462,36 @@ func (sw *sweep) record(sc *sweepCase, a sweepAnswer) sweepAnswer {
 // call makes one REST call to base and records its answer; status 0: no
 // answer (the process died).
 func (sw *sweep) call(sc *sweepCase, who, base, method, path, token string, body any, confirmation string, held bool) sweepAnswer {
+	a := sweepAnswer{who: who, confirmation: confirmation, tokenHeld: held}
+	if held && confirmation != "" { // sending the token is the person's consent to what it showed
+		sc.mu.Lock()
+		shown := sc.shown[confirmation]
+		sc.mu.Unlock()
+		a.consent = sc.tokenConsent(who, shown)
+	}
+	return sw.send(sc, a, base, method, path, token, body)
+}
+
+// callUnder is an agent's call under a standing consent (a mandate, a
+// policy that lets the change run at once): the request is the consent's.
+func (sw *sweep) callUnder(sc *sweepCase, c sweepConsent, who, base, path, token string, body any) sweepAnswer {
+	consent := sc.consentTo(c)
+	a := sw.send(sc, sweepAnswer{who: who, consent: consent}, base, "POST", path, token, body)
+	if claims, ok := a.claims(); ok && claims.Confirmation != "" {
+		sc.mu.Lock()
+		consent.confirmation = claims.Confirmation
+		sc.mu.Unlock()
+	}
+	return a
+}
+
+// send makes one REST call to base and records its answer a.
+func (sw *sweep) send(sc *sweepCase, a sweepAnswer, base, method, path, token string, body any) sweepAnswer {
 	var reader io.Reader
 	if body != nil {
 		data, _ := json.Marshal(body)
 		reader = bytes.NewReader(data)
 	}
-	a := sweepAnswer{who: who, confirmation: confirmation, tokenHeld: held}
 	req, err := http.NewRequest(method, base+path, reader)
 	if err != nil {
 		sw.t.Fatal(err)
@@ -434,6 +499,7 @@ func (sw *sweep) call(sc *sweepCase, who, base, method, path, token string, body
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	client := &http.Client{Timeout: 30 * time.Second}
+	a.sent = time.Now()
 	if resp, err := client.Do(req); err == nil {
 		a.status = resp.StatusCode
 		a.body, _ = io.ReadAll(resp.Body)
@@ -456,6 +522,7 @@ func (sw *sweep) firstCall(sc *sweepCase, op, to, at string) (proposal, bool) {
 	sc.mu.Lock()
 	sc.answers[len(sc.answers)-1].confirmation = p.ConfirmationID
 	sc.mu.Unlock()
+	sc.noteShown(p)
 	return p, true
 }
 
@@ -529,10 +596,12 @@ func sweepOps() []sweepOp {
 					json.RawMessage(`{"rules":[{"name":"downgrades run at once","operation":"downgrade_plan","action":"allow"}]}`), nil)
 			},
 			run: func(sw *sweep, sc *sweepCase) {
-				sw.call(sc, "allow", sw.replicas[0].url, "POST", "/api/billing/downgrade", sc.payer,
-					map[string]string{"to": "free"}, "", false)
+				// The policy, set by a person, is the consent to this one
+				// downgrade the agent asks for.
+				sw.callUnder(sc, sweepConsent{kind: "allow", who: "allow", to: sweepState{plan: "free"}}, "allow",
+					sw.replicas[0].url, "/api/billing/downgrade", sc.payer, map[string]string{"to": "free"})
 			}},
-		{name: "approval", plan: "pro",
+		{name: "approval", plan: "pro", approval: true,
 			setup: func(sw *sweep, sc *sweepCase) {
 				sw.setupCall("PUT", "/api/billing/policy", sw.h.admin(sc.org, "policy-admin"),
 					json.RawMessage(`{"approval_window_seconds":120,"rules":[{"name":"upgrades need approval","operation":"upgrade_plan","action":"approve"}]}`), nil)
@@ -542,7 +611,12 @@ func sweepOps() []sweepOp {
 				if !ok {
 					return
 				}
+				// The agent tries before anyone approved, as agents do:
+				// nothing may reach Stripe (approval_pending).
+				sw.call(sc, "early second", sw.replicas[0].url, "POST", "/api/billing/upgrade", sc.payer,
+					map[string]string{"to": "scale", "confirm_token": p.ConfirmToken}, p.ConfirmationID, true)
 				approver := sw.h.admin(sc.org, "approver") // a person: the harness's PERSON_CLIENTS client
+				sc.approved(p.ConfirmationID)
 				sw.call(sc, "approve", sw.replicas[1].url, "POST", "/api/billing/confirmations/"+p.ConfirmationID+"/approve",
 					approver, nil, p.ConfirmationID, false)
 				sw.secondCall(sc, "upgrade", "scale", "", p)
@@ -553,10 +627,8 @@ func sweepOps() []sweepOp {
 				// Covered, executed at once; then a change the mandate
 				// covers only if the first was finally not made (its
 				// spend given back): one change at most (oracle 7).
-				sw.call(sc, "mandate", sw.replicas[0].url, "POST", "/api/billing/upgrade", sc.payer,
-					map[string]string{"to": "scale"}, "", false)
-				sw.call(sc, "mandate again", sw.replicas[1].url, "POST", "/api/billing/downgrade", sc.payer,
-					map[string]string{"to": "free"}, "", false)
+				sw.mandateCall(sc, "mandate", sw.replicas[0].url, "upgrade", "scale")
+				sw.mandateCall(sc, "mandate again", sw.replicas[1].url, "downgrade", "free")
 			}},
 		{name: "upgrade, answer lost, settled by a replica", plan: "pro", run: func(sw *sweep, sc *sweepCase) {
 			sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.LoseResponse)
@@ -609,16 +681,44 @@ var sweepMandate = mandateGrant{Client: "test-agent", Operations: []string{"upgr
 func (sw *sweep) grantMandate(sc *sweepCase) {
 	g := sweepMandate
 	g.ExpiresAt = time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-	sw.setupCall("POST", "/api/billing/mandates", sw.h.personAt(sc.org, "payer", time.Now(), false), g, nil)
+	var granted struct {
+		ID string `json:"id"`
+	}
+	sw.setupCall("POST", "/api/billing/mandates", sw.h.personAt(sc.org, "payer", time.Now(), false), g, &granted)
+	sc.mandate = &sweepMandateGiven{id: granted.ID, grant: g}
+}
+
+// mandateCall is the agent's request for a change the mandate may cover.
+func (sw *sweep) mandateCall(sc *sweepCase, who, base, op, to string) {
+	c := sc.consentTo(sweepConsent{kind: "mandate", who: who, to: sweepState{plan: to}})
+	sc.mu.Lock()
+	sc.mandate.requests = append(sc.mandate.requests, c)
+	sc.mu.Unlock()
+	a := sw.send(sc, sweepAnswer{who: who, consent: c}, base, "POST", "/api/billing/"+op, sc.payer, map[string]string{"to": to})
+	if claims, ok := a.claims(); ok && claims.Confirmation != "" {
+		sc.mu.Lock()
+		c.confirmation = claims.Confirmation
+		sc.mu.Unlock()
+	}
 }
 
 // elicit asks for an upgrade over MCP from a client that shows the person
 // a form and accepts it: billingd makes the second call itself.
 func (sw *sweep) elicit(sc *sweepCase) {
-	o := &host{h: sw.h, token: sc.payer, answer: answerWith("accept", map[string]any{"confirm": true})}
+	a := sweepAnswer{who: "mcp"}
+	accept := answerWith("accept", map[string]any{"confirm": true})
+	o := &host{h: sw.h, token: sc.payer, answer: func(p *sdk.ElicitParams) (*sdk.ElicitResult, error) {
+		// Accepting the form is the person's consent to the change it
+		// states.
+		if m := summaryPlans.FindStringSubmatch(p.Message); m != nil {
+			a.consent = sc.consentTo(sweepConsent{kind: "elicitation", who: "mcp",
+				from: sweepState{plan: strings.ToLower(m[1])}, to: sweepState{plan: strings.ToLower(m[2])}})
+		}
+		return accept(p)
+	}}
 	opts := &sdk.ClientOptions{Capabilities: &sdk.ClientCapabilities{Elicitation: formOnly}, ElicitationHandler: o.elicit}
 	cs, err := mcpDialWith(sw.replicas[0].url, sw.h.mcpUser(sc.org, "payer"), "2025-11-25", opts, false)
-	a := sweepAnswer{who: "mcp"}
+	a.sent = time.Now()
 	if err == nil {
 		defer cs.Close()
 		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "upgrade_plan", Arguments: map[string]any{"to": "scale"}})
@@ -632,6 +732,11 @@ func (sw *sweep) elicit(sc *sweepCase) {
 				a.body = []byte(strings.Join(texts(res), "\n"))
 			}
 		}
+	}
+	if claims, ok := a.claims(); ok && claims.Confirmation != "" && a.consent != nil {
+		sc.mu.Lock()
+		a.consent.confirmation = claims.Confirmation
+		sc.mu.Unlock()
 	}
 	sw.record(sc, a)
 }
@@ -651,9 +756,11 @@ func (sw *sweep) deliverLatest(sc *sweepCase, base string) {
 	events := sw.h.fake.Events()
 	for i := len(events) - 1; i >= 0; i-- {
 		if bytes.Contains(events[i].Payload, []byte(`"`+sc.sub+`"`)) {
-			r := *sw.h
-			r.url = base
-			r.roundTripQuiet(signedWebhook(events[i]))
+			if !deliver(base, signedWebhook(events[i])) {
+				sc.mu.Lock()
+				sc.webhookLost = sc.webhookLost || !sc.closed
+				sc.mu.Unlock()
+			}
 			return
 		}
 	}
@@ -678,12 +785,21 @@ func sweepFaults() []sweepFault {
 		case <-time.After(time.Second):
 		}
 	}
+	restartPostgres := func(sw *sweep, sc *sweepCase) {
+		if err := sw.h.pg.Restart(context.Background()); err != nil {
+			sw.t.Errorf("%s: %v", sc, err)
+		}
+	}
+	dashboard := func(sw *sweep, sc *sweepCase) {
+		_ = sw.h.fake.ChangeInDashboard(sc.sub, func(s *stripepaytest.Subscription) { s.Items[0].PriceID = "price_billingd_free" })
+		sc.mu.Lock()
+		sc.dashboard = true
+		sc.mu.Unlock()
+	}
 	return []sweepFault{
 		{name: "SIGKILL", fire: func(*sweep, *sweepCase) string { return failpoint.ActionKill }},
 		{name: "PostgreSQL restarted", fire: func(sw *sweep, sc *sweepCase) string {
-			if err := sw.h.pg.Restart(context.Background()); err != nil {
-				sw.t.Errorf("%s: %v", sc, err)
-			}
+			restartPostgres(sw, sc)
 			return failpoint.ActionContinue
 		}},
 		{name: "database connections terminated", fire: func(sw *sweep, sc *sweepCase) string {
@@ -693,18 +809,38 @@ func sweepFaults() []sweepFault {
 		}},
 		stripe("Stripe 5xx", stripepaytest.ServerError),
 		stripe("Stripe timeout", stripepaytest.Delay(sweepStripeTimeout+500*time.Millisecond)),
+		// Still running at Stripe when billingd, timed out, reads back.
+		stripe("Stripe stalls", stripepaytest.Linger(2*sweepStripeTimeout)),
 		stripe("Stripe applies then errs", stripepaytest.ApplyThenServerError),
 		stripe("Stripe 429", stripepaytest.RateLimited),
 		stripe("Stripe declines", stripepaytest.DeclineCard),
+		{name: "invoice differs from the quote", fire: func(sw *sweep, sc *sweepCase) string {
+			// A tax rate or a discount changed after the quote: the next
+			// invoice an update makes is 1.234 KWD more than previewed.
+			sw.h.fake.AdjustNextInvoice(1234)
+			return failpoint.ActionContinue
+		}},
 		{name: "webhook", fire: func(sw *sweep, sc *sweepCase) string {
 			async(func() { sw.deliverLatest(sc, sw.replicas[1].url) })
 			return failpoint.ActionContinue
 		}},
 		{name: "change in Stripe's dashboard", fire: func(sw *sweep, sc *sweepCase) string {
-			_ = sw.h.fake.ChangeInDashboard(sc.sub, func(s *stripepaytest.Subscription) { s.Items[0].PriceID = "price_billingd_free" })
-			sc.mu.Lock()
-			sc.dashboard = true
-			sc.mu.Unlock()
+			dashboard(sw, sc)
+			return failpoint.ActionContinue
+		}},
+		// Compound faults.
+		{name: "dashboard change and its webhook", fire: func(sw *sweep, sc *sweepCase) string {
+			dashboard(sw, sc)
+			async(func() { sw.deliverLatest(sc, sw.replicas[1].url) })
+			return failpoint.ActionContinue
+		}},
+		{name: "SIGKILL and PostgreSQL restarted", fire: func(sw *sweep, sc *sweepCase) string {
+			restartPostgres(sw, sc)
+			return failpoint.ActionKill
+		}},
+		{name: "renewal and a late webhook", fire: func(sw *sweep, sc *sweepCase) string {
+			sw.renew(sc)
+			async(func() { sw.deliverLatest(sc, sw.replicas[1].url) })
 			return failpoint.ActionContinue
 		}},
 		{name: "renewal", fire: func(sw *sweep, sc *sweepCase) string {
@@ -727,6 +863,7 @@ func sweepFaults() []sweepFault {
 					map[string]string{"to": "free"}, "", false)
 				var p proposal
 				if a.status == http.StatusAccepted && json.Unmarshal(a.body, &p) == nil {
+					sc.noteShown(p)
 					sc.mu.Lock()
 					for i := range sc.answers {
 						if sc.answers[i].who == "other first" {
@@ -752,28 +889,123 @@ func sweepFaults() []sweepFault {
 
 // plan lists the cases. Each operation is first run once with no fault, to
 // learn the steps it passes (its trace); every step of it is then armed
-// with every fault (full), or in the fixed slice with one fault, the faults
-// taken in turn, so that every step meets one and every fault many steps.
-func (sw *sweep) plan(full bool) []*sweepCase {
-	var cases []*sweepCase
+// with every fault (full), or, in the fixed slice, every fault at every
+// class of step at least once (sweepClasses: the coverage matrix), each
+// time in another operation, and every step of every operation once.
+func (sw *sweep) plan(full bool, ops *regexp.Regexp) []*sweepCase {
+	type armed struct {
+		op   sweepOp
+		step string
+	}
+	var all []armed
 	faults := sweepFaults()
 	n := 0
 	for _, op := range sweepOps() {
+		if !ops.MatchString(op.name) {
+			continue
+		}
 		n++
 		dry := &sweepCase{op: op, n: n, fault: sweepFault{name: "no fault"}}
 		sw.run(dry)
-		steps := uniqueSteps(dry.reached)
-		for i, step := range steps {
-			for j, f := range faults {
-				if !full && (i+j)%len(faults) != 0 {
-					continue
+		for _, step := range uniqueSteps(dry.reached) {
+			all = append(all, armed{op, step})
+		}
+	}
+	picked := map[[2]int]bool{} // (armed, fault)
+	if full {
+		for i := range all {
+			for j := range faults {
+				picked[[2]int{i, j}] = true
+			}
+		}
+	} else {
+		for j := range faults {
+			for k, class := range sweepClasses {
+				var in []int
+				for i, a := range all {
+					if stepClass(a.step) == class {
+						in = append(in, i)
+					}
 				}
+				if len(in) > 0 { // each fault meets the class in another operation
+					picked[[2]int{in[(j*len(sweepClasses)+k)%len(in)], j}] = true
+				}
+			}
+		}
+		for i := range all { // every step of every operation once
+			armedOnce := false
+			for j := range faults {
+				armedOnce = armedOnce || picked[[2]int{i, j}]
+			}
+			if !armedOnce {
+				picked[[2]int{i, i % len(faults)}] = true
+			}
+		}
+	}
+	var cases []*sweepCase
+	for i, a := range all {
+		for j, f := range faults {
+			if picked[[2]int{i, j}] {
 				n++
-				cases = append(cases, &sweepCase{op: op, step: stepNamed(step), fault: f, n: n})
+				cases = append(cases, &sweepCase{op: a.op, step: stepNamed(a.step), fault: f, n: n})
 			}
 		}
 	}
 	return cases
+}
+
+// sweepClasses are the classes of the money path's steps that the slice
+// puts every fault at.
+var sweepClasses = []string{"first call", "before the recovery point", "after the recovery point", "at Stripe",
+	"after Stripe", "settle", "webhook", "period end"}
+
+// stepClass is the class of a step: where on the money path it is.
+func stepClass(step string) string {
+	switch step {
+	case "first_call/quote", "first_call/issue":
+		return "first call"
+	case "second_call/consume", "second_call/check_at_provider", "second_call/recovery_point":
+		return "before the recovery point"
+	case "second_call/send":
+		return "after the recovery point"
+	case "period_end/release", "period_end/schedule_create", "period_end/phases", "period_end/keep":
+		return "at Stripe" // between the Stripe requests of one change
+	case "second_call/record", "second_call/commit":
+		return "after Stripe"
+	case "period_end/restore", "period_end/renewal":
+		return "period end"
+	}
+	path, _, _ := strings.Cut(step, "/")
+	return map[string]string{"settle": "settle", "webhook": "webhook"}[path]
+}
+
+// coverage is the matrix of the cases run: for each fault and class of
+// step, how many cases armed it there and in how many the step was
+// reached (the fault fired).
+func coverage(cases []*sweepCase) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-34s", "fault \\ class: fired/armed")
+	for _, class := range sweepClasses {
+		fmt.Fprintf(&b, " | %s", class)
+	}
+	b.WriteString("\n")
+	for _, f := range sweepFaults() {
+		fmt.Fprintf(&b, "%-34s", f.name)
+		for _, class := range sweepClasses {
+			armed, fired := 0, 0
+			for _, sc := range cases {
+				if sc.fault.name == f.name && stepClass(sc.step.String()) == class {
+					armed++
+					if sc.fired {
+						fired++
+					}
+				}
+			}
+			fmt.Fprintf(&b, " | %*s", len(class), fmt.Sprintf("%d/%d", fired, armed))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 func uniqueSteps(reached []string) []string {
@@ -810,11 +1042,12 @@ func (sw *sweep) report(cases []*sweepCase, all bool) {
 	line := fmt.Sprintf("failpoint sweep: %d cases run (%d operations × the steps each passes × %d faults%s; "+
 		"the armed step reached in %d), %d distinct steps reached", len(cases), len(sweepOps()), len(sweepFaults()),
 		map[bool]string{true: "", false: ", a fixed slice"}[os.Getenv("SWEEP") == "full"], fired, len(sw.steps))
-	sw.t.Log(line)
+	matrix := coverage(cases)
+	sw.t.Log(line + "\n" + matrix)
 	// go test shows a passing package's output only with -v: make test
 	// prints this line from the file it names.
 	if path := os.Getenv("SWEEP_REPORT"); path != "" {
-		if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(line+"\n"+matrix), 0o644); err != nil {
 			sw.t.Error(err)
 		}
 	}

@@ -1,0 +1,370 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
+)
+
+// The sweep's evidence: what the oracle (sweep_oracle_test.go) judges
+// from. None of it is billingd's: what Stripe did (the fake's log of every
+// write, with the subscription's state around it, and of every read), what
+// every caller was told (sweepAnswer, recorded as it arrived), and the
+// consent each person gave, recorded by the test as it gave it. billingd's
+// own records are read only as a second witness, which must agree.
+
+// sweepState is a subscription as a person is shown it and as Stripe holds
+// it: its plan and the change scheduled for the period's end ("pro@<RFC
+// 3339>", "" for none).
+type sweepState struct {
+	plan, scheduled string
+}
+
+func (s sweepState) String() string {
+	if s.scheduled == "" {
+		return s.plan
+	}
+	return s.plan + " (scheduled: " + s.scheduled + ")"
+}
+
+// stateAtStripe is a state of the fake's log in the oracle's terms.
+func stateAtStripe(st stripepaytest.SubState) sweepState {
+	out := sweepState{plan: planOfPrice(st.PriceID)}
+	if price, at, ok := strings.Cut(st.Scheduled, "@"); ok {
+		price, _, _ = strings.Cut(price, "×")
+		out.scheduled = planOfPrice(price) + "@" + at
+	}
+	return out
+}
+
+// sweepConsent is a consent a person gave during a case, as the test gave
+// it: to a change shown (a token's summary, an elicitation's form), or
+// standing (a mandate's bounds, a policy that lets a change run at once)
+// for one request an agent made under it.
+type sweepConsent struct {
+	kind string // "token", "elicitation", "mandate", "allow"
+	who  string
+	// confirmation is the change shown's id ("" for a standing consent).
+	confirmation string
+	// from and to are the state shown and the state agreed to; a standing
+	// consent names only to.plan.
+	from, to sweepState
+	at       time.Time // when the test gave it
+	// approvedAt is when a person approved the change (approval policies).
+	approvedAt time.Time
+	// writes are the Stripe writes it explains (oracle rule 3).
+	writes []stripepaytest.Write
+	// answers are the answers about it.
+	answers []sweepAnswer
+}
+
+func (c *sweepConsent) String() string {
+	if c.confirmation == "" {
+		return fmt.Sprintf("%s consent to %s", c.kind, c.to.plan)
+	}
+	return fmt.Sprintf("%s consent %s (%s → %s)", c.kind, c.confirmation, c.from, c.to)
+}
+
+// standing reports whether the consent is a standing one (no change shown).
+func (c *sweepConsent) standing() bool { return c.kind == "mandate" || c.kind == "allow" }
+
+// madeAll reports whether the writes it explains brought about every part
+// of the change agreed to.
+func (c *sweepConsent) madeAll() bool {
+	if c.standing() {
+		return len(c.writes) > 0
+	}
+	planMade, scheduleMade := c.from.plan == c.to.plan, c.from.scheduled == c.to.scheduled
+	for _, w := range c.writes {
+		before, after := stateAtStripe(w.Before), stateAtStripe(w.After)
+		planMade = planMade || before.plan != after.plan
+		// Keeping the plan is made only on the plan kept: a release after
+		// the dashboard moved the price keeps nothing.
+		scheduleMade = scheduleMade || before.scheduled != after.scheduled && (!c.keeps() || after.plan == c.to.plan)
+	}
+	return planMade && scheduleMade
+}
+
+// keeps reports whether c only cancels a scheduled change (a keep).
+func (c *sweepConsent) keeps() bool {
+	return !c.standing() && c.from.plan == c.to.plan && c.from.scheduled != "" && c.to.scheduled == ""
+}
+
+// ambiguous reports whether billingd cannot know if c's keep was made: its
+// release was made on the plan kept, and Stripe's dashboard changed the
+// price before billingd could read the subscription again (Stripe's
+// release answers with the schedule, not the subscription). Either record
+// is then true.
+func (c *sweepConsent) ambiguous(writes []stripepaytest.Write, reads []time.Time) bool {
+	if !c.keeps() {
+		return false
+	}
+	for _, w := range c.writes {
+		if stateAtStripe(w.Before).scheduled == stateAtStripe(w.After).scheduled {
+			continue
+		}
+		readAgain := time.Now()
+		for _, r := range reads {
+			if r.After(w.At) && r.Before(readAgain) {
+				readAgain = r
+			}
+		}
+		for _, d := range writes {
+			if d.Endpoint == stripepaytest.Dashboard && d.At.After(w.At) && d.At.Before(readAgain) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// shownState is the state a proposal showed and the state it asked to
+// agree to.
+func shownState(p proposal) (from, to sweepState) {
+	from, to = sweepState{plan: p.Details.From}, sweepState{plan: p.Details.To}
+	if c := p.Details.CancelsScheduledChange; c != nil {
+		from.scheduled = c.To + "@" + c.At.UTC().Format(time.RFC3339)
+	}
+	if p.Details.At == "period_end" {
+		to = sweepState{plan: p.Details.From, scheduled: p.Details.To + "@" + p.Details.EffectiveAt.UTC().Format(time.RFC3339)}
+	}
+	return from, to
+}
+
+// summaryPlans reads the change a summary shown in an elicitation form
+// states: "Upgrade <org> from Pro (…) to Scale (…)".
+var summaryPlans = regexp.MustCompile(`from (Free|Pro|Scale) \(.*?\) to (Free|Pro|Scale) \(`)
+
+// consentTo records that the test gave consent now, and returns it: a
+// second call sent with a token (the same consent each time it is sent
+// again), an elicitation accepted, or an agent's request under a standing
+// consent.
+func (sc *sweepCase) consentTo(c sweepConsent) *sweepConsent {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if c.confirmation != "" {
+		for _, given := range sc.consents {
+			if given.confirmation == c.confirmation {
+				return given
+			}
+		}
+	}
+	c.at = time.Now()
+	sc.consents = append(sc.consents, &c)
+	return &c
+}
+
+// tokenConsent is the consent a second call with the token of shown
+// gives.
+func (sc *sweepCase) tokenConsent(who string, shown proposal) *sweepConsent {
+	from, to := shownState(shown)
+	return sc.consentTo(sweepConsent{kind: "token", who: who, confirmation: shown.ConfirmationID, from: from, to: to})
+}
+
+// noteShown keeps a proposal a caller was shown, by its confirmation.
+func (sc *sweepCase) noteShown(p proposal) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.shown[p.ConfirmationID] = p
+}
+
+// approved notes a person's approval of a confirmation, given now.
+func (sc *sweepCase) approved(confirmation string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.approvals[confirmation] = time.Now()
+}
+
+// caseWrites are the writes to the case's subscription since its setup.
+func (sw *sweep) caseWrites(sc *sweepCase) []stripepaytest.Write {
+	writes := sw.h.fake.WritesFor(sc.sub)
+	return writes[min(sc.setupWrites, len(writes)):]
+}
+
+// explain gives every billingd write of the case that changed the
+// subscription to the one consent that explains it (oracle rule 3), and
+// returns those no consent explains with why.
+func (sw *sweep) explain(sc *sweepCase) (unexplained []string) {
+	reads := sw.h.fake.ReadsOf(sc.sub)
+	writes := sw.caseWrites(sc)
+	for i, w := range writes {
+		if !w.Changed() || w.Endpoint == stripepaytest.Dashboard || w.Endpoint == stripepaytest.Renewal {
+			continue
+		}
+		before, after := stateAtStripe(w.Before), stateAtStripe(w.After)
+		if sc.restores(before, after) {
+			continue
+		}
+		seen := stateAtStripe(sw.seenBefore(w, writes[:i], reads))
+		c, why := sc.consentFor(w, change{before, after, seen})
+		if c == nil {
+			unexplained = append(unexplained, fmt.Sprintf("%s (%s) took Stripe from %s to %s at %s (billingd last saw %s): %s",
+				w.Endpoint, w.Key, before, after, w.At.Format("15:04:05.000"), seen, why))
+			continue
+		}
+		c.writes = append(c.writes, w)
+	}
+	return unexplained
+}
+
+// seenBefore is the state billingd could know when it sent w: the state
+// before it, unless Stripe's dashboard changed the subscription after
+// billingd's last read of it and before w arrived (no request of
+// billingd's can tell such a change from none: Stripe has no
+// compare-and-set), in which case the state before that change.
+func (sw *sweep) seenBefore(w stripepaytest.Write, earlier []stripepaytest.Write, reads []time.Time) stripepaytest.SubState {
+	var lastRead time.Time
+	for _, r := range reads {
+		if r.Before(w.Arrived) {
+			lastRead = r
+		}
+	}
+	seen := w.Before
+	for i := len(earlier) - 1; i >= 0; i-- {
+		d := earlier[i]
+		if d.Endpoint == stripepaytest.Dashboard && d.At.After(lastRead) {
+			seen = d.Before
+		}
+	}
+	return seen
+}
+
+// restores reports whether a write from before to after puts back the
+// change that was scheduled when the case began, which a change not made
+// had released: it undoes, and needs no consent.
+func (sc *sweepCase) restores(before, after sweepState) bool {
+	return sc.scheduledBefore != "" && before.plan == after.plan && before.scheduled == "" &&
+		after.scheduled == stateScheduled(sc.scheduledBefore)
+}
+
+// stateScheduled turns the harness's "pro at <RFC 3339>" into the
+// oracle's "pro@<RFC 3339>".
+func stateScheduled(s string) string { return strings.Replace(s, " at ", "@", 1) }
+
+// consentFor is the consent that explains a write from before to after:
+// the one whose change it is part of, given before the write reached
+// Stripe and still holding then; the consent the write's idempotency key
+// names first. nil, and why, when there is none.
+func (sc *sweepCase) consentFor(w stripepaytest.Write, ch change) (*sweepConsent, string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	var candidates []*sweepConsent
+	for _, c := range sc.consents {
+		if c.fits(ch) && !c.spent(ch, sc.mandate) {
+			candidates = append(candidates, c)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil, "no consent was given to that change (or its consent was spent)"
+	}
+	slices.SortStableFunc(candidates, func(a, b *sweepConsent) int {
+		_, aNamed := keyOf(w.Key, a.confirmation)
+		_, bNamed := keyOf(w.Key, b.confirmation)
+		switch {
+		case aNamed && a.confirmation != "" && !(bNamed && b.confirmation != ""):
+			return -1
+		case bNamed && b.confirmation != "" && !(aNamed && a.confirmation != ""):
+			return 1
+		}
+		return 0
+	})
+	c := candidates[0]
+	switch {
+	case w.Arrived.Before(c.at):
+		return nil, fmt.Sprintf("it reached Stripe before the %s was given", c)
+	case sc.op.approval && !c.standing() && (c.approvedAt.IsZero() || w.Arrived.Before(c.approvedAt)):
+		return nil, fmt.Sprintf("the policy asks a person's approval of %s, not given by then", c)
+	case c.kind == "token" && w.Arrived.After(c.at.Add(sweepConfirmTTL+sweepStripeTimeout)):
+		return nil, fmt.Sprintf("it was sent more than CONFIRM_TTL after the second call of %s", c)
+	case !sc.deniedAt.IsZero() && w.Arrived.After(sc.deniedAt) && !(sentAfterDecision[sc.step.String()] &&
+		w.Arrived.Before(sc.deniedAt.Add(sweepStripeTimeout))):
+		return nil, fmt.Sprintf("the policy denied every change before it was sent (%s)", c)
+	}
+	return c, ""
+}
+
+// change is what one write did: the subscription before and after it, and
+// the state billingd could know when it sent it (seenBefore).
+type change struct {
+	before, after, seen sweepState
+}
+
+func (ch change) plan() bool     { return ch.before.plan != ch.after.plan }
+func (ch change) schedule() bool { return ch.before.scheduled != ch.after.scheduled }
+
+// fits reports whether a write is part of the change c agreed to: every
+// part of the subscription it changed goes from the state shown (as
+// billingd could know it) to the state agreed. A standing consent fits a
+// change of plan to the plan its request asked for, and never touches a
+// schedule.
+func (c *sweepConsent) fits(ch change) bool {
+	if c.standing() {
+		return ch.plan() && ch.after.plan == c.to.plan && !ch.schedule()
+	}
+	if ch.plan() && (ch.seen.plan != c.from.plan || ch.after.plan != c.to.plan) {
+		return false
+	}
+	if ch.schedule() && (ch.seen.scheduled != c.from.scheduled || ch.after.scheduled != c.to.scheduled) {
+		return false
+	}
+	return true
+}
+
+// spent reports whether c has already explained a write that changed what
+// this one changes (no consent produces two writes of one change), or, for
+// a mandate's request, whether the mandate's changes are all spent.
+func (c *sweepConsent) spent(ch change, mandate *sweepMandateGiven) bool {
+	for _, w := range c.writes {
+		b, a := stateAtStripe(w.Before), stateAtStripe(w.After)
+		if (b.plan != a.plan && ch.plan()) || (b.scheduled != a.scheduled && ch.schedule()) {
+			return true
+		}
+	}
+	if c.kind == "mandate" && mandate != nil {
+		made := 0
+		for _, other := range mandate.requests {
+			made += len(other.writes)
+		}
+		return made >= mandate.grant.MaxChanges
+	}
+	return false
+}
+
+// sweepMandateGiven is the mandate the test granted, with its bounds as
+// the test granted them, and the requests the agent made under it.
+type sweepMandateGiven struct {
+	id       string
+	grant    mandateGrant
+	requests []*sweepConsent
+}
+
+// sweepAnswerClaims is what an answer says, read as a person reads it.
+type sweepAnswerClaims struct {
+	OK           bool   `json:"ok"`
+	Noop         bool   `json:"noop"`
+	Confirmation string `json:"confirmation_id"`
+	Subscription *struct {
+		Plan            string `json:"plan"`
+		ScheduledChange *struct {
+			To string    `json:"to"`
+			At time.Time `json:"at"`
+		} `json:"scheduled_change"`
+	} `json:"subscription"`
+}
+
+// claims reads an answer's body; ok is false for a body that is not JSON.
+func (a sweepAnswer) claims() (c sweepAnswerClaims, ok bool) {
+	return c, json.Unmarshal(a.body, &c) == nil
+}
+
+// executed reports whether the answer says the change was made.
+func (a sweepAnswer) executed() bool {
+	c, ok := a.claims()
+	return ok && a.status == http.StatusOK && c.OK && !c.Noop && c.Subscription != nil
+}
