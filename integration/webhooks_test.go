@@ -309,13 +309,19 @@ func TestApprovalNotifications(t *testing.T) {
 	wantStatus(t, h.confirm(agent, "upgrade", "scale", p.ConfirmToken), http.StatusOK, "")
 	recv.waitFor("/std", "change.executed", 10*time.Second)
 
-	metrics := scrape(t, h.metricsURL)
-	if !strings.Contains(metrics, `billingd_webhook_deliveries_total{outcome="delivered"}`) ||
-		!strings.Contains(metrics, "billingd_webhook_outbox_oldest_pending_seconds") {
+	// The receiver has each message before its 200 reaches the deliverer,
+	// which then records the outcome and only then counts it: wait for the
+	// count of the four deliveries (approval.requested to both endpoints,
+	// approval.granted, change.executed). Counted after recorded, all four
+	// are in the list below too.
+	const delivered = `billingd_webhook_deliveries_total{outcome="delivered"}`
+	var metrics string
+	waitFor(t, "the four deliveries counted as delivered", func() bool {
+		metrics = scrape(t, h.metricsURL)
+		return metricValue(metrics, delivered) >= 4
+	})
+	if !strings.Contains(metrics, "billingd_webhook_outbox_oldest_pending_seconds") {
 		t.Fatalf("webhook metrics missing:\n%s", grepLines(metrics, "webhook"))
-	}
-	if n := metricValue(metrics, `billingd_webhook_deliveries_total{outcome="delivered"}`); n < 4 {
-		t.Fatalf("delivered counted %v, want at least 4:\n%s", n, grepLines(metrics, "webhook"))
 	}
 	// The admin's list shows the deliveries.
 	r = h.do("GET", "/api/billing/webhook-endpoints", h.admin("notify", "boss"), nil)
