@@ -136,9 +136,16 @@ func TestDatabaseOutage(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The load must see both sides of the outage: wait for its answers,
+	// not for time (a loaded machine may take longer than any guess).
+	count := func(status int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return statuses[status]
+	}
+	waitFor(t, "the load's proposals before the outage", func() bool { return count(http.StatusAccepted) > 0 })
 	proxy.Cut()
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "the load's 503s during the outage", func() bool { return count(http.StatusServiceUnavailable) > 0 })
 	resp := r.do("POST", "/api/billing/upgrade", tok, `{"to":"scale"}`)
 	wantStatus(t, resp, http.StatusServiceUnavailable, "upstream_unavailable")
 	if resp.Header.Get("Retry-After") == "" {
@@ -147,7 +154,8 @@ func TestDatabaseOutage(t *testing.T) {
 	wantStatus(t, r.do("GET", "/readyz", "", nil), http.StatusServiceUnavailable, "")
 	wantStatus(t, r.do("GET", "/healthz", "", nil), http.StatusOK, "")
 	proxy.Restore()
-	time.Sleep(300 * time.Millisecond)
+	accepted := count(http.StatusAccepted)
+	waitFor(t, "the load's proposals accepted again after the outage", func() bool { return count(http.StatusAccepted) > accepted })
 	close(stop)
 	wg.Wait()
 
