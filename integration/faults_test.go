@@ -136,9 +136,16 @@ func TestDatabaseOutage(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The load must see both sides of the outage: wait for its answers,
+	// not for time (a loaded machine may take longer than any guess).
+	count := func(status int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return statuses[status]
+	}
+	waitFor(t, "the load's proposals before the outage", func() bool { return count(http.StatusAccepted) > 0 })
 	proxy.Cut()
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "the load's 503s during the outage", func() bool { return count(http.StatusServiceUnavailable) > 0 })
 	resp := r.do("POST", "/api/billing/upgrade", tok, `{"to":"scale"}`)
 	wantStatus(t, resp, http.StatusServiceUnavailable, "upstream_unavailable")
 	if resp.Header.Get("Retry-After") == "" {
@@ -147,7 +154,8 @@ func TestDatabaseOutage(t *testing.T) {
 	wantStatus(t, r.do("GET", "/readyz", "", nil), http.StatusServiceUnavailable, "")
 	wantStatus(t, r.do("GET", "/healthz", "", nil), http.StatusOK, "")
 	proxy.Restore()
-	time.Sleep(300 * time.Millisecond)
+	accepted := count(http.StatusAccepted)
+	waitFor(t, "the load's proposals accepted again after the outage", func() bool { return count(http.StatusAccepted) > accepted })
 	close(stop)
 	wg.Wait()
 
@@ -265,11 +273,15 @@ func TestKilledBetweenStripeAndCommit(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	// Not parallel: times connections around SIGTERM.
 	h := newHarness(t)
-	acct, tok, p := h.pendingUpgrade("term")
+	_, tok, p := h.pendingUpgrade("term")
 	addr := freeAddr(t)
 	s := h.startServe(addr)
 
-	h.fake.FailNext(stripepaytest.Delay(1500 * time.Millisecond))
+	// The second call is held at Stripe until released, so it is in flight
+	// for as long as the test needs, however slowly billingd shuts down.
+	pacer := h.fake.Pacer()
+	release := pacer.Hold(stripepaytest.UpdateSubscription)
+	defer release()
 	result := make(chan int, 1)
 	go func() {
 		status, err := confirmAt(t, addr, tok, p.ConfirmToken)
@@ -278,17 +290,20 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 		result <- status
 	}()
-	for h.fake.UpdateCount(acct.Subscription.StripeSubscriptionID) == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the second call held at Stripe", func() bool { return pacer.Waiting(stripepaytest.UpdateSubscription) == 1 })
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-		c.Close()
-		t.Fatal("a new connection was accepted after SIGTERM")
-	}
+	// Refused while the call is still held: the listener closed on SIGTERM,
+	// not at the exit (which waits for the call).
+	waitFor(t, "new connections refused after SIGTERM", func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	release()
 	if status := <-result; status != http.StatusOK {
 		t.Fatalf("in-flight second call: %d", status)
 	}

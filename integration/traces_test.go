@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -108,22 +109,32 @@ func (r *otlpReceiver) trace(traceID string) []*tracepb.Span {
 	return spans
 }
 
-// waitTrace waits until traceID's server span has arrived (it ends last, and
-// the batch exporter sends every OTEL_BSP_SCHEDULE_DELAY) and returns the
-// trace's spans.
-func (r *otlpReceiver) waitTrace(t *testing.T, traceID string) []*tracepb.Span {
+// waitTrace waits until traceID's server span and the spans named have
+// arrived (the batch exporter sends every OTEL_BSP_SCHEDULE_DELAY) and
+// returns the trace's spans. It need not wait longer: the exporter sends
+// spans in the order they ended, one export after the other, so the spans
+// that ended before these (their children: the steps, the database and
+// Stripe round trips) have arrived with them or before.
+func (r *otlpReceiver) waitTrace(t *testing.T, traceID string, names ...string) []*tracepb.Span {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		spans := r.trace(traceID)
+		missing := map[string]bool{}
+		for _, name := range names {
+			missing[name] = true
+		}
+		server := false
 		for _, s := range spans {
-			if s.Kind == tracepb.Span_SPAN_KIND_SERVER && strings.HasPrefix(s.Name, "POST ") {
-				time.Sleep(200 * time.Millisecond) // anything ended after it, in the next batch
-				return r.trace(traceID)
-			}
+			delete(missing, s.Name)
+			server = server || s.Kind == tracepb.Span_SPAN_KIND_SERVER && strings.HasPrefix(s.Name, "POST ")
+		}
+		if server && len(missing) == 0 {
+			return spans
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("trace %s: no server span within 15s (%d spans of it, %d in all)", traceID, len(spans), len(r.all()))
+			t.Fatalf("trace %s: server span %v, missing %v after 15s (%d spans of it, %d in all)",
+				traceID, server, slices.Sorted(maps.Keys(missing)), len(spans), len(r.all()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -298,16 +309,17 @@ func TestSecondCallIsOneTrace(t *testing.T) {
 		}
 	}
 
-	// The request's log line carries its trace id.
-	var logged bool
-	for _, line := range strings.Split(s.logs.String(), "\n") {
-		if strings.Contains(line, "msg=request ") && strings.Contains(line, "trace_id="+traceID) {
-			logged = true
+	// The request's log line carries its trace id. It comes through the
+	// process's stderr, which a goroutine of this one copies when it gets to
+	// it: wait for the line.
+	waitFor(t, "a request log line with trace_id="+traceID, func() bool {
+		for _, line := range strings.Split(s.logs.String(), "\n") {
+			if strings.Contains(line, "msg=request ") && strings.Contains(line, "trace_id="+traceID) {
+				return true
+			}
 		}
-	}
-	if !logged {
-		t.Errorf("no request log line with trace_id=%s:\n%s", traceID, s.logs.String())
-	}
+		return false
+	})
 }
 
 // TestNoTracesWhenUnset: without an OTLP endpoint, or with the SDK
@@ -397,7 +409,7 @@ func TestMCPCallIsOneTrace(t *testing.T) {
 			wantSuccess(t, callTool(t, cs, "upgrade_plan", map[string]any{"to": "scale", "confirm_token": p.ConfirmToken}), nil)
 			parent.Store("")
 
-			spans := recv.waitTrace(t, traceID)
+			spans := recv.waitTrace(t, traceID, "POST /mcp", "tools/call upgrade_plan")
 			t.Logf("the MCP second call's trace:\n%s", spanTree(spans))
 			byName := map[string]*tracepb.Span{}
 			var db, stripe int

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -160,7 +161,13 @@ func TestRelaySessionEnded(t *testing.T) {
 		&sdk.StreamableHTTPOptions{SessionTimeout: 50 * time.Millisecond}))
 	defer srv.Close()
 	cs, done := connectThroughBridge(t, srv.URL, nil)
-	time.Sleep(300 * time.Millisecond)
+	// Wait until the server has ended the idle session (50 ms after the
+	// last request, when its timer gets to run), not for a guessed time.
+	for deadline := time.Now().Add(10 * time.Second); len(slices.Collect(server.Sessions())) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not end the idle session within 10 s")
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := cs.ListTools(ctx, nil); err == nil || !strings.Contains(err.Error(), "BILLINGD_URL") {

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +39,10 @@ func TestLockMandateSeesTheSpendItWaitedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	locked, waited := make(chan struct{}), make(chan billing.Mandate, 1)
+	locked, waiting, waited := make(chan struct{}), make(chan struct{}), make(chan billing.Mandate, 1)
+	var once sync.Once
+	spend := func() { once.Do(func() { close(waiting) }) }
+	t.Cleanup(spend) // before the pool's Close, which waits for the transaction
 	errs := make(chan error, 2)
 	go func() {
 		errs <- store.InTx(ctx, func(tx billing.Tx) error {
@@ -46,7 +50,7 @@ func TestLockMandateSeesTheSpendItWaitedFor(t *testing.T) {
 				return err
 			}
 			close(locked)
-			time.Sleep(200 * time.Millisecond) // the other transaction is waiting for the lock
+			<-waiting // the other transaction is waiting for the lock
 			consent := &billing.Consent{Method: billing.ConsentMandate, HumanPresent: billing.HumanNone, MandateID: m.ID}
 			_, _, _, err := tx.SaveRecoveryPoint(ctx, c.ID, 0, consent) // commits: the spend
 			return err
@@ -60,6 +64,23 @@ func TestLockMandateSeesTheSpendItWaitedFor(t *testing.T) {
 			return err
 		})
 	}()
+	// Spend only once the other transaction waits for the lock (it may take
+	// a while to get there on a loaded machine); otherwise it would not
+	// wait at all, and the test would prove nothing.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second transaction never waited for the mandate's lock")
+		}
+	}
+	spend()
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
