@@ -27,7 +27,7 @@ TEST_DATABASE_URL ?= $(LOCAL_PG)
 export TEST_DATABASE_URL
 
 .DEFAULT_GOAL := help
-.PHONY: help run test build tools lint fuzz docker migrate-new bench view
+.PHONY: help run test build tools lint fuzz docker migrate-new bench view mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -104,6 +104,13 @@ $(HYDRA):
 	mkdir -p $(HYDRA_DIR); \
 	CGO_ENABLED=1 go build -trimpath -tags sqlite,sqlite_omit_load_extension -o $(HYDRA).tmp .; \
 	mv $(HYDRA).tmp $(HYDRA)
+
+# The mutants (integration/mutants): realistic bugs in the money path, each
+# a patch and the sweep cases that must catch it. Not part of make test (a
+# minute or two each): run it before finishing a change to the money path.
+# MUTANTS=regexp picks some.
+mutants: tools ## apply each mutant of integration/mutants and fail unless the sweep catches every one (~30 min)
+	./integration/mutants/run.sh
 
 FUZZTIME ?= 15s
 FUZZ_TARGETS := ./rest:FuzzDecodeStrict ./internal/httpedge:FuzzBearerToken ./internal/auth:FuzzVerify \

@@ -106,6 +106,8 @@ type sweepCase struct {
 	deniedAt  time.Time // when the policy turned to deny (fault policy)
 	dashboard bool      // Stripe's dashboard changed the subscription
 	renewed   bool      // the test clock renewed the subscription
+	// faultCalls are the calls a fault made that may still be under way.
+	faultCalls sync.WaitGroup
 	// webhookLost: a delivery of Stripe's event got no 2xx, so Stripe
 	// would deliver it again later.
 	webhookLost bool
@@ -318,6 +320,7 @@ func (sw *sweep) run(sc *sweepCase) {
 // 6), then delivers Stripe's latest event late, as Stripe would, and waits
 // for billingd to show Stripe's subscription (oracle 1 then judges it).
 func (sw *sweep) settle(sc *sweepCase) {
+	sc.faultCalls.Wait() // each ends: its client gives up after 30 s
 	sw.healthy()
 	deadline := time.Now().Add(sweepSettleInterval + sweepSettleBound)
 	for sw.executing(sc.org) > 0 {
@@ -777,9 +780,11 @@ func sweepFaults() []sweepFault {
 	}
 	// async lets the fault's call go on without the step: the call may
 	// wait for a lock the paused step holds. It waits a while for it.
-	async := func(fn func()) {
+	// The case waits for every such call before it is judged (sweep.settle).
+	async := func(sc *sweepCase, fn func()) {
 		done := make(chan struct{})
-		go func() { defer close(done); fn() }()
+		sc.faultCalls.Add(1)
+		go func() { defer sc.faultCalls.Done(); defer close(done); fn() }()
 		select {
 		case <-done:
 		case <-time.After(time.Second):
@@ -821,7 +826,7 @@ func sweepFaults() []sweepFault {
 			return failpoint.ActionContinue
 		}},
 		{name: "webhook", fire: func(sw *sweep, sc *sweepCase) string {
-			async(func() { sw.deliverLatest(sc, sw.replicas[1].url) })
+			async(sc, func() { sw.deliverLatest(sc, sw.replicas[1].url) })
 			return failpoint.ActionContinue
 		}},
 		{name: "change in Stripe's dashboard", fire: func(sw *sweep, sc *sweepCase) string {
@@ -831,7 +836,7 @@ func sweepFaults() []sweepFault {
 		// Compound faults.
 		{name: "dashboard change and its webhook", fire: func(sw *sweep, sc *sweepCase) string {
 			dashboard(sw, sc)
-			async(func() { sw.deliverLatest(sc, sw.replicas[1].url) })
+			async(sc, func() { sw.deliverLatest(sc, sw.replicas[1].url) })
 			return failpoint.ActionContinue
 		}},
 		{name: "SIGKILL and PostgreSQL restarted", fire: func(sw *sweep, sc *sweepCase) string {
@@ -840,7 +845,7 @@ func sweepFaults() []sweepFault {
 		}},
 		{name: "renewal and a late webhook", fire: func(sw *sweep, sc *sweepCase) string {
 			sw.renew(sc)
-			async(func() { sw.deliverLatest(sc, sw.replicas[1].url) })
+			async(sc, func() { sw.deliverLatest(sc, sw.replicas[1].url) })
 			return failpoint.ActionContinue
 		}},
 		{name: "renewal", fire: func(sw *sweep, sc *sweepCase) string {
@@ -848,17 +853,18 @@ func sweepFaults() []sweepFault {
 			return failpoint.ActionContinue
 		}},
 		{name: "policy turns to deny", fire: func(sw *sweep, sc *sweepCase) string {
-			async(func() {
-				sw.call(sc, "policy", sw.replicas[1].url, "PUT", "/api/billing/policy", sw.h.admin(sc.org, "policy-admin"),
-					map[string]any{"rules": []map[string]string{{"name": "no changes", "action": "deny"}}}, "", false)
-				sc.mu.Lock()
-				sc.deniedAt = time.Now()
-				sc.mu.Unlock()
-			})
+			async(sc, func() { sw.denyAll(sc) })
+			return failpoint.ActionContinue
+		}},
+		// The consent lapses while the request is still running at
+		// Stripe: billingd may call it not made only once it is over.
+		{name: "Stripe stalls and the policy turns to deny", fire: func(sw *sweep, sc *sweepCase) string {
+			sw.h.fake.FailNextFor(sc.sub, stripepaytest.Linger(2*sweepStripeTimeout))
+			async(sc, func() { sw.denyAll(sc) })
 			return failpoint.ActionContinue
 		}},
 		{name: "another member's first call", fire: func(sw *sweep, sc *sweepCase) string {
-			async(func() {
+			async(sc, func() {
 				a := sw.call(sc, "other first", sw.replicas[1].url, "POST", "/api/billing/downgrade", sc.other,
 					map[string]string{"to": "free"}, "", false)
 				var p proposal
@@ -876,7 +882,7 @@ func sweepFaults() []sweepFault {
 			return failpoint.ActionContinue
 		}},
 		{name: "another member's second call", fire: func(sw *sweep, sc *sweepCase) string {
-			async(func() {
+			async(sc, func() {
 				op := cmp.Or(sc.op.otherOp, "downgrade")
 				sw.call(sc, "other second", sw.replicas[1].url, "POST", "/api/billing/"+op, sc.other,
 					map[string]string{"to": sc.otherPending.Details.To, "confirm_token": sc.otherPending.ConfirmToken},
@@ -885,6 +891,16 @@ func sweepFaults() []sweepFault {
 			return failpoint.ActionContinue
 		}},
 	}
+}
+
+// denyAll turns the org's policy to deny every change, as a person (an
+// admin) would.
+func (sw *sweep) denyAll(sc *sweepCase) {
+	sw.call(sc, "policy", sw.replicas[1].url, "PUT", "/api/billing/policy", sw.h.admin(sc.org, "policy-admin"),
+		map[string]any{"rules": []map[string]string{{"name": "no changes", "action": "deny"}}}, "", false)
+	sc.mu.Lock()
+	sc.deniedAt = time.Now()
+	sc.mu.Unlock()
 }
 
 // plan lists the cases. Each operation is first run once with no fault, to
