@@ -3,6 +3,7 @@ module github.com/billingd/billingd
 go 1.26.8
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/MicahParks/jwkset v0.11.3
 	github.com/MicahParks/keyfunc/v3 v3.9.0
 	github.com/chromedp/cdproto v0.159.0

@@ -78,7 +78,7 @@ func (s *Service) decideApproval(ctx context.Context, approver Caller, id string
 	if !WellFormedConfirmationID(id) {
 		return ConfirmationView{}, Errorf(CodeNotFound, "confirmation not found")
 	}
-	if err := s.checkApproverIsPerson(ctx, approver); err != nil {
+	if err := s.RequirePerson(ctx, approver, ActDecideApproval); err != nil {
 		return ConfirmationView{}, err
 	}
 	var view ConfirmationView
@@ -109,21 +109,6 @@ func (s *Service) decideApproval(ctx context.Context, approver Caller, id string
 		return ConfirmationView{}, storeError("decide approval", err)
 	}
 	return view, outcome
-}
-
-// checkApproverIsPerson refuses an approval made by an agent (person.go):
-// over MCP, with a token of a client not in PERSON_CLIENTS or of no client,
-// or by a client the org's policy lists in agent_clients. Approving is what
-// an agent holding the token must not be able to do for itself.
-func (s *Service) checkApproverIsPerson(ctx context.Context, approver Caller) error {
-	acct, _, err := s.account(ctx, approver.Org)
-	if err != nil {
-		return err
-	}
-	if s.people.isAgent(acct.Policy, approver) {
-		return Errorf(CodeOperationDenied, "approvals come from people: sign in on the approval page, not through an agent")
-	}
-	return nil
 }
 
 // checkApprovable holds the rules of approving: only a pending confirmation

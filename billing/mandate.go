@@ -197,8 +197,8 @@ func (s *Service) GrantMandate(ctx context.Context, caller Caller, req MandateRe
 	if err != nil {
 		return Mandate{}, err
 	}
-	if s.people.isAgent(acct.Policy, caller) {
-		return Mandate{}, Errorf(CodeOperationDenied, "only a person grants a mandate, never an agent")
+	if err := s.refuseAgent(ctx, caller, acct.Policy, ActGrantMandate); err != nil {
+		return Mandate{}, err
 	}
 	if caller.AuthTime.IsZero() || now.Sub(caller.AuthTime) > MandateSignInMaxAge+s.skew ||
 		len(s.acrValues) > 0 && !slices.Contains(s.acrValues, caller.ACR) {
@@ -572,8 +572,8 @@ func (s *Service) PreviewMandate(ctx context.Context, caller Caller, req Mandate
 	if err != nil {
 		return Mandate{}, err
 	}
-	if s.people.isAgent(acct.Policy, caller) {
-		return Mandate{}, Errorf(CodeOperationDenied, "only a person grants a mandate, never an agent")
+	if err := s.refuseAgent(ctx, caller, acct.Policy, ActGrantMandate); err != nil {
+		return Mandate{}, err
 	}
 	from, _ := s.catalog.Plan(acct.Subscription.Plan)
 	m, err := s.mandateOf(caller, req, now, from.Currency)

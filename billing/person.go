@@ -1,6 +1,9 @@
 package billing
 
-import "slices"
+import (
+	"context"
+	"slices"
+)
 
 // Who is a person (contract §4). billingd never takes a client's word that
 // a person pressed a button: a bearer token says which client holds it, not
@@ -40,4 +43,58 @@ func (pp people) isAgent(p Policy, c Caller) bool {
 	default: // a bearer token: a person's only when its client is listed
 		return c.Client == "" || !slices.Contains(pp.clients, c.Client)
 	}
+}
+
+// Only a person loosens the gate (contract §4). Whatever its scopes
+// (billing:admin included), an agent may take power away (cancel a
+// confirmation, revoke a mandate) but never give it: each act below would
+// let a later change reach the provider with less of a person's consent
+// than the policy in force asks for, or keep people from learning that a
+// change waits for them. Each is refused to an agent here, by the one rule
+// above, for every transport.
+
+// Act names a call that gives power; its value is the audit event's
+// operation when the call is refused to an agent.
+type Act string
+
+const (
+	ActSetPolicy      Act = "set_policy"      // PUT /api/billing/policy
+	ActGrantMandate   Act = "grant_mandate"   // POST /api/billing/mandates (and its preview)
+	ActDecideApproval Act = "decide_approval" // approve or reject a change that waits for approvers
+	ActManageWebhooks Act = "manage_webhooks" // create, change, rotate or delete a webhook endpoint
+)
+
+// personMust says, per act, what a person must do and where.
+var personMust = map[Act]string{
+	ActSetPolicy:      "change the organisation's policy (on billingd's pages, or through a client the operator lists in PERSON_CLIENTS)",
+	ActGrantMandate:   "grant a mandate, never an agent (on billingd's mandates page)",
+	ActDecideApproval: "decide an approval: approvals come from people (sign in on the approval page)",
+	ActManageWebhooks: "create, change, rotate or delete webhook endpoints (on billingd's pages, or through a client the operator lists in PERSON_CLIENTS)",
+}
+
+// reasonPersonRequired is the reason of an agent's refused act.
+const reasonPersonRequired = "person_required"
+
+// RequirePerson refuses act to an agent (person.go's rule, under the
+// caller's org's policy in force): operation_denied, audited as
+// OPERATION_DENIED with the act as its operation. A person's call passes.
+func (s *Service) RequirePerson(ctx context.Context, caller Caller, act Act) error {
+	acct, _, err := s.account(ctx, caller.Org)
+	if err != nil {
+		return err
+	}
+	return s.refuseAgent(ctx, caller, acct.Policy, act)
+}
+
+// refuseAgent is RequirePerson for a caller whose org's policy p was read.
+func (s *Service) refuseAgent(ctx context.Context, caller Caller, p Policy, act Act) error {
+	if !s.people.isAgent(p, caller) {
+		return nil
+	}
+	refused := s.event(caller, "", EventOperationDenied, "", reasonPersonRequired)
+	refused.Operation = string(act)
+	if err := s.store.AppendAudit(ctx, refused); err != nil {
+		return storeError("audit refusal", err)
+	}
+	return Errorf(CodeOperationDenied, "a person must %s; an agent cannot, whatever its scopes", personMust[act])
 }

@@ -282,19 +282,21 @@ func (s *Service) Policy(ctx context.Context, caller Caller) (Policy, error) {
 }
 
 // SetPolicy validates and stores the org's policy, audited as
-// POLICY_UPDATED in the same transaction.
+// POLICY_UPDATED in the same transaction. Only a person changes it
+// (person.go), as the policy in force judges the caller: an agent that
+// could would remove the consent it is asked for.
 func (s *Service) SetPolicy(ctx context.Context, caller Caller, p Policy) (Policy, error) {
 	if !caller.Admin {
 		return Policy{}, Errorf(CodeInsufficientScope, "changing the policy needs billing:admin")
+	}
+	if err := s.RequirePerson(ctx, caller, ActSetPolicy); err != nil {
+		return Policy{}, err
 	}
 	if err := p.validate(s.catalog); err != nil {
 		return Policy{}, Errorf(CodeInvalidRequest, "invalid policy: %v", err)
 	}
 	if p.Rules == nil {
 		p.Rules = []PolicyRule{}
-	}
-	if _, _, err := s.account(ctx, caller.Org); err != nil {
-		return Policy{}, err
 	}
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		if err := tx.SavePolicy(ctx, caller.Org, p, caller.Principal); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
@@ -64,7 +65,14 @@ type App struct {
 	verifier  *auth.Verifier
 	// signIn signs people in on the pages; nil without OIDC_CLIENT_ID.
 	signIn rest.SignIn
+	// api is the REST API's router (Routes).
+	api *echo.Echo
 }
+
+// Routes lists the REST API's routes as its router registered them (MCP
+// is served beside it at /mcp): the gate sweep classifies every one, so
+// that a route added later is swept or fails the sweep.
+func (a *App) Routes() []*echo.Route { return a.api.Routes() }
 
 // Options replaces parts of the default assembly (tests, benchmarks).
 type Options struct {
@@ -172,6 +180,7 @@ func (a *App) edge() http.Handler {
 		SignIn: a.signIn, Sessions: a.Store, SignInLimits: a.Config.SignInLimits, TokenPaste: a.Config.DevTokenPaste,
 		TrustedProxies: a.Config.TrustedProxies, WebhookEndpoints: a.Endpoints,
 	})
+	a.api = api
 	edge := httpedge.New(httpedge.Config{
 		Logger: a.Log, Observer: a.Metrics,
 		// Tokens and account data travel under these; nothing may cache them.

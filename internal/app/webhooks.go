@@ -11,7 +11,7 @@ import (
 func (a *App) newWebhooks() {
 	store := a.Store.Webhooks()
 	guard := webhooks.Guard{AllowPrivate: a.Config.Webhooks.AllowPrivateNetworks}
-	a.Endpoints = &webhooks.Endpoints{Store: store, Guard: guard}
+	a.Endpoints = &webhooks.Endpoints{Store: store, Guard: guard, People: a.Service}
 	observed := a.Metrics.ObserveWebhooks(store.OldestPending, a.Log)
 	w := a.Config.Webhooks
 	a.Deliverer = &webhooks.Deliverer{Store: store, Links: a.Service, Guard: guard, Timeout: w.Timeout,

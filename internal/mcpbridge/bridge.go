@@ -145,13 +145,14 @@ type bridge struct {
 }
 
 func newBridge(c Config) *bridge {
-	return &bridge{cfg: c, endpoint: c.URL.String() + "/mcp", headers: &headers{token: c.Token},
+	return &bridge{cfg: c, endpoint: c.URL.String() + "/mcp", headers: &headers{token: c.Token, origin: c.URL},
 		pending: map[jsonrpc.ID]bool{}, settled: make(chan struct{}, 1)}
 }
 
 // serverTransport is the Streamable HTTP client side: the token on every
-// request, timeouts on connecting, no retries (billingd keeps no event
-// store, so a broken stream cannot be resumed) and no standalone stream.
+// request, only to BILLINGD_URL's origin, no redirect followed (http.go),
+// timeouts on connecting, no retries (billingd keeps no event store, so a
+// broken stream cannot be resumed) and no standalone stream.
 func (b *bridge) serverTransport() *sdk.StreamableClientTransport {
 	dialer := &net.Dialer{Timeout: dialTimeout}
 	base := &http.Transport{
@@ -165,7 +166,7 @@ func (b *bridge) serverTransport() *sdk.StreamableClientTransport {
 	b.headers.base = base
 	return &sdk.StreamableClientTransport{
 		Endpoint:             b.endpoint,
-		HTTPClient:           &http.Client{Transport: b.headers},
+		HTTPClient:           &http.Client{Transport: b.headers, CheckRedirect: refuseRedirect},
 		MaxRetries:           -1,
 		DisableStandaloneSSE: true,
 	}

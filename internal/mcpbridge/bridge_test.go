@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,4 +210,85 @@ func TestRelaySilentServer(t *testing.T) {
 	// the hanging one first.
 	free()
 	_ = cs.Close()
+}
+
+// TestRelayRefusesRedirect: billingd's URL (or a proxy in front of it)
+// answering 307 to another origin ends the bridge with an error naming
+// BILLINGD_URL and the redirect; the other origin never hears a request,
+// so the agent's token stays with billingd.
+func TestRelayRefusesRedirect(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { elsewhere.Add(1) }))
+	defer other.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/mcp", http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	transport, done := startBridge(t, srv.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := sdk.NewClient(&sdk.Implementation{Name: "c", Version: "1"}, nil).Connect(ctx, transport,
+		&sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err == nil || !strings.Contains(err.Error(), "redirect") {
+		t.Fatalf("connect through a redirecting BILLINGD_URL: %v, want an error naming the redirect", err)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "BILLINGD_URL") || !strings.Contains(err.Error(), "redirect") {
+		t.Fatalf("bridge error %v, want one naming BILLINGD_URL and the redirect", err)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the redirect's target got %d requests", n)
+	}
+}
+
+// TestTokenOnlyToBillingdsOrigin: the bridge's HTTP client, redirected
+// from loopback http to plain http on another host (past the rule that
+// plain http goes only to loopback), sends nothing there; and its
+// transport refuses to put the token on any request for another origin.
+func TestTokenOnlyToBillingdsOrigin(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://billingd.example/mcp", http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	u, err := ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBridge(Config{URL: u, Token: "tok"})
+	client := b.serverTransport().HTTPClient
+	seen := &recorder{next: b.headers.base}
+	b.headers.base = seen
+	resp, err := client.Post(b.endpoint, "application/json", strings.NewReader("{}"))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("a redirect to another host was followed")
+	}
+	for _, r := range seen.requests() {
+		if r.URL.Host != u.Host {
+			t.Errorf("a request went to %s with Authorization %q", r.URL.Host, r.Header.Get("Authorization"))
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, "https://billingd.example/mcp", nil)
+	if _, err := b.headers.RoundTrip(req); err == nil || len(seen.requests()) != 1 {
+		t.Fatalf("the transport sent a request for another origin (%v, %d sent)", err, len(seen.requests()))
+	}
+}
+
+// recorder notes the requests the bridge's transport sends, then sends them.
+type recorder struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	sent []*http.Request
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.sent = append(r.sent, req)
+	r.mu.Unlock()
+	return r.next.RoundTrip(req)
+}
+
+func (r *recorder) requests() []*http.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.sent)
 }

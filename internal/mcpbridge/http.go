@@ -22,15 +22,25 @@ import (
 // carries no JSON-RPC error into a *refusal, which the SDK passes back to
 // the bridge intact (a plain 401 would only become "Unauthorized" and break
 // the connection).
+//
+// The token goes only to BILLINGD_URL's own origin (scheme, host and
+// port): a request for any other is refused before it is sent, and the
+// client follows no redirect (refuseRedirect), so neither a proxy nor a
+// misconfigured billingd answering 307 can send the token elsewhere, or
+// over plain http to a host that is not loopback.
 type headers struct {
-	token string
-	base  http.RoundTripper
+	token  string
+	origin *url.URL // BILLINGD_URL
+	base   http.RoundTripper
 
 	mu      sync.Mutex
 	version string // from the initialize result
 }
 
 func (h *headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !sameOrigin(r.URL, h.origin) {
+		return nil, fmt.Errorf("refusing to send the access token to %s, which is not BILLINGD_URL's origin", r.URL.Redacted())
+	}
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+h.token)
 	if v := h.protocolVersion(); v != "" && r.Header.Get("Mcp-Protocol-Version") == "" {
@@ -41,6 +51,36 @@ func (h *headers) RoundTrip(r *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	return refused(resp)
+}
+
+// sameOrigin reports whether u is on origin's scheme, host and port.
+func sameOrigin(u, origin *url.URL) bool {
+	return strings.EqualFold(u.Scheme, origin.Scheme) && strings.EqualFold(u.Hostname(), origin.Hostname()) &&
+		portOf(u) == portOf(origin)
+}
+
+func portOf(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "http") {
+		return "80"
+	}
+	return "443"
+}
+
+// redirectError is a redirect billingd (or something in front of it)
+// answered: the bridge follows none, since the token would go with it.
+type redirectError struct{ to string }
+
+func (e *redirectError) Error() string {
+	return fmt.Sprintf("billingd answered with a redirect to %s, which the bridge never follows (the access token would go with it): "+
+		"set BILLINGD_URL to billingd's own PUBLIC_BASE_URL", e.to)
+}
+
+// refuseRedirect is the bridge's http.Client CheckRedirect.
+func refuseRedirect(r *http.Request, _ []*http.Request) error {
+	return &redirectError{to: r.URL.Redacted()}
 }
 
 func (h *headers) protocolVersion() string {
@@ -151,6 +191,10 @@ func (b *bridge) fatal(err error) error {
 
 // describe names BILLINGD_URL and the reason without the SDK's framing.
 func (b *bridge) describe(err error) string {
+	var redirect *redirectError
+	if errors.As(err, &redirect) {
+		return fmt.Sprintf("BILLINGD_URL %s: %v", b.cfg.URL, redirect)
+	}
 	var network *url.Error
 	if errors.As(err, &network) {
 		return fmt.Sprintf("BILLINGD_URL %s: cannot reach billingd: %v", b.cfg.URL, network.Err)

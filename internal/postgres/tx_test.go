@@ -248,7 +248,7 @@ func TestStepWritesReachDatabaseBeforeProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := billing.Caller{Org: "acme", Principal: "root", Admin: true}
+	admin := billing.Caller{Org: "acme", Principal: "root", Admin: true, Session: true} // a person: only a person sets the policy
 	if _, err := svc.SetPolicy(ctx, admin, billing.Policy{AgentClients: []string{"bot"},
 		Rules: []billing.PolicyRule{{Name: "verify", Action: billing.ActionVerify}}}); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/billingd/billingd/billing"
@@ -22,9 +24,33 @@ const (
 
 // Endpoints manages an org's webhook endpoints: every rule of what may be
 // registered lives here, the transports only decode and encode.
+//
+// Endpoints are how people learn that a change waits for them, so
+// creating, rotating or deleting one is a person's act (contract §4):
+// billing's rule of who is a person (People) refuses it to an agent,
+// whatever its scopes. Listing is reading: the list never shows a
+// credential (Listed).
 type Endpoints struct {
-	Store Store
-	Guard Guard
+	Store  Store
+	Guard  Guard
+	People People
+}
+
+// People is billing's one rule of who may loosen the gate
+// (*billing.Service); nil refuses everyone.
+type People interface {
+	RequirePerson(ctx context.Context, caller billing.Caller, act billing.Act) error
+}
+
+// requirePerson checks billing:admin, then that the caller is a person.
+func (s *Endpoints) requirePerson(ctx context.Context, caller billing.Caller) error {
+	if err := requireAdmin(caller); err != nil {
+		return err
+	}
+	if s.People == nil {
+		return billing.Errorf(billing.CodeOperationDenied, "webhook endpoints cannot be managed on this server")
+	}
+	return s.People.RequirePerson(ctx, caller, billing.ActManageWebhooks)
 }
 
 // CreateRequest is the body of POST /api/billing/webhook-endpoints.
@@ -37,7 +63,7 @@ type CreateRequest struct {
 // Create registers an endpoint and returns it with its secret, the only
 // time the secret is shown.
 func (s *Endpoints) Create(ctx context.Context, caller billing.Caller, req CreateRequest) (Endpoint, error) {
-	if err := requireAdmin(caller); err != nil {
+	if err := s.requirePerson(ctx, caller); err != nil {
 		return Endpoint{}, err
 	}
 	e, err := s.validate(ctx, req)
@@ -96,8 +122,8 @@ func (s *Endpoints) validate(ctx context.Context, req CreateRequest) (Endpoint, 
 	return Endpoint{URL: req.URL, Events: events, Format: format}, nil
 }
 
-// List returns the org's endpoints, without secrets, each with its recent
-// deliveries.
+// List returns the org's endpoints, as Listed (no secret, no credential in
+// a URL), each with its recent deliveries.
 func (s *Endpoints) List(ctx context.Context, caller billing.Caller) ([]Endpoint, error) {
 	if err := requireAdmin(caller); err != nil {
 		return nil, err
@@ -107,14 +133,14 @@ func (s *Endpoints) List(ctx context.Context, caller billing.Caller) ([]Endpoint
 		return nil, fmt.Errorf("list webhook endpoints: %w", err)
 	}
 	for i := range es {
-		es[i].Secret = ""
+		es[i] = es[i].Listed()
 	}
 	return es, nil
 }
 
 // Delete removes an endpoint with its deliveries.
 func (s *Endpoints) Delete(ctx context.Context, caller billing.Caller, id string) error {
-	if err := requireAdmin(caller); err != nil {
+	if err := s.requirePerson(ctx, caller); err != nil {
 		return err
 	}
 	err := s.Store.DeleteEndpoint(ctx, caller.Org, id)
@@ -131,7 +157,7 @@ func (s *Endpoints) Delete(ctx context.Context, caller billing.Caller, id string
 // keeps signing (a second signature) for RotationGrace, so that receivers
 // can switch without losing a delivery.
 func (s *Endpoints) RotateSecret(ctx context.Context, caller billing.Caller, id string) (Endpoint, error) {
-	if err := requireAdmin(caller); err != nil {
+	if err := s.requirePerson(ctx, caller); err != nil {
 		return Endpoint{}, err
 	}
 	e, err := s.Store.RotateSecret(ctx, caller.Org, id, NewSecret(), RotationGrace)
@@ -141,7 +167,9 @@ func (s *Endpoints) RotateSecret(ctx context.Context, caller billing.Caller, id 
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("rotate webhook secret: %w", err)
 	}
-	return e, nil
+	listed := e.Listed()
+	listed.Secret = e.Secret // shown once, to the person who rotated it
+	return listed, nil
 }
 
 func requireAdmin(caller billing.Caller) error {
@@ -155,4 +183,31 @@ func newEndpointID() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return "we_" + hex.EncodeToString(b)
+}
+
+// Listed is e as lists show it: no secret, and no credential in its URL.
+// A Slack incoming-webhook URL's path is its secret (whoever holds it
+// posts into the channel), so it is shown as its origin and /services/…;
+// a query string often carries a token, so it is shown as ?…. Only the
+// answer that creates an endpoint shows the URL as the person entered it.
+func (e Endpoint) Listed() Endpoint {
+	e.Secret = ""
+	u, err := url.Parse(e.URL)
+	if err != nil || u.Host == "" {
+		e.URL = "…"
+		return e
+	}
+	origin := u.Scheme + "://" + u.Host
+	switch {
+	case e.Format == FormatSlack || strings.EqualFold(u.Hostname(), "hooks.slack.com"):
+		e.URL = origin + "/…"
+		if strings.HasPrefix(u.Path, "/services/") {
+			e.URL = origin + "/services/…"
+		}
+	case u.RawQuery != "" || u.ForceQuery:
+		e.URL = origin + u.EscapedPath() + "?…"
+	default:
+		e.URL = origin + u.EscapedPath()
+	}
+	return e
 }

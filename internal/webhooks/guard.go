@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"code.dny.dev/ssrf"
 )
 
 // Resolver resolves a host name to addresses; *net.Resolver is one, tests
@@ -20,10 +22,10 @@ type Resolver interface {
 
 // Guard keeps billingd from being made to call into its own network (SSRF):
 // endpoint URLs must be https and every address their host resolves to
-// public. The addresses are checked when an endpoint is created and again
-// when each delivery connects, to the very address it connects to, so a
-// name that resolved to a public address at creation and to a private one
-// later (DNS rebinding) is refused.
+// globally reachable (Public). The addresses are checked when an endpoint
+// is created and again when each delivery connects, to the very address it
+// connects to, so a name that resolved to a public address at creation and
+// to a private one later (DNS rebinding) is refused.
 type Guard struct {
 	// AllowPrivate (WEBHOOK_ALLOW_PRIVATE_NETWORKS) allows http and any
 	// address: tests and billingd dev.
@@ -90,38 +92,37 @@ func (g Guard) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
 	return addrs, nil
 }
 
-// nonPublic are ranges that are not the public internet beyond what netip's
-// predicates name: shared address space (CGNAT), "this network", IETF
-// protocol assignments, benchmarking, reserved, NAT64 (which reaches IPv4
-// addresses of any kind) and documentation.
-var nonPublic = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("192.0.2.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("198.51.100.0/24"),
-	netip.MustParsePrefix("203.0.113.0/24"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("64:ff9b:1::/48"),
-	netip.MustParsePrefix("2001:db8::/32"),
-}
+// registry refuses every address that IANA's IPv4 and IPv6 special-purpose
+// address registries do not mark globally reachable, and every IPv6
+// address outside the global unicast space 2000::/3: code.dny.dev/ssrf's
+// tables are generated from those registries. Its checks of ports and
+// networks are off here; the guard judges addresses only.
+//
+// The library does not decode IPv4-embedding IPv6 forms; it refuses each
+// whole range instead, whatever it embeds: IPv4-compatible (::/96) and
+// IPv4-translated (::ffff:0:0:0/96) lie outside 2000::/3, so do NAT64's
+// 64:ff9b::/96 and 64:ff9b:1::/48, and 6to4 (2002::/16) and Teredo
+// (2001::/32, within 2001::/23) are denied prefixes. A translator or relay
+// decides where such an address leads, not billingd, so refusing them all
+// is stricter than decoding them, and decoding one could only refuse it
+// again. The one form decoded is IPv4-mapped (::ffff:0:0/96), which the
+// dialer connects to as the IPv4 address it is (Public unmaps it first).
+//
+// srv6 is IANA's 5f00::/16 (segment routing SIDs, RFC 9602, not globally
+// reachable), registered after the library's last release.
+var registry = ssrf.New(ssrf.WithAnyPort(), ssrf.WithAnyNetwork(),
+	ssrf.WithDeniedV6Prefixes(netip.MustParsePrefix("5f00::/16")))
 
-// Public reports whether a is a public unicast address (an IPv4-mapped IPv6
-// address is judged as its IPv4 address).
+// Public reports whether a is a globally reachable unicast address by
+// IANA's special-purpose registries (see registry). An IPv4-mapped IPv6
+// address is judged as its IPv4 address; an address with a zone is scoped
+// to one link, never global.
 func Public(a netip.Addr) bool {
 	a = a.Unmap()
-	if !a.IsValid() || !a.IsGlobalUnicast() || a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() ||
-		a.IsMulticast() || a.IsUnspecified() || a.IsInterfaceLocalMulticast() {
+	if !a.IsValid() || a.Zone() != "" {
 		return false
 	}
-	for _, p := range nonPublic {
-		if p.Contains(a) {
-			return false
-		}
-	}
-	return true
+	return registry.SafeAddr(a) == nil
 }
 
 // DialContext connects to addr ("host:port") only through addresses the

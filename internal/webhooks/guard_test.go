@@ -13,19 +13,88 @@ import (
 	"time"
 )
 
-func TestPublic(t *testing.T) {
-	for addr, want := range map[string]bool{
-		"93.184.216.34": true, "2606:2800:220:1:248:1893:25c8:1946": true, "8.8.8.8": true,
-		"127.0.0.1": false, "10.1.2.3": false, "172.16.0.1": false, "192.168.1.1": false,
-		"169.254.169.254": false, "100.64.0.1": false, "100.127.255.254": false, "0.0.0.0": false,
-		"224.0.0.1": false, "255.255.255.255": false, "::1": false, "::": false, "fe80::1": false,
-		"fc00::1": false, "fd12::1": false, "ff02::1": false,
-		"::ffff:127.0.0.1": false, "::ffff:10.0.0.1": false, "::ffff:169.254.169.254": false, "::ffff:8.8.8.8": true,
-		"64:ff9b::a00:1": false, "198.18.0.1": false, "240.0.0.1": false,
-	} {
-		if got := Public(netip.MustParseAddr(addr)); got != want {
-			t.Errorf("Public(%s) = %t, want %t", addr, got, want)
+// TestPublicAgainstIANARegistries takes one address from every entry of
+// IANA's IPv4 and IPv6 special-purpose address registries that is not
+// globally reachable (or whose reachability is N/A), every IPv4-embedding
+// IPv6 form with a loopback or private IPv4 address inside, and ranges
+// that are not global unicast at all; each must be refused. The controls
+// are globally reachable addresses, accepted. Entries the registries mark
+// globally reachable but that serve no webhook receiver (anycast relays,
+// AS112, AMT, ORCHIDv2) are refused too, as the library does: stricter is
+// allowed, looser is not.
+func TestPublicAgainstIANARegistries(t *testing.T) {
+	refused := []struct{ addr, entry string }{
+		// IPv4 special-purpose registry.
+		{"0.1.2.3", "0.0.0.0/8 this network"},
+		{"0.0.0.0", "0.0.0.0/32 this host on this network"},
+		{"10.1.2.3", "10.0.0.0/8 private-use"},
+		{"100.64.0.1", "100.64.0.0/10 shared address space"},
+		{"100.127.255.254", "100.64.0.0/10 shared address space"},
+		{"127.0.0.1", "127.0.0.0/8 loopback"},
+		{"169.254.169.254", "169.254.0.0/16 link local"},
+		{"172.16.0.1", "172.16.0.0/12 private-use"},
+		{"192.0.0.100", "192.0.0.0/24 IETF protocol assignments"},
+		{"192.0.0.1", "192.0.0.0/29 IPv4 service continuity prefix"},
+		{"192.0.0.8", "192.0.0.8/32 IPv4 dummy address"},
+		{"192.0.0.170", "192.0.0.170/32 NAT64/DNS64 discovery"},
+		{"192.0.0.171", "192.0.0.171/32 NAT64/DNS64 discovery"},
+		{"192.0.2.1", "192.0.2.0/24 documentation (TEST-NET-1)"},
+		{"192.88.99.1", "192.88.99.0/24 deprecated 6to4 relay anycast"},
+		{"192.168.1.1", "192.168.0.0/16 private-use"},
+		{"198.18.0.1", "198.18.0.0/15 benchmarking"},
+		{"198.51.100.1", "198.51.100.0/24 documentation (TEST-NET-2)"},
+		{"203.0.113.1", "203.0.113.0/24 documentation (TEST-NET-3)"},
+		{"240.0.0.1", "240.0.0.0/4 reserved"},
+		{"255.255.255.255", "255.255.255.255/32 limited broadcast"},
+		{"224.0.0.1", "224.0.0.0/4 multicast (not unicast)"},
+		// IPv6 special-purpose registry.
+		{"::1", "::1/128 loopback"},
+		{"::", "::/128 unspecified"},
+		{"::ffff:127.0.0.1", "::ffff:0:0/96 IPv4-mapped, of loopback"},
+		{"::ffff:10.0.0.1", "::ffff:0:0/96 IPv4-mapped, of private-use"},
+		{"::ffff:169.254.169.254", "::ffff:0:0/96 IPv4-mapped, of link local"},
+		{"64:ff9b::7f00:1", "64:ff9b::/96 IPv4-IPv6 translation (NAT64), of loopback"},
+		{"64:ff9b::a00:1", "64:ff9b::/96 IPv4-IPv6 translation (NAT64), of private-use"},
+		{"64:ff9b:1::a00:1", "64:ff9b:1::/48 local-use IPv4/IPv6 translation"},
+		{"100::1", "100::/64 discard-only"},
+		{"100:0:0:1::1", "100:0:0:1::/64 dummy IPv6 prefix"},
+		{"2001:4::1", "2001::/23 IETF protocol assignments"},
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", "2001::/32 Teredo (of 127.0.0.1)"},
+		{"2001:2::1", "2001:2::/48 benchmarking"},
+		{"2001:10::1", "2001:10::/28 deprecated ORCHID"},
+		{"2001:db8::1", "2001:db8::/32 documentation"},
+		{"2002:7f00:1::1", "2002::/16 6to4 (of 127.0.0.1)"},
+		{"2002:a00:1::1", "2002::/16 6to4 (of 10.0.0.1)"},
+		{"3fff::1", "3fff::/20 documentation"},
+		{"5f00::1", "5f00::/16 segment routing (SRv6) SIDs"},
+		{"fc00::1", "fc00::/7 unique-local"},
+		{"fd12::1", "fc00::/7 unique-local"},
+		{"fe80::1", "fe80::/10 link-local unicast"},
+		// Not global unicast: deprecated forms and multicast.
+		{"fec0::1", "fec0::/10 deprecated site-local"},
+		{"::127.0.0.1", "::/96 deprecated IPv4-compatible, of loopback"},
+		{"::8.8.8.8", "::/96 deprecated IPv4-compatible"},
+		{"::ffff:0:7f00:1", "::ffff:0:0:0/96 IPv4-translated (RFC 2765), of loopback"},
+		{"ff02::1", "ff00::/8 multicast"},
+		{"4000::1", "outside 2000::/3, the global unicast space"},
+		{"2606:4700::1%eth0", "a zone: scoped, never global"},
+	}
+	for _, c := range refused {
+		if Public(netip.MustParseAddr(c.addr)) {
+			t.Errorf("Public(%s) = true, want refused: %s", c.addr, c.entry)
 		}
+	}
+	for _, addr := range []string{
+		"8.8.8.8", "1.1.1.1", "93.184.216.34", "192.0.1.1", "198.20.0.1",
+		"2606:4700:4700::1111", "2a00:1450:4001:800::200e", "2600::1",
+		"::ffff:8.8.8.8", // IPv4-mapped: judged as the IPv4 address it is
+	} {
+		if !Public(netip.MustParseAddr(addr)) {
+			t.Errorf("Public(%s) = false, want accepted: globally reachable", addr)
+		}
+	}
+	if Public(netip.Addr{}) {
+		t.Error("the zero address is accepted")
 	}
 }
 

@@ -111,3 +111,23 @@ func TestSlackBody(t *testing.T) {
 		t.Error("an unescaped < reached Slack")
 	}
 }
+
+// TestListedHidesCredentials: lists never show a credential: a Slack
+// incoming-webhook URL (format slack, or Slack's host) is its origin and
+// /services/…, a query string is ?…, and the secret is gone.
+func TestListedHidesCredentials(t *testing.T) {
+	for _, c := range []struct{ url, format, want string }{
+		{"https://hooks.slack.com/services/T000/B000/XXXX", FormatSlack, "https://hooks.slack.com/services/…"},
+		{"https://hooks.slack.com/services/T000/B000/XXXX", FormatStandard, "https://hooks.slack.com/services/…"},
+		{"https://HOOKS.SLACK.COM/services/T000/B000/XXXX", FormatStandard, "https://HOOKS.SLACK.COM/services/…"},
+		{"https://proxy.example:8443/slack/T0/B0/X", FormatSlack, "https://proxy.example:8443/…"},
+		{"https://hooks.example.com/billing?token=abc", FormatStandard, "https://hooks.example.com/billing?…"},
+		{"https://hooks.example.com/billing#frag", FormatStandard, "https://hooks.example.com/billing"},
+		{"https://hooks.example.com/billing", FormatStandard, "https://hooks.example.com/billing"},
+	} {
+		got := Endpoint{URL: c.url, Format: c.format, Secret: "whsec_x"}.Listed()
+		if got.URL != c.want || got.Secret != "" {
+			t.Errorf("Listed(%s, %s) = %q (secret %q), want %q and no secret", c.url, c.format, got.URL, got.Secret, c.want)
+		}
+	}
+}

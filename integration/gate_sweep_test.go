@@ -1,0 +1,444 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/devissuer"
+)
+
+// The gate sweep (issue 37): the rule "no change reaches Stripe unless a
+// person consented in a way the policy in force accepted", tried on every
+// route an agent's token can reach, REST and MCP, with every scope and
+// every kind of client.
+//
+// Each case is a fresh org whose policy holds agents' changes for a
+// person's approval, with a person's notification endpoint and a change of
+// the agent's waiting for approval. The caller tries the route with bodies
+// meant to loosen the gate (an empty policy, allow rules, its own
+// endpoint, deleting the person's, a mandate, approving the waiting
+// change); then agents try to make a plan change end to end. The oracle
+// reads only what Stripe did (the fake's log of writes) and what the test
+// itself consented to as a person, never billingd's records:
+//
+//   - a write at Stripe is a failure unless a person's call of this case
+//     loosened the gate (the test consented through the person);
+//   - an agent's try at a route that loosens must answer 403
+//     operation_denied (insufficient_scope only when its token lacks the
+//     route's scope);
+//   - a person's try must succeed, so the sweep cannot pass by refusing
+//     everyone.
+//
+// The routes come from the router (App.Routes) and the MCP server's tool
+// list: a route or tool this file does not classify fails the sweep.
+
+// gateKind is what a route can do to the gate.
+type gateKind string
+
+const (
+	noToken   gateKind = "no bearer token"    // health, metadata, Stripe's signed webhooks, sign-in
+	reads     gateKind = "reads"              // changes nothing
+	takesAway gateKind = "takes power away"   // cancel, revoke: an agent may
+	loosens   gateKind = "loosens"            // gives power: a person's only
+	changes   gateKind = "changes the plan"   // the handshake
+	pageOnly  gateKind = "page, session only" // billingd's pages: a bearer token is not a session
+)
+
+// sweptRoute is a route's class, the scope its token needs and the bodies
+// the sweep tries on it.
+type sweptRoute struct {
+	kind   gateKind
+	scope  string
+	bodies []string
+}
+
+var (
+	loosePolicies = []string{`{"rules":[]}`, `{"rules":[{"name":"anything goes","action":"allow"}]}`,
+		`{"agent_clients":[],"rules":[{"name":"agents go free","caller":"agent","action":"allow"}]}`}
+	agentEndpoint = []string{`{"url":"http://127.0.0.1:9/agent","events":["approval.requested","approval.granted"]}`,
+		`{"url":"http://127.0.0.1:9/services/T1/B1/agent","events":["approval.requested"],"format":"slack"}`}
+	noBody = []string{""}
+)
+
+// sweptRoutes classifies every REST route by "METHOD path" as the router
+// names it.
+var sweptRoutes = map[string]sweptRoute{
+	"GET /healthz": {kind: noToken},
+	"GET /readyz":  {kind: noToken},
+	"GET /.well-known/oauth-protected-resource":     {kind: noToken},
+	"GET /.well-known/oauth-protected-resource/mcp": {kind: noToken},
+	"GET /.well-known/jwks.json":                    {kind: noToken},
+	"GET /openapi.yaml":                             {kind: noToken},
+	"POST /webhooks/stripe":                         {kind: noToken, bodies: []string{`{"type":"customer.subscription.updated"}`}},
+	"GET /auth/login":                               {kind: noToken},
+	"GET /auth/callback":                            {kind: noToken},
+	"POST /auth/logout":                             {kind: noToken},
+	"GET /auth/session":                             {kind: noToken},
+
+	"GET /":                     {kind: pageOnly},
+	"GET /approvals/:id":        {kind: pageOnly},
+	"GET /assets/:name":         {kind: pageOnly},
+	"GET /mandates":             {kind: pageOnly},
+	"POST /mandates":            {kind: pageOnly, bodies: []string{"action=grant&client=test-agent&operations=upgrade_plan&to_plans=scale&max_amount_due=1000&budget=1000&max_changes=5&days=30"}},
+	"POST /mandates/:id/revoke": {kind: pageOnly},
+	"GET /verify/:id":           {kind: pageOnly},
+	"POST /verify/:id":          {kind: pageOnly, bodies: []string{"decision=confirm", "decision=approve"}},
+
+	"GET /api/billing/plans":                     {kind: reads, scope: auth.ScopeRead},
+	"GET /api/billing/subscription":              {kind: reads, scope: auth.ScopeRead},
+	"GET /api/billing/confirmations":             {kind: reads, scope: auth.ScopeRead},
+	"GET /api/billing/confirmations/:id/receipt": {kind: reads, scope: auth.ScopeRead},
+	"GET /api/billing/mandates":                  {kind: reads, scope: auth.ScopeRead},
+	"GET /api/billing/audit":                     {kind: reads, scope: auth.ScopeAdmin},
+	"GET /api/billing/audit/export":              {kind: reads, scope: auth.ScopeAdmin},
+	"GET /api/billing/policy":                    {kind: reads, scope: auth.ScopeAdmin},
+	"GET /api/billing/webhook-endpoints":         {kind: reads, scope: auth.ScopeAdmin},
+
+	"POST /api/billing/confirmations/:id/cancel": {kind: takesAway, scope: auth.ScopeWrite},
+	"DELETE /api/billing/mandates/:id":           {kind: takesAway, scope: auth.ScopeWrite},
+
+	"POST /api/billing/upgrade":   {kind: changes, scope: auth.ScopeWrite, bodies: []string{`{"to":"scale"}`}},
+	"POST /api/billing/downgrade": {kind: changes, scope: auth.ScopeWrite, bodies: []string{`{"to":"free"}`}},
+
+	"PUT /api/billing/policy":                               {kind: loosens, scope: auth.ScopeAdmin, bodies: loosePolicies},
+	"POST /api/billing/confirmations/:id/approve":           {kind: loosens, scope: auth.ScopeAdmin, bodies: noBody},
+	"POST /api/billing/confirmations/:id/reject":            {kind: loosens, scope: auth.ScopeAdmin, bodies: noBody},
+	"POST /api/billing/mandates":                            {kind: loosens, scope: auth.ScopeWrite, bodies: []string{mandateFor("test-agent")}},
+	"POST /api/billing/webhook-endpoints":                   {kind: loosens, scope: auth.ScopeAdmin, bodies: agentEndpoint},
+	"DELETE /api/billing/webhook-endpoints/:id":             {kind: loosens, scope: auth.ScopeAdmin, bodies: noBody},
+	"POST /api/billing/webhook-endpoints/:id/rotate-secret": {kind: loosens, scope: auth.ScopeAdmin, bodies: noBody},
+}
+
+// sweptTools classifies every MCP tool; over MCP every caller is an agent.
+var sweptTools = map[string]gateKind{
+	"list_plans":          reads,
+	"get_subscription":    reads,
+	"cancel_confirmation": takesAway,
+	"upgrade_plan":        changes,
+	"downgrade_plan":      changes,
+	"confirm_plan_change": changes,
+}
+
+// mandateFor is a generous grant for client.
+func mandateFor(client string) string {
+	return fmt.Sprintf(`{"client":%q,"operations":["upgrade_plan","downgrade_plan"],"to_plans":["free","pro","scale"],`+
+		`"max_amount_due_cents":1000000,"budget_cents":10000000,"max_changes":100,"expires_at":%q}`,
+		client, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+}
+
+// scopeSets are the tokens' scopes the sweep tries.
+var scopeSets = [][]string{
+	{auth.ScopeRead}, {auth.ScopeWrite}, {auth.ScopeAdmin},
+	{auth.ScopeRead, auth.ScopeWrite}, {auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin},
+}
+
+// gateCase is one org set up for one try: a person's endpoint and mandate,
+// and a change of the agent bot waiting for approval.
+type gateCase struct {
+	h        *harness
+	org, sub string
+	hook     string // the person's endpoint
+	mandate  string // the person's mandate for test-agent
+	waiting  proposal
+	// consented: a person's call of this case loosened the gate.
+	consented bool
+	// page and csrf: the case's person signed in on billingd's pages.
+	page *visitor
+	csrf string
+}
+
+// on is h reporting to t (a subtest's), so that its helpers fail t.
+func (h *harness) on(t *testing.T) *harness {
+	c := *h
+	c.t = t
+	return &c
+}
+
+// newGateCase sets up org n.
+func (h *harness) newGateCase(t *testing.T, n int) *gateCase {
+	t.Helper()
+	c := &gateCase{h: h, org: fmt.Sprintf("gate%d", n)}
+	c.sub = h.createOrg(c.org, "Gate", "pro").Subscription.StripeSubscriptionID
+	h.setPolicy(c.org, agentsNeedApproval)
+	c.hook = h.addEndpoint(c.org, map[string]any{"url": "http://127.0.0.1:9/services/T0/B0/people",
+		"events": []string{"approval.requested"}, "format": "slack"}).ID
+	// A mandate of the person's: an agent may revoke it; it never
+	// overrides approve.
+	c.mandate = h.grantMandate(c.org, "setup-person", generous()).ID
+	c.waiting = h.proposeApproval(h.user(c.org, "bot"), "scale")
+	return c
+}
+
+// path fills a route's parameters with the case's objects.
+func (c *gateCase) path(route string) string {
+	id := c.waiting.ConfirmationID
+	switch {
+	case strings.Contains(route, "/webhook-endpoints/"):
+		id = c.hook
+	case strings.Contains(route, "/mandates/"):
+		id = c.mandate
+	}
+	return strings.NewReplacer(":id", id, ":name", "dashboard.js").Replace(route)
+}
+
+// judge applies the oracle after a try: agents then try to make a change
+// end to end (bot's waiting change, a new one of bot's, one of the
+// caller's own when it is an agent that may write), and Stripe must have
+// made nothing unless the test consented as a person.
+func (c *gateCase) judge(t *testing.T, what string, agentToken string) {
+	t.Helper()
+	h := c.h
+	bot := h.user(c.org, "bot")
+	h.roundTripQuiet(bearerRequest(h, "POST", "/api/billing/upgrade", bot, fmt.Sprintf(`{"to":"scale","confirm_token":%q}`, c.waiting.ConfirmToken)))
+	for _, tok := range []string{bot, agentToken} {
+		if tok == "" {
+			continue
+		}
+		for _, to := range []string{"scale", "free"} {
+			op := map[string]string{"scale": "upgrade", "free": "downgrade"}[to]
+			r := h.roundTrip(bearerRequest(h, "POST", "/api/billing/"+op, tok, fmt.Sprintf(`{"to":%q}`, to)))
+			var p proposal
+			if r.Status == http.StatusAccepted && r.decodeErr(&p) == nil && p.ConfirmToken != "" {
+				h.roundTripQuiet(bearerRequest(h, "POST", "/api/billing/"+op, tok, fmt.Sprintf(`{"to":%q,"confirm_token":%q}`, to, p.ConfirmToken)))
+			}
+		}
+	}
+	if made := h.changesAtStripe(c.sub); len(made) > 0 && !c.consented {
+		t.Errorf("%s: Stripe made %d change(s) (%s first) without a person's consent", what, len(made), made[0].Endpoint)
+	}
+}
+
+func bearerRequest(h *harness, method, path, token, body string) *http.Request {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.url+path, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+		if !strings.HasPrefix(body, "{") {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+	}
+	return req
+}
+
+// restCaller is a kind of REST client: an agent (a client nobody listed),
+// a person (a PERSON_CLIENTS client, or billingd's signed-in pages).
+type restCaller struct {
+	name   string
+	person bool
+	pages  bool
+	scopes []string
+	send   func(c *gateCase, method, path, body string) response
+	token  func(c *gateCase) string // nil for the pages
+}
+
+func hasScope(scopes []string, scope string) bool {
+	return scope == "" || slices.Contains(scopes, scope)
+}
+
+// restCallers are the kinds of client the sweep tries, with each scope set.
+func restCallers() []restCaller {
+	var out []restCaller
+	for _, scopes := range scopeSets {
+		label := strings.Join(scopes, "+")
+		for _, who := range []struct {
+			name, client string
+			person       bool
+		}{{"agent", "test-agent", false}, {"agent without a client", "", false}, {"person client", personClient, true}} {
+			if who.name == "agent without a client" && len(scopes) < 3 {
+				continue // one scope set is enough to show a token without a client is an agent's
+			}
+			tok := func(c *gateCase) string {
+				return mint(c.h.t, c.h, devissuer.Claims{Subject: "caller", Org: c.org, Client: who.client, Scopes: scopes,
+					Audience: []string{c.h.url}, Extra: map[string]any{"auth_time": time.Now().Unix()}})
+			}
+			out = append(out, restCaller{name: who.name + " " + label, person: who.person, scopes: scopes, token: tok,
+				send: func(c *gateCase, method, path, body string) response {
+					return c.h.roundTrip(bearerRequest(c.h, method, path, tok(c), body))
+				}})
+		}
+	}
+	all := []string{auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin}
+	return append(out, restCaller{name: "pages person", person: true, pages: true, scopes: all, send: (*gateCase).onPages})
+}
+
+// onPages sends a request as the case's person signed in on billingd's
+// pages (the session cookie and its CSRF token, as the dashboard does).
+func (c *gateCase) onPages(method, path, body string) response {
+	h := c.h
+	if c.page == nil {
+		h.signInPeople(c.org, []string{"pageperson"})
+		c.page, c.csrf = h.signInOnPages("pageperson")
+	}
+	req := bearerRequest(h, method, path, "", body)
+	req.Header.Set("X-CSRF-Token", c.csrf)
+	resp, err := c.page.client.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r, err := readResponse(resp)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r
+}
+
+// TestGateSweep sweeps every REST route and MCP tool (see above).
+func TestGateSweep(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withEnv("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true"), withEnv("CONFIRM_TTL", "5m"),
+		// The pages' person signs in once per case.
+		withEnv("RATE_LIMIT_SIGN_INS", "0"), withEnv("RATE_LIMIT_SIGN_INS_TOTAL", "0"))
+	routes := h.routesToSweep(t)
+	n := 0
+	for _, route := range routes {
+		sr := sweptRoutes[route]
+		method, path, _ := strings.Cut(route, " ")
+		for _, caller := range restCallers() {
+			if caller.pages && sr.kind != loosens {
+				continue // the pages show that the sweep tells a person's loosening apart
+			}
+			t.Run(route+" as "+caller.name, func(t *testing.T) {
+				n++
+				c := h.on(t).newGateCase(t, n)
+				for _, body := range bodiesOf(sr) {
+					r := caller.send(c, method, c.path(path), body)
+					c.checkAnswer(t, route, sr, caller, r)
+				}
+				agent := ""
+				if !caller.person && hasScope(caller.scopes, auth.ScopeWrite) {
+					agent = caller.token(c)
+				}
+				c.judge(t, route+" as "+caller.name, agent)
+			})
+		}
+	}
+	h.sweepMCP(t, &n)
+}
+
+// bodiesOf is what the sweep sends to the route: its bodies, or none.
+func bodiesOf(sr sweptRoute) []string {
+	if len(sr.bodies) == 0 {
+		return noBody
+	}
+	return sr.bodies
+}
+
+// checkAnswer holds the rules of answers: an agent's try to loosen is 403
+// operation_denied (insufficient_scope without the route's scope); a
+// person's succeeds, and is the test's consent.
+func (c *gateCase) checkAnswer(t *testing.T, route string, sr sweptRoute, caller restCaller, r response) {
+	t.Helper()
+	if sr.kind != loosens {
+		return
+	}
+	switch {
+	case !hasScope(caller.scopes, sr.scope):
+		if r.Status != http.StatusForbidden || r.errorCode(t) != "insufficient_scope" {
+			t.Errorf("%s as %s without %s: %d %s, want 403 insufficient_scope", route, caller.name, sr.scope, r.Status, r.Body)
+		}
+	case !caller.person:
+		if r.Status != http.StatusForbidden || r.errorCode(t) != "operation_denied" || !strings.Contains(string(r.Body), "a person must") {
+			t.Errorf("%s as %s: %d %s, want 403 operation_denied saying a person must", route, caller.name, r.Status, r.Body)
+		}
+	case r.Status >= 300:
+		t.Errorf("%s as %s (a person): %d %s, want success", route, caller.name, r.Status, r.Body)
+	default:
+		c.consented = true
+	}
+}
+
+// routesToSweep lists the router's routes and requires each classified
+// (and each classification to name a route that exists).
+func (h *harness) routesToSweep(t *testing.T) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, r := range h.app.Routes() {
+		if r.Method == "echo_route_any" || strings.HasSuffix(r.Path, "/*") {
+			continue // Echo's own not-found routes of groups
+		}
+		seen[r.Method+" "+r.Path] = true
+	}
+	var routes []string
+	for route := range seen {
+		if _, ok := sweptRoutes[route]; !ok {
+			t.Errorf("route %s is not classified by the gate sweep: add it to sweptRoutes", route)
+			continue
+		}
+		routes = append(routes, route)
+	}
+	for route := range sweptRoutes {
+		if !seen[route] {
+			t.Errorf("sweptRoutes names %s, which the router does not serve", route)
+		}
+	}
+	slices.Sort(routes)
+	return routes
+}
+
+// sweepMCP tries every MCP tool with every scope set, as an agent client
+// and as a PERSON_CLIENTS client (over MCP, an agent too).
+func (h *harness) sweepMCP(t *testing.T, n *int) {
+	t.Helper()
+	lister := mcpConnect(t, h.url, h.mcpToken("nobody", "lister", "mcp-agent", auth.ScopeRead), "")
+	tools, err := lister.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		if _, ok := sweptTools[tool.Name]; !ok {
+			t.Errorf("MCP tool %s is not classified by the gate sweep: add it to sweptTools", tool.Name)
+		}
+	}
+	for _, tool := range tools.Tools {
+		for _, scopes := range scopeSets {
+			for _, client := range []string{"mcp-agent", personClient} {
+				name := fmt.Sprintf("mcp %s as %s %s", tool.Name, client, strings.Join(scopes, "+"))
+				t.Run(name, func(t *testing.T) {
+					*n++
+					h := h.on(t)
+					c := h.newGateCase(t, *n)
+					cs := mcpConnect(t, h.url, h.mcpToken(c.org, "caller", client, scopes...), "")
+					c.tryTool(cs, tool)
+					c.judge(t, name, "")
+				})
+			}
+		}
+	}
+}
+
+// tryTool calls tool with arguments that would change the plan or act on
+// the waiting change, both calls of the handshake when it answers a token.
+func (c *gateCase) tryTool(cs *sdk.ClientSession, tool *sdk.Tool) {
+	args := map[string]map[string]any{
+		"upgrade_plan":        {"to": "scale"},
+		"downgrade_plan":      {"to": "free"},
+		"cancel_confirmation": {"confirmation_id": c.waiting.ConfirmationID},
+		"confirm_plan_change": {"confirmation_id": c.waiting.ConfirmationID, "confirm_token": c.waiting.ConfirmToken},
+	}[tool.Name]
+	res, err := callToolErr(cs, tool.Name, args)
+	if err != nil || res.IsError || args["to"] == nil {
+		return
+	}
+	var p proposal
+	if data, _ := res.StructuredContent.(map[string]any); data != nil {
+		p.ConfirmToken, _ = data["confirm_token"].(string)
+	}
+	if p.ConfirmToken != "" {
+		args["confirm_token"] = p.ConfirmToken
+		_, _ = callToolErr(cs, tool.Name, args)
+	}
+}

@@ -1,0 +1,129 @@
+package integration
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/auth"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
+)
+
+// Only a person loosens the gate (contract §4): an agent, whatever its
+// scopes, may take power away but never give it.
+
+// TestAgentAdminCannotLoosenTheGate: an agent client whose token carries
+// billing:admin (and read and write) tries to remove the approval it would
+// wait for and to silence or replace the approvers' channel. Each attempt
+// answers 403 operation_denied saying a person must do it, is audited as
+// refused, and changes nothing: the policy, the endpoints and the endpoint's
+// secret are as the person left them, and the agent's change still waits
+// for approval with nothing made at Stripe. Reading stays allowed, and
+// taking power away (cancelling its own confirmation) too.
+func TestAgentAdminCannotLoosenTheGate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withEnv("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true"))
+	acct := h.createOrg("loose", "Loose", "pro")
+	h.setPolicy("loose", agentsNeedApproval)
+	slack := h.addEndpoint("loose", map[string]any{"url": "http://127.0.0.1:9/services/T000/B000/XXXX",
+		"events": []string{"approval.requested"}, "format": "slack"})
+	person := h.admin("loose", "ada")
+	policyBefore := h.do("GET", "/api/billing/policy", person, nil).Body
+	endpointsBefore := h.do("GET", "/api/billing/webhook-endpoints", person, nil).Body
+
+	agent := h.token("loose", "bot", auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
+	for _, try := range []struct {
+		method, path string
+		body         any
+	}{
+		{"PUT", "/api/billing/policy", `{"rules":[]}`},
+		{"PUT", "/api/billing/policy", `{"rules":[{"name":"anything goes","action":"allow"}]}`},
+		{"POST", "/api/billing/webhook-endpoints", map[string]any{"url": "http://127.0.0.1:9/agent", "events": []string{"approval.requested"}}},
+		{"DELETE", "/api/billing/webhook-endpoints/" + slack.ID, nil},
+		{"POST", "/api/billing/webhook-endpoints/" + slack.ID + "/rotate-secret", nil},
+	} {
+		r := h.do(try.method, try.path, agent, try.body)
+		wantStatus(t, r, http.StatusForbidden, "operation_denied")
+		if !strings.Contains(string(r.Body), "a person must") {
+			t.Errorf("%s %s: %s, want a message saying a person must do it", try.method, try.path, r.Body)
+		}
+	}
+	if after := h.do("GET", "/api/billing/policy", person, nil).Body; string(after) != string(policyBefore) {
+		t.Errorf("the policy changed:\n%s\nwas\n%s", after, policyBefore)
+	}
+	if after := h.do("GET", "/api/billing/webhook-endpoints", person, nil).Body; string(after) != string(endpointsBefore) {
+		t.Errorf("the endpoints changed:\n%s\nwas\n%s", after, endpointsBefore)
+	}
+	refused := 0
+	for _, e := range h.auditEvents("loose") {
+		if e.Event == billing.EventOperationDenied && e.Principal == "bot" && e.Reason == "person_required" {
+			refused++
+		}
+		if e.Event == billing.EventPolicyUpdated && e.Principal == "bot" {
+			t.Errorf("POLICY_UPDATED in the agent's name")
+		}
+	}
+	if refused != 5 {
+		t.Errorf("%d refusals audited as OPERATION_DENIED person_required, want 5", refused)
+	}
+
+	// Reading is not loosening.
+	wantStatus(t, h.do("GET", "/api/billing/policy", agent, nil), http.StatusOK, "")
+	wantStatus(t, h.do("GET", "/api/billing/webhook-endpoints", agent, nil), http.StatusOK, "")
+	// The change still waits for a person.
+	p := h.proposeApproval(agent, "scale")
+	wantStatus(t, h.confirm(agent, "upgrade", "scale", p.ConfirmToken), http.StatusConflict, "approval_pending")
+	if made := h.changesAtStripe(acct.Subscription.StripeSubscriptionID); len(made) != 0 {
+		t.Fatalf("Stripe made %v without a person's approval", made)
+	}
+	// Taking power away stays allowed.
+	wantStatus(t, h.do("POST", "/api/billing/confirmations/"+p.ConfirmationID+"/cancel", agent, nil), http.StatusOK, "")
+}
+
+// TestEndpointListHidesSlackURL: a Slack incoming-webhook URL is a bearer
+// credential (whoever holds it posts into the approvers' channel), so the
+// list shows its origin and /services/… only; the creating answer alone
+// shows what the person just entered.
+func TestEndpointListHidesSlackURL(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withEnv("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true"))
+	h.createOrg("slk", "Slk", "pro")
+	const secretPath = "/services/T000/B000/XXXXSECRET"
+	created := h.addEndpoint("slk", map[string]any{"url": "http://127.0.0.1:9" + secretPath,
+		"events": []string{"approval.requested"}, "format": "slack"})
+	if created.URL != "http://127.0.0.1:9"+secretPath {
+		t.Fatalf("the creating answer shows %q", created.URL)
+	}
+	std := h.addEndpoint("slk", map[string]any{"url": "http://127.0.0.1:9/billing?token=QUERYSECRET", "events": []string{"approval.requested"}})
+	for _, tok := range []string{h.admin("slk", "ada"), h.token("slk", "bot", auth.ScopeRead, auth.ScopeAdmin)} {
+		r := h.do("GET", "/api/billing/webhook-endpoints", tok, nil)
+		wantStatus(t, r, http.StatusOK, "")
+		if strings.Contains(string(r.Body), "XXXXSECRET") || strings.Contains(string(r.Body), "QUERYSECRET") {
+			t.Fatalf("the list shows a credential: %s", r.Body)
+		}
+		var list struct {
+			Endpoints []webhookEndpoint `json:"webhook_endpoints"`
+		}
+		r.decode(t, &list)
+		for _, e := range list.Endpoints {
+			want := map[string]string{created.ID: "http://127.0.0.1:9/services/…", std.ID: "http://127.0.0.1:9/billing?…"}[e.ID]
+			if e.URL != want {
+				t.Errorf("listed %q, want %q", e.URL, want)
+			}
+		}
+	}
+}
+
+// changesAtStripe is what the Stripe fake made to the subscription that
+// changes it: every write it executed but a preview (which changes nothing).
+func (h *harness) changesAtStripe(sub string) []stripepaytest.Made {
+	h.t.Helper()
+	var changes []stripepaytest.Made
+	for _, m := range h.fake.MadeFor(sub) {
+		if m.Endpoint != stripepaytest.CreatePreview {
+			changes = append(changes, m)
+		}
+	}
+	return changes
+}
