@@ -196,7 +196,7 @@ func (c *gateCase) judge(t *testing.T, what string, agentToken string) {
 	t.Helper()
 	h := c.h
 	bot := h.user(c.org, "bot")
-	h.roundTripQuiet(bearerRequest(h, "POST", "/api/billing/upgrade", bot, fmt.Sprintf(`{"to":"scale","confirm_token":%q}`, c.waiting.ConfirmToken)))
+	deliver(h.url, bearerRequest(h, "POST", "/api/billing/upgrade", bot, fmt.Sprintf(`{"to":"scale","confirm_token":%q}`, c.waiting.ConfirmToken)))
 	for _, tok := range []string{bot, agentToken} {
 		if tok == "" {
 			continue
@@ -206,7 +206,7 @@ func (c *gateCase) judge(t *testing.T, what string, agentToken string) {
 			r := h.roundTrip(bearerRequest(h, "POST", "/api/billing/"+op, tok, fmt.Sprintf(`{"to":%q}`, to)))
 			var p proposal
 			if r.Status == http.StatusAccepted && r.decodeErr(&p) == nil && p.ConfirmToken != "" {
-				h.roundTripQuiet(bearerRequest(h, "POST", "/api/billing/"+op, tok, fmt.Sprintf(`{"to":%q,"confirm_token":%q}`, to, p.ConfirmToken)))
+				deliver(h.url, bearerRequest(h, "POST", "/api/billing/"+op, tok, fmt.Sprintf(`{"to":%q,"confirm_token":%q}`, to, p.ConfirmToken)))
 			}
 		}
 	}

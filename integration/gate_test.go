@@ -115,14 +115,14 @@ func TestEndpointListHidesSlackURL(t *testing.T) {
 	}
 }
 
-// changesAtStripe is what the Stripe fake made to the subscription that
-// changes it: every write it executed but a preview (which changes nothing).
-func (h *harness) changesAtStripe(sub string) []stripepaytest.Made {
+// changesAtStripe is every write that changed the subscription at Stripe
+// (a preview, or a schedule made from the subscription, changes nothing).
+func (h *harness) changesAtStripe(sub string) []stripepaytest.Write {
 	h.t.Helper()
-	var changes []stripepaytest.Made
-	for _, m := range h.fake.MadeFor(sub) {
-		if m.Endpoint != stripepaytest.CreatePreview {
-			changes = append(changes, m)
+	var changes []stripepaytest.Write
+	for _, w := range h.fake.WritesFor(sub) {
+		if w.Changed() {
+			changes = append(changes, w)
 		}
 	}
 	return changes
