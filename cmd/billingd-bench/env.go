@@ -39,11 +39,14 @@ type env struct {
 	cfg        config.Config        // billingd's configuration, as billingd reads it
 	billingd   *exec.Cmd
 	listenAddr string
-	baseURL    string // billingd's PUBLIC_BASE_URL
-	accounts   []*account
-	statements bool      // pg_stat_statements is readable (statements.go)
-	pinned     *cpuSplit // -pin: where each side runs (pin.go)
-	cleanups   []func()  // run in reverse by tearDown
+	// metricsAddr is billingd's METRICS_ADDR: a free port of its own (the
+	// default one may be another billingd's), where -profile reads pprof.
+	metricsAddr string
+	baseURL     string // billingd's PUBLIC_BASE_URL
+	accounts    []*account
+	statements  bool      // pg_stat_statements is readable (statements.go)
+	pinned      *cpuSplit // -pin: where each side runs (pin.go)
+	cleanups    []func()  // run in reverse by tearDown
 }
 
 // setUp builds the environment; on error it tears down what it had built.
@@ -242,6 +245,9 @@ func (e *env) startBillingd(ctx context.Context) error {
 		return err
 	}
 	e.listenAddr, e.baseURL = addr, "http://"+addr
+	if e.metricsAddr, err = freeAddr(); err != nil {
+		return err
+	}
 	logFile, err := os.Create(filepath.Join(e.tmp, "billingd.log"))
 	if err != nil {
 		return err
@@ -289,6 +295,8 @@ func (e *env) billingdEnv() []string {
 		"PURGE_RETENTION=2160h",
 		"MIGRATE_ON_START=false", // see migrate
 		"LOG_FORMAT=json",
+		"METRICS_ADDR=" + e.metricsAddr,
+		fmt.Sprintf("PPROF=%t", e.opts.profile != ""),
 	}
 }
 

@@ -188,11 +188,18 @@ func (e *env) runService(ctx context.Context, w workload, clients int) (sample, 
 	if err := e.resetStatements(ctx); err != nil {
 		return sample{}, err
 	}
+	stopProfile, err := e.profileRun(ctx, w, clients, e.opts.warmup+e.opts.duration)
+	if err != nil {
+		return sample{}, err
+	}
 	c := caller{hc: newHTTPClient(clients), base: e.baseURL}
 	s := load(ctx, c, e.accounts, w, clients, newWindow(e.opts.warmup, e.opts.duration))
 	c.hc.CloseIdleConnections()
 	billingd1, err := processCPU(pid)
 	if err != nil {
+		return sample{}, err
+	}
+	if err := stopProfile(); err != nil {
 		return sample{}, err
 	}
 	s.cpu = cpuUse{billingd: billingd1 - billingd0, bench: selfCPU() - self0, postgres: backends.total()}
