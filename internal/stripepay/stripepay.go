@@ -80,6 +80,10 @@ type Config struct {
 // concurrent use.
 type Provider struct {
 	api *client.API
+	// backend and key send the requests whose answers are decoded into
+	// wire.go's small structs (callSlim).
+	backend stripe.Backend
+	key     string
 	// timeout bounds each call, its retries included (see bound).
 	timeout time.Duration
 	steps   billing.StepHook
@@ -103,7 +107,8 @@ func New(cfg Config) *Provider {
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, backendCfg)
 	// Only the API backend is set: billingd calls no Connect (OAuth) or
 	// file-upload endpoints.
-	return &Provider{api: client.New(cfg.SecretKey, &stripe.Backends{API: backend}), timeout: requestTimeout(cfg), steps: cfg.Steps}
+	return &Provider{api: client.New(cfg.SecretKey, &stripe.Backends{API: backend}), backend: backend, key: cfg.SecretKey,
+		timeout: requestTimeout(cfg), steps: cfg.Steps}
 }
 
 // bound limits one call, stripe-go's retries included, to the request
