@@ -41,6 +41,7 @@ type options struct {
 	latencyWarmup    time.Duration
 	latencyDuration  time.Duration
 	latencyOnly      bool
+	latencyOneOrg    int // clients of issue 39's row (latency.go); 0: none
 	// profile (-profile DIR): a CPU profile of billingd (PPROF) and of
 	// this process over each measured billingd run at profileClients.
 	profile        string
@@ -81,6 +82,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.Float64Var(&o.latencyTailShare, "latency-tail-share", 0.01, "the share of updates in the tail")
 	fs.DurationVar(&o.latencyWarmup, "latency-warmup", 2*time.Second, "unmeasured warm-up of each row at Stripe's pace")
 	fs.DurationVar(&o.latencyDuration, "latency-duration", 15*time.Second, "measured time of each row at Stripe's pace")
+	fs.IntVar(&o.latencyOneOrg, "latency-one-org", 32, "clients of the row at Stripe's pace with one org per client, no tail and reads at loopback speed (0: none)")
 	fs.BoolVar(&o.latencyOnly, "latency-only", false, "run only the rows at Stripe's pace (no pgbench rows, old rows or round trips)")
 	fs.StringVar(&o.profile, "profile", "", "write CPU profiles of billingd (served by PPROF on its metrics listener) and of the bench process over each billingd run at -profile-clients to this directory")
 	fs.IntVar(&o.profileClients, "profile-clients", 16, "the concurrency whose runs -profile profiles")
@@ -128,7 +130,7 @@ func (o options) check() error {
 		return errors.New("-latency-duration: want at least 1s")
 	case o.latencyTailShare < 0 || o.latencyTailShare > 1:
 		return errors.New("-latency-tail-share: want 0–1")
-	case o.latencyOnly && len(o.latencyClients) == 0:
+	case o.latencyOnly && len(o.latencyClients) == 0 && o.latencyOneOrg == 0:
 		return errors.New("-latency-only: want -latency-clients")
 	}
 	for i := 1; i < len(o.oldRows); i++ {
@@ -142,7 +144,7 @@ func (o options) check() error {
 // maxClients is the largest number of concurrent clients of any run.
 func maxClients(o options) int {
 	m := o.dataClients
-	for _, c := range append(slices.Clone(o.clients), o.latencyClients...) {
+	for _, c := range append(slices.Clone(o.clients), append(o.latencyClients, o.latencyOneOrg)...) {
 		m = max(m, c)
 	}
 	return m
