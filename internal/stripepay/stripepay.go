@@ -100,6 +100,11 @@ func New(cfg Config) *Provider {
 		// stderr by default. The errors we return carry what the caller
 		// needs to log, once.
 		LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+		// stripe-go reports each request's id and duration to Stripe in a
+		// header of the next one (X-Stripe-Client-Telemetry), a JSON
+		// encoding per request on billingd's CPU for Stripe's statistics;
+		// billingd measures its Stripe calls itself (telemetry).
+		EnableTelemetry: stripe.Bool(false),
 	}
 	if cfg.APIBase != "" {
 		backendCfg.URL = stripe.String(cfg.APIBase)
