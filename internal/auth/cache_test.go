@@ -20,7 +20,7 @@ const testIssuer = "https://issuer.test"
 // keySet is an issuer's JWKS as billingd's copy of it holds it: a test
 // changes it as a refresh would.
 type keySet struct {
-	t     *testing.T
+	t     testing.TB
 	store *jwkset.MemoryJWKSet
 }
 
@@ -43,7 +43,7 @@ func (s keySet) withdraw(kid string) {
 }
 
 // cacheVerifier is a Verifier over a key set the test controls.
-func cacheVerifier(t *testing.T) (*Verifier, keySet) {
+func cacheVerifier(t testing.TB) (*Verifier, keySet) {
 	t.Helper()
 	store := jwkset.NewMemoryStorage()
 	kf, err := keyfunc.New(keyfunc.Options{Storage: store})
@@ -58,7 +58,7 @@ func cacheVerifier(t *testing.T) (*Verifier, keySet) {
 		keySet{t: t, store: store}
 }
 
-func newKey(t *testing.T) *ecdsa.PrivateKey {
+func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -67,7 +67,7 @@ func newKey(t *testing.T) *ecdsa.PrivateKey {
 	return k
 }
 
-func signES256(t *testing.T, priv *ecdsa.PrivateKey, kid string, exp time.Time) string {
+func signES256(t testing.TB, priv *ecdsa.PrivateKey, kid string, exp time.Time) string {
 	t.Helper()
 	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{
 		"iss": testIssuer, "aud": "https://billing.test", "sub": "user-1", "org_id": "org-1",
@@ -278,4 +278,30 @@ func TestVerifyDoesNotRememberKidlessTokens(t *testing.T) {
 	if cached(v, raw) {
 		t.Error("a kid-less token was remembered")
 	}
+}
+
+// BenchmarkVerify: a token checked in full (ES256) against one remembered.
+func BenchmarkVerify(b *testing.B) {
+	v, keys := cacheVerifier(b)
+	priv := newKey(b)
+	keys.publish("k1", priv)
+	raw := signES256(b, priv, "k1", time.Now().Add(time.Hour))
+	ctx := context.Background()
+	b.Run("full", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			v.verified.remove(raw)
+			if _, err := v.Verify(ctx, raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("remembered", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := v.Verify(ctx, raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
