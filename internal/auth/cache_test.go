@@ -83,6 +83,20 @@ func signES256(t testing.TB, priv *ecdsa.PrivateKey, kid string, exp time.Time) 
 	return s
 }
 
+// verifiedToken is a verifier with key k1 published and a token signed
+// with it, verified once (so remembered).
+func verifiedToken(t testing.TB) (*Verifier, keySet, string) {
+	t.Helper()
+	v, keys := cacheVerifier(t)
+	priv := newKey(t)
+	keys.publish("k1", priv)
+	raw := signES256(t, priv, "k1", time.Now().Add(time.Hour))
+	if _, err := v.Verify(context.Background(), raw); err != nil {
+		t.Fatal(err)
+	}
+	return v, keys, raw
+}
+
 func cached(v *Verifier, raw string) bool {
 	_, ok := v.verified.get(raw, time.Now())
 	return ok
@@ -195,13 +209,7 @@ func TestVerifyRemembersAToken(t *testing.T) {
 // A token that differs in one byte from a remembered one is checked in
 // full: wherever the byte is, the signature no longer matches.
 func TestVerifyCachedTokenDifferingInOneByte(t *testing.T) {
-	v, keys := cacheVerifier(t)
-	priv := newKey(t)
-	keys.publish("k1", priv)
-	raw := signES256(t, priv, "k1", time.Now().Add(time.Hour))
-	if _, err := v.Verify(context.Background(), raw); err != nil {
-		t.Fatal(err)
-	}
+	v, _, raw := verifiedToken(t)
 	for _, at := range []int{len(raw) / 2, len(raw) - 3} { // the payload, the signature
 		b := []byte(raw)
 		if b[at] == 'A' {
@@ -222,13 +230,7 @@ func TestVerifyCachedTokenDifferingInOneByte(t *testing.T) {
 // set, or its kid names another key.
 func TestVerifyCachedTokenAfterKeyChanges(t *testing.T) {
 	t.Run("kid withdrawn", func(t *testing.T) {
-		v, keys := cacheVerifier(t)
-		priv := newKey(t)
-		keys.publish("k1", priv)
-		raw := signES256(t, priv, "k1", time.Now().Add(time.Hour))
-		if _, err := v.Verify(context.Background(), raw); err != nil {
-			t.Fatal(err)
-		}
+		v, keys, raw := verifiedToken(t)
 		keys.withdraw("k1")
 		_, err := v.Verify(context.Background(), raw)
 		if err == nil {
@@ -239,26 +241,14 @@ func TestVerifyCachedTokenAfterKeyChanges(t *testing.T) {
 		}
 	})
 	t.Run("kid reused for another key", func(t *testing.T) {
-		v, keys := cacheVerifier(t)
-		priv := newKey(t)
-		keys.publish("k1", priv)
-		raw := signES256(t, priv, "k1", time.Now().Add(time.Hour))
-		if _, err := v.Verify(context.Background(), raw); err != nil {
-			t.Fatal(err)
-		}
+		v, keys, raw := verifiedToken(t)
 		keys.publish("k1", newKey(t))
 		if _, err := v.Verify(context.Background(), raw); err == nil {
 			t.Fatal("a token whose kid now names another key was accepted")
 		}
 	})
 	t.Run("other keys rotate", func(t *testing.T) {
-		v, keys := cacheVerifier(t)
-		priv := newKey(t)
-		keys.publish("k1", priv)
-		raw := signES256(t, priv, "k1", time.Now().Add(time.Hour))
-		if _, err := v.Verify(context.Background(), raw); err != nil {
-			t.Fatal(err)
-		}
+		v, keys, raw := verifiedToken(t)
 		keys.publish("k2", newKey(t))
 		if _, err := v.Verify(context.Background(), raw); err != nil || !cached(v, raw) {
 			t.Fatalf("a token whose key is still published: %v (cached %v)", err, cached(v, raw))
