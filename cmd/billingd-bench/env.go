@@ -39,11 +39,16 @@ type env struct {
 	cfg        config.Config        // billingd's configuration, as billingd reads it
 	billingd   *exec.Cmd
 	listenAddr string
-	baseURL    string // billingd's PUBLIC_BASE_URL
-	accounts   []*account
-	statements bool      // pg_stat_statements is readable (statements.go)
-	pinned     *cpuSplit // -pin: where each side runs (pin.go)
-	cleanups   []func()  // run in reverse by tearDown
+	// metricsAddr is billingd's METRICS_ADDR: a free port of its own (the
+	// default one may be another billingd's), where -profile reads pprof.
+	metricsAddr string
+	// privateServer: the PostgreSQL cluster is the bench's own (server.go).
+	privateServer bool
+	baseURL       string // billingd's PUBLIC_BASE_URL
+	accounts      []*account
+	statements    bool      // pg_stat_statements is readable (statements.go)
+	pinned        *cpuSplit // -pin: where each side runs (pin.go)
+	cleanups      []func()  // run in reverse by tearDown
 }
 
 // setUp builds the environment; on error it tears down what it had built.
@@ -155,12 +160,20 @@ func withDatabase(serverURL, name string) (string, error) {
 	return u.String(), nil
 }
 
-// withPoolSize adds pool_max_conns to a database URL (n = 0: unchanged),
-// and lets billingd's pools close a connection idle for a second: billingd
+// withPoolSize adds pool_max_conns to a database URL (n = 0: unchanged).
+// On a server the bench does not own (BENCH_DATABASE_URL, closeIdle) it also
+// lets billingd's pools close a connection idle for a second: billingd
 // keeps up to 16 + 32 open after a run at Stripe's pace or with 64 clients,
-// and pgbench's 64 connections come next, on a server whose max_connections
-// is stock (100) and shared. During a run no connection is idle that long.
-func withPoolSize(dbURL string, n int) string {
+// and pgbench's 64 connections come next, on a server whose
+// max_connections may be stock (100) and shared. The bench's own cluster
+// has room for both (max_connections=200), and there billingd keeps pgx's
+// default (30 minutes), as a deployed replica does: closing idle
+// connections after a second made billingd reconnect in the middle of the
+// rows at Stripe's pace, where most of its connections idle between
+// bursts (pgxpool reuses the most recently released one), and a first call
+// then waited for a new backend and its SCRAM handshake (issue 39: first
+// calls' p99 458 ms with it, 276 ms without, at 32 clients).
+func withPoolSize(dbURL string, n int, closeIdle bool) string {
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		return dbURL
@@ -169,8 +182,10 @@ func withPoolSize(dbURL string, n int) string {
 	if n != 0 {
 		q.Set("pool_max_conns", fmt.Sprint(n))
 	}
-	q.Set("pool_max_conn_idle_time", "1s")
-	q.Set("pool_health_check_period", "500ms")
+	if closeIdle {
+		q.Set("pool_max_conn_idle_time", "1s")
+		q.Set("pool_health_check_period", "500ms")
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }
@@ -242,13 +257,16 @@ func (e *env) startBillingd(ctx context.Context) error {
 		return err
 	}
 	e.listenAddr, e.baseURL = addr, "http://"+addr
+	if e.metricsAddr, err = freeAddr(); err != nil {
+		return err
+	}
 	logFile, err := os.Create(filepath.Join(e.tmp, "billingd.log"))
 	if err != nil {
 		return err
 	}
 	cmd := exec.Command(filepath.Join(e.tmp, "billingd"), "serve")
 	cmd.Env = append(e.billingdEnv(), "PATH="+os.Getenv("PATH"), "HOME="+os.Getenv("HOME"),
-		"DATABASE_URL="+withPoolSize(e.dbURL, e.opts.poolMaxConns))
+		"DATABASE_URL="+withPoolSize(e.dbURL, e.opts.poolMaxConns, !e.privateServer))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// billingd dies with the bench, even if the bench is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -289,6 +307,8 @@ func (e *env) billingdEnv() []string {
 		"PURGE_RETENTION=2160h",
 		"MIGRATE_ON_START=false", // see migrate
 		"LOG_FORMAT=json",
+		"METRICS_ADDR=" + e.metricsAddr,
+		fmt.Sprintf("PPROF=%t", e.opts.profile != ""),
 	}
 }
 

@@ -63,6 +63,9 @@ type latencyRow struct {
 	longest          time.Duration // the longest single call, of either kind
 	conns            connPeaks
 	rssKiB           int64
+	// oneOrg: issue 39's row (-latency-one-org): one org per client, every
+	// update at its typical latency, reads at loopback speed.
+	oneOrg bool
 }
 
 func (r latencyRow) share() float64 {
@@ -84,18 +87,17 @@ func latenciesOf(d []time.Duration) latencies {
 }
 
 // runLatency runs every -latency-clients row with the stand-in at Stripe's
-// pace, and puts the stand-in back to instant answers afterwards.
+// pace, then the -latency-one-org row, and puts the stand-in back to
+// instant answers afterwards.
 func (e *env) runLatency(ctx context.Context) ([]latencyRow, error) {
-	if e.pacer == nil || len(e.opts.latencyClients) == 0 {
-		if len(e.opts.latencyClients) > 0 {
+	asked := len(e.opts.latencyClients) > 0 || e.opts.latencyOneOrg > 0
+	if e.pacer == nil || !asked {
+		if asked {
 			e.log.Printf("at Stripe's pace: not with -stripe=%s (its answers cannot be slowed); skipped", e.opts.stripe)
 		}
 		return nil, nil
 	}
 	pace := paceOf(e.opts)
-	e.pacer.SetLatency(stripepaytest.CreatePreview, pace.preview)
-	e.pacer.SetLatency(stripepaytest.UpdateSubscription, pace.update)
-	e.pacer.SetLatency(stripepaytest.GetSubscription, pace.read)
 	defer func() {
 		for _, ep := range []stripepaytest.Endpoint{stripepaytest.CreatePreview, stripepaytest.UpdateSubscription, stripepaytest.GetSubscription} {
 			e.pacer.SetLatency(ep, stripepaytest.Latency{})
@@ -103,32 +105,55 @@ func (e *env) runLatency(ctx context.Context) ([]latencyRow, error) {
 	}()
 	var rows []latencyRow
 	for _, clients := range e.opts.latencyClients {
-		if err := e.syncPlans(ctx); err != nil {
-			return nil, err
-		}
-		if err := e.settle(ctx); err != nil {
-			return nil, err
-		}
-		row, err := e.latencyRun(ctx, pace, clients)
+		row, err := e.paceRow(ctx, pace, clients, e.accounts)
 		if err != nil {
 			return nil, err
 		}
-		e.log.Printf("at Stripe's pace, %3d clients: %5.1f handshakes/s of %5.1f (%3.0f%%; %5.1f with the tail's mean), "+
-			"first p50 %6.1f p99 %6.1f ms, second p50 %6.1f p99 %6.1f ms, %d shed, %d errors (%d 500s), "+
-			"longest call %s, connections held ≤ %d (executions %d) of %d open, RSS %.1f MiB",
-			clients, row.rate, row.limit, 100*row.share(), row.limitMean, ms(row.first.p50), ms(row.first.p99),
-			ms(row.second.p50), ms(row.second.p99), row.shed, row.errors, row.internal,
-			row.longest.Round(time.Millisecond), row.conns.held, row.conns.heldExecutions, row.conns.open, mib(row.rssKiB))
-		for _, msg := range row.firstErrs {
-			e.log.Printf("  error: %s", msg)
+		rows = append(rows, row)
+	}
+	if n := e.opts.latencyOneOrg; n > 0 {
+		// Issue 39's shape: every update at its typical latency, reads at
+		// loopback speed, each client on one org of its own.
+		one := stripePace{preview: pace.preview, update: stripepaytest.Latency{Typical: pace.update.Typical}}
+		row, err := e.paceRow(ctx, one, n, e.accounts[:n])
+		if err != nil {
+			return nil, err
 		}
+		row.oneOrg = true
 		rows = append(rows, row)
 	}
 	return rows, nil
 }
 
+// paceRow runs one row at pace, clients sharing accounts.
+func (e *env) paceRow(ctx context.Context, pace stripePace, clients int, accounts []*account) (latencyRow, error) {
+	e.pacer.SetLatency(stripepaytest.CreatePreview, pace.preview)
+	e.pacer.SetLatency(stripepaytest.UpdateSubscription, pace.update)
+	e.pacer.SetLatency(stripepaytest.GetSubscription, pace.read)
+	if err := e.syncPlans(ctx); err != nil {
+		return latencyRow{}, err
+	}
+	if err := e.settle(ctx); err != nil {
+		return latencyRow{}, err
+	}
+	row, err := e.latencyRun(ctx, pace, clients, accounts)
+	if err != nil {
+		return latencyRow{}, err
+	}
+	e.log.Printf("at Stripe's pace (%s), %3d clients on %d orgs: %5.1f handshakes/s of %5.1f (%3.0f%%; %5.1f with the tail's mean), "+
+		"first p50 %6.1f p99 %6.1f ms, second p50 %6.1f p99 %6.1f ms, %d shed, %d errors (%d 500s), "+
+		"longest call %s, connections held ≤ %d (executions %d) of %d open, RSS %.1f MiB",
+		pace, clients, len(accounts), row.rate, row.limit, 100*row.share(), row.limitMean, ms(row.first.p50), ms(row.first.p99),
+		ms(row.second.p50), ms(row.second.p99), row.shed, row.errors, row.internal,
+		row.longest.Round(time.Millisecond), row.conns.held, row.conns.heldExecutions, row.conns.open, mib(row.rssKiB))
+	for _, msg := range row.firstErrs {
+		e.log.Printf("  error: %s", msg)
+	}
+	return row, nil
+}
+
 // latencyRun drives clients doing handshakes against the paced stand-in.
-func (e *env) latencyRun(ctx context.Context, pace stripePace, clients int) (latencyRow, error) {
+func (e *env) latencyRun(ctx context.Context, pace stripePace, clients int, accounts []*account) (latencyRow, error) {
 	row := latencyRow{clients: clients}
 	reads0, updates0 := e.pacer.Answered(stripepaytest.GetSubscription), e.pacer.Answered(stripepaytest.UpdateSubscription)
 	conns := watchConnections(ctx, e.pool)
@@ -140,7 +165,7 @@ func (e *env) latencyRun(ctx context.Context, pace stripePace, clients int) (lat
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			samples[i] = c.driveAtPace(ctx, clientAccounts(e.accounts, i, clients), win)
+			samples[i] = c.driveAtPace(ctx, clientAccounts(accounts, i, clients), win)
 		}()
 	}
 	wg.Wait()

@@ -45,6 +45,7 @@ type sample struct {
 	cpu       cpuUse         // over the whole run, warm-up included, like ops
 	stmts     []statementUse // over the whole run, when pg_stat_statements is loaded
 	waits     []waitShare    // what the side's backends did, sampled over the whole run (waits.go)
+	active    activeBackends // how many of them were in a statement at once
 }
 
 func (s *sample) fail(err error) {

@@ -41,6 +41,11 @@ type options struct {
 	latencyWarmup    time.Duration
 	latencyDuration  time.Duration
 	latencyOnly      bool
+	latencyOneOrg    int // clients of issue 39's row (latency.go); 0: none
+	// profile (-profile DIR): a CPU profile of billingd (PPROF) and of
+	// this process over each measured billingd run at profileClients.
+	profile        string
+	profileClients int
 }
 
 // Stripe stand-ins: canned answers (fastest), the stateful in-process fake
@@ -61,7 +66,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.principals, "principals", 20, "principals (JWT subjects) per org, at most 99; enough that none reaches billingd's rate limit")
 	clients := fs.String("clients", "1,4,16,64", "concurrent clients for the throughput rows")
 	fs.IntVar(&o.dataClients, "data-clients", 16, "concurrent clients for the old-rows rows")
-	oldRows := fs.String("old-rows", "0,1000000,5000000", "old confirmation rows for the data-size rows, ascending")
+	oldRows := fs.String("old-rows", "0,1000000,5000000", "old confirmation rows for the data-size rows, ascending (\"\": no data-size rows)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up at the start of each run")
 	fs.DurationVar(&o.duration, "duration", 6*time.Second, "measured time of each run")
 	// billingd's default main pool is 16 connections (pgx's own, max(4,
@@ -77,7 +82,10 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.Float64Var(&o.latencyTailShare, "latency-tail-share", 0.01, "the share of updates in the tail")
 	fs.DurationVar(&o.latencyWarmup, "latency-warmup", 2*time.Second, "unmeasured warm-up of each row at Stripe's pace")
 	fs.DurationVar(&o.latencyDuration, "latency-duration", 15*time.Second, "measured time of each row at Stripe's pace")
+	fs.IntVar(&o.latencyOneOrg, "latency-one-org", 32, "clients of the row at Stripe's pace with one org per client, no tail and reads at loopback speed (0: none)")
 	fs.BoolVar(&o.latencyOnly, "latency-only", false, "run only the rows at Stripe's pace (no pgbench rows, old rows or round trips)")
+	fs.StringVar(&o.profile, "profile", "", "write CPU profiles of billingd (served by PPROF on its metrics listener) and of the bench process over each billingd run at -profile-clients to this directory")
+	fs.IntVar(&o.profileClients, "profile-clients", 16, "the concurrency whose runs -profile profiles")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.StringVar(&o.doc, "doc", "", "also replace the results between the bench markers in this page (make bench: docs/performance.md)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench database afterwards")
@@ -86,7 +94,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return options{}, err
 	}
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name != "out" && f.Name != "doc" {
+		if f.Name != "out" && f.Name != "doc" && f.Name != "profile" {
 			o.args = append(o.args, "-"+f.Name+"="+f.Value.String())
 		}
 	})
@@ -94,8 +102,10 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if o.clients, err = intList(*clients); err != nil {
 		return options{}, fmt.Errorf("-clients: %w", err)
 	}
-	if o.oldRows, err = intList(*oldRows); err != nil {
-		return options{}, fmt.Errorf("-old-rows: %w", err)
+	if *oldRows != "" {
+		if o.oldRows, err = intList(*oldRows); err != nil {
+			return options{}, fmt.Errorf("-old-rows: %w", err)
+		}
 	}
 	if *latencyClients != "" {
 		if o.latencyClients, err = intList(*latencyClients); err != nil {
@@ -120,7 +130,7 @@ func (o options) check() error {
 		return errors.New("-latency-duration: want at least 1s")
 	case o.latencyTailShare < 0 || o.latencyTailShare > 1:
 		return errors.New("-latency-tail-share: want 0–1")
-	case o.latencyOnly && len(o.latencyClients) == 0:
+	case o.latencyOnly && len(o.latencyClients) == 0 && o.latencyOneOrg == 0:
 		return errors.New("-latency-only: want -latency-clients")
 	}
 	for i := 1; i < len(o.oldRows); i++ {
@@ -134,7 +144,7 @@ func (o options) check() error {
 // maxClients is the largest number of concurrent clients of any run.
 func maxClients(o options) int {
 	m := o.dataClients
-	for _, c := range append(slices.Clone(o.clients), o.latencyClients...) {
+	for _, c := range append(slices.Clone(o.clients), append(o.latencyClients, o.latencyOneOrg)...) {
 		m = max(m, c)
 	}
 	return m

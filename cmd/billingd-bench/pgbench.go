@@ -80,7 +80,7 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 	}
 	s.cpu = cpuUse{postgres: postgresCPU, pgbench: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	s.stmts = stmts
-	s.waits = sampledWaits
+	s.waits, s.active = sampledWaits, waits.active()
 	return s, nil
 }
 

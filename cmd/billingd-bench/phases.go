@@ -165,6 +165,8 @@ func (e *env) compare(ctx context.Context, w workload, clients int) (comparison,
 	}
 	row.pgbench = summarize(pg)
 	sc, pc := row.service.cpu, row.pgbench.cpu
+	e.log.Printf("%-9s %2d clients: backends active at once (mean / most): billingd's %s, the mirror's %s",
+		w, clients, row.service.active, row.pgbench.active)
 	e.log.Printf("%-9s %2d clients: billingd %5.0f/s p50 %6.2f p99 %6.2f max %7.2f ms, %d errors, %d shed, CPU µs/op %.0f (billingd %.0f, bench %.0f, PostgreSQL %.0f) | pgbench %5.0f/s p50 %6.2f p99 %6.2f ms, CPU µs/op %.0f (PostgreSQL %.0f, pgbench %.0f) | %3.0f%%",
 		w, clients, row.service.rate, ms(row.service.p50), ms(row.service.p99), ms(row.service.max), row.service.errors, row.service.shed,
 		sc.total(), sc.billingd, sc.bench, sc.postgres,
@@ -188,6 +190,10 @@ func (e *env) runService(ctx context.Context, w workload, clients int) (sample, 
 	if err := e.resetStatements(ctx); err != nil {
 		return sample{}, err
 	}
+	stopProfile, err := e.profileRun(ctx, w, clients, e.opts.warmup+e.opts.duration)
+	if err != nil {
+		return sample{}, err
+	}
 	c := caller{hc: newHTTPClient(clients), base: e.baseURL}
 	s := load(ctx, c, e.accounts, w, clients, newWindow(e.opts.warmup, e.opts.duration))
 	c.hc.CloseIdleConnections()
@@ -195,8 +201,12 @@ func (e *env) runService(ctx context.Context, w workload, clients int) (sample, 
 	if err != nil {
 		return sample{}, err
 	}
+	if err := stopProfile(); err != nil {
+		return sample{}, err
+	}
 	s.cpu = cpuUse{billingd: billingd1 - billingd0, bench: selfCPU() - self0, postgres: backends.total()}
 	s.waits = waits.waits()
+	s.active = waits.active()
 	if s.stmts, err = e.readStatements(ctx); err != nil {
 		return sample{}, err
 	}
@@ -248,8 +258,11 @@ func (e *env) latencyOnly(ctx context.Context, res results) (results, error) {
 
 // waitConnectionsClosed gives billingd's pools up to 10 s to close the
 // connections the run left idle (see withPoolSize), so that pgbench finds
-// room on the server.
+// room on a server the bench does not own; its own cluster has room.
 func (e *env) waitConnectionsClosed(ctx context.Context) {
+	if e.privateServer {
+		return
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var open int

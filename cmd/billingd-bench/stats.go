@@ -17,12 +17,13 @@ type summary struct {
 	allOps        int            // warm-up included: what cpu and stmts are per
 	stmts         []statementUse // whole run, warm-up included
 	waits         []waitShare    // whole run, warm-up included
+	active        activeBackends // whole run, warm-up included
 }
 
 func summarize(s sample) summary {
 	lat := slices.Clone(s.latencies)
 	slices.Sort(lat)
-	sum := summary{ops: len(lat), errors: s.errors, shed: s.shed, firstErrs: s.firstErrs, cpu: s.cpu.perOp(s.ops), allOps: s.ops, stmts: s.stmts, waits: s.waits}
+	sum := summary{ops: len(lat), errors: s.errors, shed: s.shed, firstErrs: s.firstErrs, cpu: s.cpu.perOp(s.ops), allOps: s.ops, stmts: s.stmts, waits: s.waits, active: s.active}
 	if s.duration > 0 {
 		sum.rate = float64(len(lat)) / s.duration.Seconds()
 	}

@@ -18,8 +18,11 @@ import (
 // for what its wait event names (a row lock, a buffer, the WAL flush).
 // The shares of those samples show where a run's statements spend their
 // time, which pg_stat_statements's totals cannot.
-
-const waitPoll = 10 * time.Millisecond
+//
+// Every 20 ms: 300 samples of a 6 s row are enough for shares to a few
+// points, and at every 10 ms the sampler was a tenth of this process's CPU
+// (issue 39's profile), taken from the same cores as what it measures.
+const waitPoll = 20 * time.Millisecond
 
 // waitShare is one wait event's share of the samples of active backends.
 type waitShare struct {
@@ -33,7 +36,19 @@ type waitSampler struct {
 	mu     sync.Mutex
 	counts map[string]int
 	total  int
+	polls  int // samples taken
+	most   int // the most backends active in one sample
 }
+
+// activeBackends is how many of a side's backends were in a statement at
+// once, over the samples: on 2 cores, more active backends than cores only
+// queue for a CPU (issue 39: why two runs differ).
+type activeBackends struct {
+	mean float64
+	max  int
+}
+
+func (a activeBackends) String() string { return fmt.Sprintf("%.1f / %d", a.mean, a.max) }
 
 // sampleWaits starts sampling app's backends until waits is called.
 func sampleWaits(ctx context.Context, pool *pgxpool.Pool, app string) *waitSampler {
@@ -67,13 +82,29 @@ func (w *waitSampler) poll(ctx context.Context, pool *pgxpool.Pool, app string) 
 	defer rows.Close()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	active := 0
 	for rows.Next() {
 		var event string
 		if rows.Scan(&event) == nil {
 			w.counts[event]++
 			w.total++
+			active++
 		}
 	}
+	if rows.Err() == nil {
+		w.polls++
+		w.most = max(w.most, active)
+	}
+}
+
+// active is how many backends were active at once; call after waits.
+func (w *waitSampler) active() activeBackends {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.polls == 0 {
+		return activeBackends{}
+	}
+	return activeBackends{mean: float64(w.total) / float64(w.polls), max: w.most}
 }
 
 // waits stops sampling and returns the events, most frequent first.
@@ -114,12 +145,13 @@ func formatWaits(ws []waitShare, most int) string {
 // the mirror's side by side, for every throughput row.
 func writeWaits(b *strings.Builder, rows []comparison) {
 	b.WriteString("### Where PostgreSQL's backends wait\n\n")
-	b.WriteString("pg_stat_activity sampled every 10 ms over each run, for the backends of one side " +
-		"(billingd's or pgbench's) that were in a statement: the share of samples on a CPU (no wait event) " +
-		"and in each wait event, leading five.\n\n")
-	b.WriteString("| workload | clients | billingd's backends | pgbench's backends |\n|---|--:|---|---|\n")
+	fmt.Fprintf(b, "pg_stat_activity sampled every %s over each run, for the backends of one side "+
+		"(billingd's or pgbench's) that were in a statement: the share of samples on a CPU (no wait event) "+
+		"and in each wait event, leading five; and how many were in a statement at once (mean / most of the samples).\n\n", waitPoll)
+	b.WriteString("| workload | clients | billingd's backends | active at once | pgbench's backends | active at once |\n|---|--:|---|--:|---|--:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(b, "| %s | %d | %s | %s |\n", r.workload, r.clients, formatWaits(r.service.waits, 5), formatWaits(r.pgbench.waits, 5))
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s |\n", r.workload, r.clients, formatWaits(r.service.waits, 5), r.service.active,
+			formatWaits(r.pgbench.waits, 5), r.pgbench.active)
 	}
 	b.WriteString("\n")
 }

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	httppprof "net/http/pprof"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -150,7 +151,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*App, error) {
 	}
 	a.newWebhooks()
 	a.Handler = a.edge()
-	a.MetricsHandler = MetricsHandler(a.Metrics)
+	a.MetricsHandler = MetricsHandler(a.Metrics, cfg.Pprof)
 	return a, nil
 }
 
@@ -190,12 +191,19 @@ func (a *App) edge() http.Handler {
 	return a.tracing.Handler(edge)
 }
 
-// MetricsHandler serves m at /metrics (and nothing else) for the metrics
-// listener, behind an edge of its own: its errors are envelopes too, and
-// scrapes are neither logged nor counted.
-func MetricsHandler(m *telemetry.Metrics) http.Handler {
+// MetricsHandler serves m at /metrics (and, with pprof, net/http/pprof's
+// /debug/pprof/) for the metrics listener, behind an edge of its own: its
+// errors are envelopes too, and scrapes are neither logged nor counted.
+func MetricsHandler(m *telemetry.Metrics, pprof bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
+	if pprof {
+		mux.HandleFunc("GET /debug/pprof/", httppprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", httppprof.Trace)
+	}
 	return httpedge.New(httpedge.Config{}, mux)
 }
 

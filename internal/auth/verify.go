@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"slices"
 	"strings"
@@ -63,11 +64,31 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (Identity, error) {
 		return Identity{}, reject("too long", nil)
 	}
 	now := time.Now()
-	if id, ok := v.verified.get(raw, now); ok {
-		return id, nil
+	if e, ok := v.verified.get(raw, now); ok {
+		served, err := v.stillServed(ctx, e.kid, e.key)
+		if err != nil {
+			v.verified.remove(raw)
+			return Identity{}, reject("unknown signing key", err)
+		}
+		if served {
+			return e.id, nil
+		}
+		v.verified.remove(raw) // the kid now names another key: check in full
 	}
 	claims := jwt.MapClaims{}
-	if _, err := jwt.ParseWithClaims(raw, claims, v.keys.KeyfuncCtx(ctx), v.options...); err != nil {
+	var kid string
+	var key crypto.PublicKey
+	keys := v.keys.KeyfuncCtx(ctx)
+	capture := func(t *jwt.Token) (any, error) {
+		k, err := keys(t)
+		s, hasKID := t.Header["kid"].(string)
+		// A kid-less token gets a jwt.VerificationKeySet: not cached.
+		if _, isSet := k.(jwt.VerificationKeySet); err == nil && hasKID && !isSet {
+			kid, key = s, k
+		}
+		return k, err
+	}
+	if _, err := jwt.ParseWithClaims(raw, claims, capture, v.options...); err != nil {
 		return Identity{}, reject(parseFailure(err, claims), err)
 	}
 	if err := v.checkIssuer(claims); err != nil {
@@ -75,9 +96,22 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (Identity, error) {
 	}
 	id, err := v.identity(claims)
 	if err == nil {
-		v.verified.put(raw, id, now)
+		v.verified.put(raw, kid, key, id, now)
 	}
 	return id, err
+}
+
+// stillServed reports whether the issuer's key set, as billingd last
+// fetched it, still holds key under kid: a remembered token counts only
+// then. A kid no longer in the set is an error (what a full check would
+// answer, after the same refresh of the set).
+func (v *Verifier) stillServed(ctx context.Context, kid string, key crypto.PublicKey) (bool, error) {
+	jwk, err := v.keys.Storage().KeyRead(ctx, kid)
+	if err != nil {
+		return false, err
+	}
+	pub, ok := jwk.Key().(interface{ Equal(crypto.PublicKey) bool })
+	return ok && pub.Equal(key), nil
 }
 
 // checkIssuer requires iss, from the configured issuer by SameIssuer (the

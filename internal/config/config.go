@@ -28,7 +28,11 @@ type Config struct {
 	// MetricsAddr (METRICS_ADDR) is where /metrics is served, on a listener
 	// of its own so that the API's listener never exposes it; "" when
 	// disabled (METRICS_ADDR=off).
-	MetricsAddr         string
+	MetricsAddr string
+	// Pprof (PPROF=true) also serves net/http/pprof's /debug/pprof/ on the
+	// metrics listener, for profiling a running replica (make bench
+	// -profile); off by default, and never on the API's listener.
+	Pprof               bool
 	PublicBaseURL       string
 	StripeSecretKey     string
 	StripeAPIBase       string
@@ -174,6 +178,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.StripeMaxNetworkRetries = between(getenv, "STRIPE_MAX_NETWORK_RETRIES", stripepayDefaultRetries, 0, stripepayMaxRetries, fail)
 	c.ConfirmConcurrency = between(getenv, "CONFIRM_CONCURRENCY", billing.DefaultMaxExecutions, 1, 1000, fail)
 	c.MigrateOnStart = boolean(getenv, "MIGRATE_ON_START", true, fail)
+	c.Pprof = boolean(getenv, "PPROF", false, fail)
 	c.RateLimits = billing.RateLimits{
 		Window:         duration(getenv, "RATE_LIMIT_WINDOW", time.Minute, time.Second, time.Hour, fail),
 		Proposals:      count(getenv, "RATE_LIMIT_PROPOSALS", 30, fail),

@@ -50,6 +50,7 @@ func TestLoadDefaults(t *testing.T) {
 		{"ConfirmTTL", c.ConfirmTTL, 60 * time.Second},
 		{"ConfirmClockSkew", c.ConfirmClockSkew, time.Duration(0)},
 		{"MigrateOnStart", c.MigrateOnStart, true},
+		{"Pprof", c.Pprof, false},
 		{"LogFormat", c.LogFormat, "json"},
 		{"DatabaseURL", c.DatabaseURL, ""},
 		{"StripeSecretKey", c.StripeSecretKey, ""},

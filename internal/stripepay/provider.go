@@ -34,7 +34,7 @@ func (p *Provider) PreviewPlanChange(ctx context.Context, change billing.PlanCha
 		},
 	}
 	inv, err := request(ctx, p, "preview invoice", &params.Params, "", func() (*stripe.Invoice, error) {
-		return p.api.Invoices.CreatePreview(params)
+		return p.previewInvoice(params)
 	})
 	if err != nil {
 		return billing.Preview{}, err
@@ -57,7 +57,7 @@ func (p *Provider) previewRenewal(ctx context.Context, change billing.PlanChange
 		},
 	}
 	inv, err := request(ctx, p, "preview renewal invoice", &params.Params, "", func() (*stripe.Invoice, error) {
-		return p.api.Invoices.CreatePreview(params)
+		return p.previewInvoice(params)
 	})
 	if err != nil {
 		return billing.Preview{}, err
@@ -150,7 +150,7 @@ func (p *Provider) afterRelease(ctx context.Context, subscriptionID string) (bil
 	rctx, cancel := p.bound(ctx)
 	defer cancel()
 	params.Context = rctx
-	sub, err := p.api.Subscriptions.Get(subscriptionID, params)
+	sub, err := p.subscriptionCall(http.MethodGet, subscriptionID, params)
 	if err != nil {
 		// The release is made: whatever Stripe answered the read (a 429,
 		// a 4xx), what billing does not know is only where the
@@ -182,7 +182,7 @@ func (p *Provider) updateSubscription(ctx context.Context, change billing.PlanCh
 	// The invoice the update made, with its amounts: what was charged.
 	params.Expand = []*string{stripe.String("latest_invoice")}
 	sub, err := request(ctx, p, "update subscription", &params.Params, idempotencyKey, func() (*stripe.Subscription, error) {
-		return p.api.Subscriptions.Update(change.SubscriptionID, params)
+		return p.subscriptionCall(http.MethodPost, change.SubscriptionID, params)
 	})
 	if err != nil {
 		return billing.AppliedChange{}, err
@@ -502,7 +502,7 @@ func (p *Provider) ReadSubscription(ctx context.Context, subscriptionID string) 
 	params := &stripe.SubscriptionParams{}
 	params.Expand = []*string{stripe.String("latest_invoice"), stripe.String("schedule")}
 	sub, err := request(ctx, p, "read subscription", &params.Params, "", func() (*stripe.Subscription, error) {
-		return p.api.Subscriptions.Get(subscriptionID, params)
+		return p.subscriptionCall(http.MethodGet, subscriptionID, params)
 	})
 	if err != nil {
 		return billing.ProviderSubscription{}, err

@@ -80,6 +80,10 @@ type Config struct {
 // concurrent use.
 type Provider struct {
 	api *client.API
+	// backend and key send the requests whose answers are decoded into
+	// wire.go's small structs (callSlim).
+	backend stripe.Backend
+	key     string
 	// timeout bounds each call, its retries included (see bound).
 	timeout time.Duration
 	steps   billing.StepHook
@@ -96,6 +100,11 @@ func New(cfg Config) *Provider {
 		// stderr by default. The errors we return carry what the caller
 		// needs to log, once.
 		LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+		// stripe-go reports each request's id and duration to Stripe in a
+		// header of the next one (X-Stripe-Client-Telemetry), a JSON
+		// encoding per request on billingd's CPU for Stripe's statistics;
+		// billingd measures its Stripe calls itself (telemetry).
+		EnableTelemetry: stripe.Bool(false),
 	}
 	if cfg.APIBase != "" {
 		backendCfg.URL = stripe.String(cfg.APIBase)
@@ -103,7 +112,8 @@ func New(cfg Config) *Provider {
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, backendCfg)
 	// Only the API backend is set: billingd calls no Connect (OAuth) or
 	// file-upload endpoints.
-	return &Provider{api: client.New(cfg.SecretKey, &stripe.Backends{API: backend}), timeout: requestTimeout(cfg), steps: cfg.Steps}
+	return &Provider{api: client.New(cfg.SecretKey, &stripe.Backends{API: backend}), backend: backend, key: cfg.SecretKey,
+		timeout: requestTimeout(cfg), steps: cfg.Steps}
 }
 
 // bound limits one call, stripe-go's retries included, to the request

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"time"
+)
+
+// -profile: where billingd and the load generator spend their CPU. billingd
+// is started with PPROF=true (net/http/pprof on its metrics listener, never
+// the API's) and asked for a CPU profile as long as the run; this process
+// profiles itself with runtime/pprof over the same run. Read them with `go
+// tool pprof -top DIR/billingd-handshake-16.pprof`. Profiling costs each
+// process a little CPU (a signal every 10 ms), so compare CPU per operation
+// of runs that were profiled alike.
+
+// profileRun profiles one billingd run of w at clients, when -profile asks
+// for it; stop ends the bench's own profile and waits for billingd's.
+func (e *env) profileRun(ctx context.Context, w workload, clients int, length time.Duration) (stop func() error, err error) {
+	if e.opts.profile == "" || clients != e.opts.profileClients {
+		return func() error { return nil }, nil
+	}
+	if err := os.MkdirAll(e.opts.profile, 0o755); err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("%s-%d.pprof", w, clients)
+	self, err := os.Create(filepath.Join(e.opts.profile, "bench-"+name))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(self); err != nil {
+		self.Close()
+		return nil, err
+	}
+	seconds := int(math.Ceil(length.Seconds()))
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.metricsAddr, seconds)
+	done := make(chan error, 1)
+	go func() { done <- download(ctx, url, filepath.Join(e.opts.profile, "billingd-"+name)) }()
+	return func() error {
+		pprof.StopCPUProfile()
+		err := self.Close()
+		if derr := <-done; derr != nil {
+			return fmt.Errorf("billingd's CPU profile: %w", derr)
+		}
+		return err
+	}, nil
+}
+
+func download(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 500))
+		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
