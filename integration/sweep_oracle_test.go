@@ -454,13 +454,14 @@ func (sw *sweep) judgeScheduled(sc *sweepCase) {
 		return
 	}
 	sc.mu.Lock()
-	defer sc.mu.Unlock()
+	cancelled := false
 	for _, c := range sc.consents {
-		if c.from.scheduled == stateScheduled(sc.scheduledBefore) && c.madeAll() {
-			return
-		}
+		cancelled = cancelled || c.from.scheduled == stateScheduled(sc.scheduledBefore) && c.madeAll()
 	}
-	sc.violate(4, "the change scheduled (%s) is gone at Stripe, and no change that cancels it was made", sc.scheduledBefore)
+	sc.mu.Unlock()
+	if !cancelled {
+		sc.violate(4, "the change scheduled (%s) is gone at Stripe, and no change that cancels it was made", sc.scheduledBefore)
+	}
 }
 
 // notMade are the words of an answer saying a change was not made.
