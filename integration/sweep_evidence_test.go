@@ -193,6 +193,11 @@ func (sw *sweep) caseWrites(sc *sweepCase) []stripepaytest.Write {
 func (sw *sweep) explain(sc *sweepCase) (unexplained []string) {
 	reads := sw.h.fake.ReadsOf(sc.sub)
 	writes := sw.caseWrites(sc)
+	sc.mu.Lock()
+	for _, c := range sc.consents { // judged afresh each time
+		c.writes, c.approvedAt = nil, sc.approvals[c.confirmation]
+	}
+	sc.mu.Unlock()
 	for i, w := range writes {
 		if !w.Changed() || w.Endpoint == stripepaytest.Dashboard || w.Endpoint == stripepaytest.Renewal {
 			continue

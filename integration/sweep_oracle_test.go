@@ -65,11 +65,6 @@ type sweepConfirmation struct {
 
 // judge applies the oracle to a settled case.
 func (sw *sweep) judge(sc *sweepCase) {
-	sc.mu.Lock()
-	for _, c := range sc.consents {
-		c.approvedAt = sc.approvals[c.confirmation]
-	}
-	sc.mu.Unlock()
 	for _, why := range sw.explain(sc) {
 		sc.violate(3, "%s", why)
 	}
@@ -77,11 +72,48 @@ func (sw *sweep) judge(sc *sweepCase) {
 	if d := sw.disagreement(sc); d != "" {
 		sc.violate(1, "%s", d)
 	}
-	sw.judgeRecords(sc)
+	sw.judgeRecords(sc, "")
 	sw.judgeScheduled(sc)
 	sw.judgeAnswers(sc)
 	sw.judgeReceipts(sc)
+	sw.judgeQuotedAmounts(sc)
 	sw.judgeMandates(sc)
+}
+
+// judgeQuotedAmounts is rule 5 for what a person agreed to pay: the amount
+// due now that a proposal stated is what Stripe invoiced for the change
+// (plus what a fault added after the quote: a tax rate that changed), unless
+// the renewal came between them.
+func (sw *sweep) judgeQuotedAmounts(sc *sweepCase) {
+	for _, why := range sw.misquoted(sc) {
+		sc.violate(5, "%s", why)
+	}
+}
+
+// misquoted lists the changes Stripe invoiced at another amount than the
+// one the person agreed to.
+func (sw *sweep) misquoted(sc *sweepCase) (wrong []string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.renewed {
+		return nil
+	}
+	for _, c := range sc.consents {
+		shown, ok := sc.shown[c.confirmation]
+		if c.kind != "token" || !ok {
+			continue
+		}
+		for _, w := range c.writes {
+			if w.Invoice == "" {
+				continue
+			}
+			amount, _, _ := sw.h.fake.Invoice(w.Invoice)
+			if quoted := shown.Details.AmountDueNowCents; amount != quoted && amount != quoted+sc.adjusted {
+				wrong = append(wrong, fmt.Sprintf("%s was quoted %d due now; Stripe invoiced %d (%s)", c, quoted, amount, w.Invoice))
+			}
+		}
+	}
+	return wrong
 }
 
 // judgeDuplicates is rule 3's "no consent produced two writes" for the
@@ -259,7 +291,7 @@ func keyOf(key, id string) (suffix string, ok bool) {
 
 // judgeRecords is oracle 2: billingd's records, the second witness, agree
 // with what Stripe did.
-func (sw *sweep) judgeRecords(sc *sweepCase) {
+func (sw *sweep) judgeRecords(sc *sweepCase, when string) {
 	executed := map[string]int{}
 	for _, e := range sw.h.auditEvents(sc.org) {
 		if e.Event == billing.EventOperationExecuted {
@@ -272,22 +304,22 @@ func (sw *sweep) judgeRecords(sc *sweepCase) {
 		switch {
 		case !known || sw.ambiguous(sc, c.id):
 		case made && c.status != "executed":
-			sc.violate(2, "Stripe made all of %s (%s→%s); billingd records it %s", c.id, c.from, c.to, c.status)
+			sc.violate(2, "%sStripe made all of %s (%s→%s); billingd records it %s", when, c.id, c.from, c.to, c.status)
 		case !made && c.status == "executed":
-			sc.violate(2, "billingd records %s (%s→%s) executed; Stripe did not make it", c.id, c.from, c.to)
+			sc.violate(2, "%sbillingd records %s (%s→%s) executed; Stripe did not make it", when, c.id, c.from, c.to)
 		}
 		want := 0
 		if c.status == "executed" {
 			want = 1
 		}
 		if executed[c.id] != want {
-			sc.violate(2, "%s (%s) has %d OPERATION_EXECUTED, want %d", c.id, c.status, executed[c.id], want)
+			sc.violate(2, "%s%s (%s) has %d OPERATION_EXECUTED, want %d", when, c.id, c.status, executed[c.id], want)
 		}
 		switch receipt := sw.receipt(c.id); {
 		case c.status == "executed" && receipt == "":
-			sc.violate(2, "executed %s has no receipt", c.id)
+			sc.violate(2, "%sexecuted %s has no receipt", when, c.id)
 		case c.status != "executed" && receipt != "":
-			sc.violate(2, "%s (%s) has a receipt", c.id, c.status)
+			sc.violate(2, "%s%s (%s) has a receipt", when, c.id, c.status)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -86,10 +85,14 @@ type sweepFault struct {
 
 // sweepCase is one operation, one armed step and one fault.
 type sweepCase struct {
-	op    sweepOp
-	step  billing.Step
-	fault sweepFault
-	n     int
+	op   sweepOp
+	step billing.Step
+	// passage is which time the case's calls reach step when the fault
+	// fires: 1 the first, 2 the second (an owner's retry passes the
+	// second call's steps again), …
+	passage int
+	fault   sweepFault
+	n       int
 
 	org, sub string
 	payer    string // the member making the change (REST token)
@@ -106,6 +109,8 @@ type sweepCase struct {
 	deniedAt  time.Time // when the policy turned to deny (fault policy)
 	dashboard bool      // Stripe's dashboard changed the subscription
 	renewed   bool      // the test clock renewed the subscription
+	// adjusted is what a fault added to the next invoice an update makes.
+	adjusted int64
 	// faultCalls are the calls a fault made that may still be under way.
 	faultCalls sync.WaitGroup
 	// webhookLost: a delivery of Stripe's event got no 2xx, so Stripe
@@ -128,7 +133,11 @@ type sweepCase struct {
 }
 
 func (sc *sweepCase) String() string {
-	return fmt.Sprintf("#%d %s at %s with %s", sc.n, sc.op.name, sc.step, sc.fault.name)
+	at := sc.step.String()
+	if sc.passage > 1 {
+		at += fmt.Sprintf(" (passage %d)", sc.passage)
+	}
+	return fmt.Sprintf("#%d %s at %s with %s", sc.n, sc.op.name, at, sc.fault.name)
 }
 
 // sweepAnswer is an answer billingd gave during a case.
@@ -239,7 +248,7 @@ func (sw *sweep) control(w http.ResponseWriter, r *http.Request) {
 		if !sc.closed { // the steps the case's own calls pass, not its late webhook's
 			sc.reached = append(sc.reached, req.Step)
 		}
-		fire := !sc.fired && !sc.closed && req.Step == sc.step.String()
+		fire := !sc.fired && !sc.closed && req.Step == sc.step.String() && passages(sc.reached, req.Step) == max(sc.passage, 1)
 		sc.fired = sc.fired || fire
 		sc.mu.Unlock()
 		if fire {
@@ -350,12 +359,19 @@ func (sw *sweep) settle(sc *sweepCase) {
 	if d := sw.disagreement(sc); d != "" && !repairable {
 		sc.violate(1, "before any late webhook: %s", d)
 	}
+	sc.mu.Lock()
+	lost := sc.webhookLost
+	sc.mu.Unlock()
+	if !lost { // billingd's records already agree with Stripe, without a webhook's repair
+		sw.explain(sc)
+		sw.judgeRecords(sc, "before any late webhook: ")
+	}
 	// The late delivery is Stripe's, after every fault: a fault armed at a
 	// webhook's step does not fire in it (there would be no delivery after).
 	sc.mu.Lock()
 	sc.closed = true
 	sc.mu.Unlock()
-	sw.deliverLatest(sc, sw.replicas[1].url)
+	sw.deliverLate(sc, sw.replicas[1].url)
 	for deadline := time.Now().Add(5 * time.Second); sw.disagreement(sc) != "" && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -647,6 +663,11 @@ func sweepOps() []sweepOp {
 					map[string]string{"to": "scale", "confirm_token": p.ConfirmToken}, p.ConfirmationID, true)
 			}
 		}},
+		{name: "upgrade, Stripe timeout, settled by the owner's retry", plan: "pro", run: func(sw *sweep, sc *sweepCase) {
+			// The retry passes the second call's steps again (passage 2).
+			sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.Delay(sweepStripeTimeout+500*time.Millisecond))
+			sw.handshake(sc, "upgrade", "scale", "")
+		}},
 		{name: "upgrade, answer lost, settled by a webhook", plan: "pro", run: func(sw *sweep, sc *sweepCase) {
 			sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.LoseResponse)
 			if p, ok := sw.firstCall(sc, "upgrade", "scale", ""); ok {
@@ -756,16 +777,41 @@ func (sw *sweep) renew(sc *sweepCase) {
 // deliverLatest delivers the latest Stripe event about the case's
 // subscription to base, as Stripe does (late, perhaps again).
 func (sw *sweep) deliverLatest(sc *sweepCase, base string) {
-	events := sw.h.fake.Events()
+	if events := sw.eventsAbout(sc); len(events) > 0 {
+		sw.deliverEvent(sc, base, events[len(events)-1])
+	}
+}
+
+// deliverLate delivers, once the case is over, every event about its
+// subscription newest first (out of order, as Stripe may), then the newest
+// again (twice, as Stripe may).
+func (sw *sweep) deliverLate(sc *sweepCase, base string) {
+	events := sw.eventsAbout(sc)
 	for i := len(events) - 1; i >= 0; i-- {
-		if bytes.Contains(events[i].Payload, []byte(`"`+sc.sub+`"`)) {
-			if !deliver(base, signedWebhook(events[i])) {
-				sc.mu.Lock()
-				sc.webhookLost = sc.webhookLost || !sc.closed
-				sc.mu.Unlock()
-			}
-			return
+		sw.deliverEvent(sc, base, events[i])
+	}
+	sw.deliverLatest(sc, base)
+}
+
+// eventsAbout lists Stripe's events about the case's subscription, oldest
+// first.
+func (sw *sweep) eventsAbout(sc *sweepCase) []stripepaytest.Event {
+	var out []stripepaytest.Event
+	for _, ev := range sw.h.fake.Events() {
+		if bytes.Contains(ev.Payload, []byte(`"`+sc.sub+`"`)) {
+			out = append(out, ev)
 		}
+	}
+	return out
+}
+
+// deliverEvent delivers ev to base, noting a delivery billingd did not take
+// during the case (Stripe delivers it again later).
+func (sw *sweep) deliverEvent(sc *sweepCase, base string, ev stripepaytest.Event) {
+	if !deliver(base, signedWebhook(ev)) {
+		sc.mu.Lock()
+		sc.webhookLost = sc.webhookLost || !sc.closed
+		sc.mu.Unlock()
 	}
 }
 
@@ -823,9 +869,15 @@ func sweepFaults() []sweepFault {
 			// A tax rate or a discount changed after the quote: the next
 			// invoice an update makes is 1.234 KWD more than previewed.
 			sw.h.fake.AdjustNextInvoice(1234)
+			sc.mu.Lock()
+			sc.adjusted = 1234
+			sc.mu.Unlock()
 			return failpoint.ActionContinue
 		}},
 		{name: "webhook", fire: func(sw *sweep, sc *sweepCase) string {
+			// An event about the subscription as it is right now, which
+			// billingd must not record over a change it is making.
+			sw.h.fake.Touch(sc.sub)
 			async(sc, func() { sw.deliverLatest(sc, sw.replicas[1].url) })
 			return failpoint.ActionContinue
 		}},
@@ -910,8 +962,9 @@ func (sw *sweep) denyAll(sc *sweepCase) {
 // time in another operation, and every step of every operation once.
 func (sw *sweep) plan(full bool, ops *regexp.Regexp) []*sweepCase {
 	type armed struct {
-		op   sweepOp
-		step string
+		op      sweepOp
+		step    string
+		passage int
 	}
 	var all []armed
 	faults := sweepFaults()
@@ -923,8 +976,10 @@ func (sw *sweep) plan(full bool, ops *regexp.Regexp) []*sweepCase {
 		n++
 		dry := &sweepCase{op: op, n: n, fault: sweepFault{name: "no fault"}}
 		sw.run(dry)
-		for _, step := range uniqueSteps(dry.reached) {
-			all = append(all, armed{op, step})
+		for i, step := range dry.reached { // each step, and its second passage (an owner's retry)
+			if passage := passages(dry.reached[:i+1], step); passage <= 2 {
+				all = append(all, armed{op, step, passage})
+			}
 		}
 	}
 	picked := map[[2]int]bool{} // (armed, fault)
@@ -963,7 +1018,7 @@ func (sw *sweep) plan(full bool, ops *regexp.Regexp) []*sweepCase {
 		for j, f := range faults {
 			if picked[[2]int{i, j}] {
 				n++
-				cases = append(cases, &sweepCase{op: a.op, step: stepNamed(a.step), fault: f, n: n})
+				cases = append(cases, &sweepCase{op: a.op, step: stepNamed(a.step), passage: a.passage, fault: f, n: n})
 			}
 		}
 	}
@@ -1024,14 +1079,15 @@ func coverage(cases []*sweepCase) string {
 	return b.String()
 }
 
-func uniqueSteps(reached []string) []string {
-	var steps []string
+// passages counts how often step was reached in reached.
+func passages(reached []string, step string) int {
+	n := 0
 	for _, s := range reached {
-		if !slices.Contains(steps, s) {
-			steps = append(steps, s)
+		if s == step {
+			n++
 		}
 	}
-	return steps
+	return n
 }
 
 func stepNamed(name string) billing.Step {

@@ -77,6 +77,20 @@ func (s *Server) ChangeInDashboard(subscriptionID string, edit func(*Subscriptio
 	return nil
 }
 
+// Touch makes the customer.subscription.updated event Stripe sends about
+// a subscription for a change billingd does not watch (a payment method,
+// an invoice setting): the subscription as it is now, changed in nothing
+// billingd reads.
+func (s *Server) Touch(subscriptionID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub, ok := s.subs[subscriptionID]
+	if ok {
+		s.emit("customer.subscription.updated", sub)
+	}
+	return ok
+}
+
 // Event is a webhook event the fake made: what Stripe would POST to an
 // endpoint, unsigned. Created has whole seconds, as Stripe's does, so events
 // of one second cannot be ordered by it.
