@@ -861,7 +861,7 @@ func sweepFaults() []sweepFault {
 		stripe("Stripe 5xx", stripepaytest.ServerError),
 		stripe("Stripe timeout", stripepaytest.Delay(sweepStripeTimeout+500*time.Millisecond)),
 		// Still running at Stripe when billingd, timed out, reads back.
-		stripe("Stripe stalls", stripepaytest.Linger(sweepStripeTimeout * 5 / 2)),
+		stripe("Stripe stalls", stripepaytest.Linger(sweepStripeTimeout*5/2)),
 		stripe("Stripe applies then errs", stripepaytest.ApplyThenServerError),
 		stripe("Stripe 429", stripepaytest.RateLimited),
 		stripe("Stripe declines", stripepaytest.DeclineCard),
@@ -911,7 +911,7 @@ func sweepFaults() []sweepFault {
 		// The consent lapses while the request is still running at
 		// Stripe: billingd may call it not made only once it is over.
 		{name: "Stripe stalls and the policy turns to deny", fire: func(sw *sweep, sc *sweepCase) string {
-			sw.h.fake.FailNextFor(sc.sub, stripepaytest.Linger(sweepStripeTimeout * 5 / 2))
+			sw.h.fake.FailNextFor(sc.sub, stripepaytest.Linger(sweepStripeTimeout*5/2))
 			async(sc, func() { sw.denyAll(sc) })
 			return failpoint.ActionContinue
 		}},
