@@ -84,9 +84,11 @@ func (c *sweepConsent) madeAll() bool {
 	for _, w := range c.writes {
 		before, after := stateAtStripe(w.Before), stateAtStripe(w.After)
 		planMade = planMade || before.plan != after.plan
-		// Keeping the plan is made only on the plan kept: a release after
-		// the dashboard moved the price keeps nothing.
-		scheduleMade = scheduleMade || before.scheduled != after.scheduled && (!c.keeps() || after.plan == c.to.plan)
+		// The schedule agreed to stands after one of its writes (a change
+		// in the dashboard may have made the scheduled change moot
+		// already). Keeping the plan is made only on the plan kept: a
+		// release after the dashboard moved the price keeps nothing.
+		scheduleMade = scheduleMade || after.scheduled == c.to.scheduled && (!c.keeps() || after.plan == c.to.plan)
 	}
 	return planMade && scheduleMade
 }
