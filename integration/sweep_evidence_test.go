@@ -200,16 +200,18 @@ func (sw *sweep) explain(sc *sweepCase) (unexplained []string) {
 		c.writes, c.approvedAt = nil, sc.approvals[c.confirmation]
 	}
 	sc.mu.Unlock()
+	var restored time.Time // the last time a released scheduled change was put back
 	for i, w := range writes {
 		if !w.Changed() || w.Endpoint == stripepaytest.Dashboard || w.Endpoint == stripepaytest.Renewal {
 			continue
 		}
 		before, after := stateAtStripe(w.Before), stateAtStripe(w.After)
-		if sc.restores(before, after) {
+		seen := stateAtStripe(sw.seenBefore(w, writes[:i], reads))
+		if sc.restores(seen, after) {
+			restored = w.At
 			continue
 		}
-		seen := stateAtStripe(sw.seenBefore(w, writes[:i], reads))
-		c, why := sc.consentFor(w, change{before, after, seen})
+		c, why := sc.consentFor(w, change{before, after, seen, restored})
 		if c == nil {
 			unexplained = append(unexplained, fmt.Sprintf("%s (%s) took Stripe from %s to %s at %s (billingd last saw %s): %s",
 				w.Endpoint, w.Key, before, after, w.At.Format("15:04:05.000"), seen, why))
@@ -242,9 +244,9 @@ func (sw *sweep) seenBefore(w stripepaytest.Write, earlier []stripepaytest.Write
 	return seen
 }
 
-// restores reports whether a write from before to after puts back the
-// change that was scheduled when the case began, which a change not made
-// had released: it undoes, and needs no consent.
+// restores reports whether a write from before (as billingd could know it)
+// to after puts back the change that was scheduled when the case began,
+// which a change not made had released: it undoes, and needs no consent.
 func (sc *sweepCase) restores(before, after sweepState) bool {
 	return sc.scheduledBefore != "" && before.plan == after.plan && before.scheduled == "" &&
 		after.scheduled == stateScheduled(sc.scheduledBefore)
@@ -297,9 +299,12 @@ func (sc *sweepCase) consentFor(w stripepaytest.Write, ch change) (*sweepConsent
 }
 
 // change is what one write did: the subscription before and after it, and
-// the state billingd could know when it sent it (seenBefore).
+// the state billingd could know when it sent it (seenBefore); restored is
+// when a released scheduled change was last put back (a consent's release
+// before then was undone, and may be made again by its next attempt).
 type change struct {
 	before, after, seen sweepState
+	restored            time.Time
 }
 
 func (ch change) plan() bool     { return ch.before.plan != ch.after.plan }
@@ -329,7 +334,7 @@ func (c *sweepConsent) fits(ch change) bool {
 func (c *sweepConsent) spent(ch change, mandate *sweepMandateGiven) bool {
 	for _, w := range c.writes {
 		b, a := stateAtStripe(w.Before), stateAtStripe(w.After)
-		if (b.plan != a.plan && ch.plan()) || (b.scheduled != a.scheduled && ch.schedule()) {
+		if (b.plan != a.plan && ch.plan()) || (b.scheduled != a.scheduled && ch.schedule() && w.At.After(ch.restored)) {
 			return true
 		}
 	}
