@@ -60,8 +60,6 @@ type sweepConsent struct {
 	approvedAt time.Time
 	// writes are the Stripe writes it explains (oracle rule 3).
 	writes []stripepaytest.Write
-	// answers are the answers about it.
-	answers []sweepAnswer
 }
 
 func (c *sweepConsent) String() string {
