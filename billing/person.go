@@ -19,7 +19,10 @@ import (
 //     client's.
 //
 // Every other call is an agent's: any MCP call, any REST client not so
-// listed, a token with no client at all. An org's agent_clients may name
+// listed, a token with no client at all, a token that names an actor (act:
+// someone acting on the person's behalf, even through a listed client).
+// A token whose azp and client_id disagree names no one client and is
+// refused before it gets here (internal/auth). An org's agent_clients may name
 // more agents, even a listed client or the pages; it never turns an agent
 // into a person. This one rule decides policies (caller: agent / user),
 // consent (agent_relayed unless a person's own call), who may approve, and
@@ -34,7 +37,7 @@ type people struct {
 // policy p: everything that is not a person's (see above).
 func (pp people) isAgent(p Policy, c Caller) bool {
 	switch {
-	case c.Agent: // over MCP, whatever its client says
+	case c.Agent: // over MCP, or acting on someone's behalf (act), whatever its client says
 		return true
 	case c.Client != "" && slices.Contains(p.AgentClients, c.Client):
 		return true
