@@ -75,8 +75,10 @@ var personMust = map[Act]string{
 	ActManageWebhooks: "create, change, rotate or delete webhook endpoints (on billingd's pages, or through a client the operator lists in PERSON_CLIENTS)",
 }
 
-// reasonPersonRequired is the reason of an agent's refused act.
-const reasonPersonRequired = "person_required"
+// ReasonPersonRequired is the reason of an agent's refused act. A refused
+// act changes nothing, so it spends no one's proposal budget (the store's
+// RecentActivity leaves these events out).
+const ReasonPersonRequired = "person_required"
 
 // RequirePerson refuses act to an agent (person.go's rule, under the
 // caller's org's policy in force): operation_denied, audited as
@@ -94,7 +96,7 @@ func (s *Service) refuseAgent(ctx context.Context, caller Caller, p Policy, act 
 	if !s.people.isAgent(p, caller) {
 		return nil
 	}
-	refused := s.event(caller, "", EventOperationDenied, "", reasonPersonRequired)
+	refused := s.event(caller, "", EventOperationDenied, "", ReasonPersonRequired)
 	refused.Operation = string(act)
 	if err := s.store.AppendAudit(ctx, refused); err != nil {
 		return storeError("audit refusal", err)

@@ -115,6 +115,26 @@ func TestEndpointListHidesSlackURL(t *testing.T) {
 	}
 }
 
+// TestRefusedLooseningSpendsNoProposalBudget: a refused loosening changes
+// nothing (contract §4), so its OPERATION_DENIED (person_required, no
+// confirmation) is no first call: an agent holding only billing:admin,
+// which cannot propose at all, trying PUT /policy as often as the
+// principal's RATE_LIMIT_PROPOSALS allows does not rate-limit the person's
+// own first call through their console.
+func TestRefusedLooseningSpendsNoProposalBudget(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withEnv("RATE_LIMIT_PROPOSALS", "2"), withEnv("RATE_LIMIT_WINDOW", "1m"))
+	h.createOrg("rl", "RL", "pro")
+	agent := h.tokenOf("test-agent", "rl", "ada", auth.ScopeAdmin)
+	for range 2 {
+		wantStatus(t, h.do("PUT", "/api/billing/policy", agent, `{"rules":[]}`), http.StatusForbidden, "operation_denied")
+	}
+	r := h.do("POST", "/api/billing/upgrade", h.admin("rl", "ada"), map[string]string{"to": "scale"})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("the person's first call after the agent's refused tries: %d %s, want 202", r.Status, r.Body)
+	}
+}
+
 // changesAtStripe is every write that changed the subscription at Stripe
 // (a preview, or a schedule made from the subscription, changes nothing).
 func (h *harness) changesAtStripe(sub string) []stripepaytest.Write {
