@@ -19,7 +19,10 @@ import (
 //     client's.
 //
 // Every other call is an agent's: any MCP call, any REST client not so
-// listed, a token with no client at all. An org's agent_clients may name
+// listed, a token with no client at all, a token that names an actor (act:
+// someone acting on the person's behalf, even through a listed client).
+// A token whose azp and client_id disagree names no one client and is
+// refused before it gets here (internal/auth). An org's agent_clients may name
 // more agents, even a listed client or the pages; it never turns an agent
 // into a person. This one rule decides policies (caller: agent / user),
 // consent (agent_relayed unless a person's own call), who may approve, and
@@ -34,7 +37,7 @@ type people struct {
 // policy p: everything that is not a person's (see above).
 func (pp people) isAgent(p Policy, c Caller) bool {
 	switch {
-	case c.Agent: // over MCP, whatever its client says
+	case c.Agent: // over MCP, or acting on someone's behalf (act), whatever its client says
 		return true
 	case c.Client != "" && slices.Contains(p.AgentClients, c.Client):
 		return true
@@ -72,8 +75,10 @@ var personMust = map[Act]string{
 	ActManageWebhooks: "create, change, rotate or delete webhook endpoints (on billingd's pages, or through a client the operator lists in PERSON_CLIENTS)",
 }
 
-// reasonPersonRequired is the reason of an agent's refused act.
-const reasonPersonRequired = "person_required"
+// ReasonPersonRequired is the reason of an agent's refused act. A refused
+// act changes nothing, so it spends no one's proposal budget (the store's
+// RecentActivity leaves these events out).
+const ReasonPersonRequired = "person_required"
 
 // RequirePerson refuses act to an agent (person.go's rule, under the
 // caller's org's policy in force): operation_denied, audited as
@@ -91,7 +96,7 @@ func (s *Service) refuseAgent(ctx context.Context, caller Caller, p Policy, act 
 	if !s.people.isAgent(p, caller) {
 		return nil
 	}
-	refused := s.event(caller, "", EventOperationDenied, "", reasonPersonRequired)
+	refused := s.event(caller, "", EventOperationDenied, "", ReasonPersonRequired)
 	refused.Operation = string(act)
 	if err := s.store.AppendAudit(ctx, refused); err != nil {
 		return storeError("audit refusal", err)

@@ -17,8 +17,10 @@ type Caller struct {
 	Principal string // the token's sub
 	Client    string // azp or client_id: the agent or app acting, if any
 	Admin     bool   // holds billing:admin
-	// Agent: the call came over MCP, an agent's channel whatever its client.
-	// A call without it is not thereby a person's (person.go).
+	// Agent: the call came over MCP, an agent's channel, or with a token
+	// that names an actor (RFC 8693 act: someone acting on the person's
+	// behalf): an agent's whatever its client. A call without it is not
+	// thereby a person's (person.go).
 	Agent bool
 	// Session: the call came from billingd's own signed-in pages (the
 	// session cookie, CSRF-checked), not with a bearer token: a person's

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -8,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/devissuer"
 )
@@ -20,24 +24,41 @@ import (
 // every kind of client.
 //
 // Each case is a fresh org whose policy holds agents' changes for a
-// person's approval, with a person's notification endpoint and a change of
-// the agent's waiting for approval. The caller tries the route with bodies
-// meant to loosen the gate (an empty policy, allow rules, its own
-// endpoint, deleting the person's, a mandate, approving the waiting
-// change); then agents try to make a plan change end to end. The oracle
-// reads only what Stripe did (the fake's log of writes) and what the test
-// itself consented to as a person, never billingd's records:
+// person's approval, with a person's notification endpoint, a person's
+// mandate and a change of the agent's waiting for approval. The caller
+// tries the route with bodies meant to loosen the gate (an empty policy,
+// allow rules, its own endpoint, deleting the person's, a mandate,
+// approving the waiting change); then agents try to make a plan change end
+// to end, once under that policy and once under one a mandate can satisfy
+// (agents need only confirm), trying first calls only, so that a mandate
+// an agent granted itself would execute at once. The oracle:
 //
 //   - a write at Stripe is a failure unless a person's call of this case
 //     loosened the gate (the test consented through the person);
+//   - around every try that is not a person's, the org's gate state
+//     (gateState: the policy as GET /api/billing/policy shows it, the
+//     webhook endpoints with their secrets and rotation, the mandates,
+//     each confirmation's status, approval and approvers, and the audit
+//     log without its OPERATION_DENIED rows) must be unchanged, but for
+//     what taking power away removes (a cancelled confirmation, a revoked
+//     mandate) and what asking for a change adds (a confirmation nobody
+//     approved, its token's events): a route that writes and then answers
+//     403 fails here even when Stripe never hears of it;
 //   - an agent's try at a route that loosens must answer 403
 //     operation_denied (insufficient_scope only when its token lacks the
 //     route's scope);
 //   - a person's try must succeed, so the sweep cannot pass by refusing
 //     everyone.
 //
+// The callers are every kind the contract names (§4): agents (a client the
+// org lists in agent_clients, a client nobody listed anywhere, a token
+// without a client, a PERSON_CLIENTS client the org names in
+// agent_clients, any MCP call) and people (a PERSON_CLIENTS client,
+// billingd's signed-in pages).
+//
 // The routes come from the router (App.Routes) and the MCP server's tool
-// list: a route or tool this file does not classify fails the sweep.
+// list: a route or tool this file does not classify fails the sweep; only
+// Echo's own not-found routes are left out.
 
 // gateKind is what a route can do to the gate.
 type gateKind string
@@ -152,6 +173,8 @@ type gateCase struct {
 	// page and csrf: the case's person signed in on billingd's pages.
 	page *visitor
 	csrf string
+	// agentClients: the clients the org's agent_clients names.
+	agentClients []string
 }
 
 // on is h reporting to t (a subtest's), so that its helpers fail t.
@@ -161,10 +184,13 @@ func (h *harness) on(t *testing.T) *harness {
 	return &c
 }
 
-// newGateCase sets up org n.
-func (h *harness) newGateCase(t *testing.T, n int) *gateCase {
+// newGateCase sets up org n. moreAgents are clients the org names in
+// agent_clients besides test-agent, once the person set everything up
+// (naming PERSON_CLIENTS' client there makes the harness's person an
+// agent).
+func (h *harness) newGateCase(t *testing.T, n int, moreAgents ...string) *gateCase {
 	t.Helper()
-	c := &gateCase{h: h, org: fmt.Sprintf("gate%d", n)}
+	c := &gateCase{h: h, org: fmt.Sprintf("gate%d", n), agentClients: append([]string{"test-agent"}, moreAgents...)}
 	c.sub = h.createOrg(c.org, "Gate", "pro").Subscription.StripeSubscriptionID
 	h.setPolicy(c.org, agentsNeedApproval)
 	c.hook = h.addEndpoint(c.org, map[string]any{"url": "http://127.0.0.1:9/services/T0/B0/people",
@@ -173,7 +199,16 @@ func (h *harness) newGateCase(t *testing.T, n int) *gateCase {
 	// overrides approve.
 	c.mandate = h.grantMandate(c.org, "setup-person", generous()).ID
 	c.waiting = h.proposeApproval(h.user(c.org, "bot"), "scale")
+	if len(moreAgents) > 0 {
+		h.setPolicy(c.org, c.policy("approve"))
+	}
 	return c
+}
+
+// policy is the case's policy with agents' changes at action.
+func (c *gateCase) policy(action string) string {
+	clients, _ := json.Marshal(c.agentClients)
+	return fmt.Sprintf(`{"agent_clients":%s,"rules":[{"name":"agents need a human","caller":"agent","action":%q}]}`, clients, action)
 }
 
 // path fills a route's parameters with the case's objects.
@@ -212,7 +247,136 @@ func (c *gateCase) judge(t *testing.T, what string, agentToken string) {
 	}
 	if made := h.changesAtStripe(c.sub); len(made) > 0 && !c.consented {
 		t.Errorf("%s: Stripe made %d change(s) (%s first) without a person's consent", what, len(made), made[0].Endpoint)
+		return
 	}
+	c.judgeUnderMandates(t, what, agentToken)
+}
+
+// judgeUnderMandates judges again under a policy that a mandate can
+// satisfy (agents need only confirm, not approve): the test, as the
+// operator, puts it in place in the database (the org's person may be
+// named an agent), and agents make first calls only, so that nothing
+// reaches Stripe but through a mandate. The person's own mandate is for
+// another principal; a mandate an agent granted (test-agent acting for the
+// sweep's caller, as the sweep's grant asks) would execute at once.
+func (c *gateCase) judgeUnderMandates(t *testing.T, what string, agentToken string) {
+	t.Helper()
+	h := c.h
+	if _, err := h.db.Pool.Exec(context.Background(), `UPDATE org_policies SET policy = $2, updated_by = 'gate sweep' WHERE org = $1`,
+		c.org, c.policy("confirm")); err != nil {
+		t.Fatal(err)
+	}
+	granted := h.tokenOf("test-agent", c.org, "caller", auth.ScopeRead, auth.ScopeWrite)
+	for _, tok := range []string{h.user(c.org, "bot"), granted, agentToken} {
+		if tok == "" {
+			continue
+		}
+		for _, op := range []string{"upgrade", "downgrade"} {
+			to := map[string]string{"upgrade": "scale", "downgrade": "free"}[op]
+			deliver(h.url, bearerRequest(h, "POST", "/api/billing/"+op, tok, fmt.Sprintf(`{"to":%q}`, to)))
+		}
+	}
+	if made := h.changesAtStripe(c.sub); len(made) > 0 && !c.consented {
+		t.Errorf("%s: under a policy a mandate satisfies, Stripe made %d change(s) (%s first) without a person's consent",
+			what, len(made), made[0].Endpoint)
+	}
+}
+
+// gateState is what the org's gate is made of, item by item: "policy",
+// "endpoint <id>", "mandate <id>", "confirmation <id>", "audit <id>" (the
+// audit log without its OPERATION_DENIED rows, which a refusal adds).
+type gateState map[string]string
+
+// state reads the org's gate state: the policy as the API shows it, the
+// rest from the database (every column of an endpoint, its secrets as
+// hashes; every column of a mandate, "revoked" when it is).
+func (c *gateCase) state(t *testing.T) gateState {
+	t.Helper()
+	h := c.h
+	s := gateState{}
+	r := h.roundTrip(bearerRequest(h, "GET", "/api/billing/policy", h.tokenOf("snapshot", c.org, "snapshot", auth.ScopeAdmin), ""))
+	if r.Status != http.StatusOK {
+		t.Fatalf("read the policy: %d %s", r.Status, r.Body)
+	}
+	s["policy"] = string(r.Body)
+	for _, q := range []struct{ kind, sql string }{
+		{"endpoint", `SELECT id, (to_jsonb(e) - 'secret' - 'previous_secret' || jsonb_build_object('secret_md5', md5(secret),
+			'previous_secret_md5', md5(coalesce(previous_secret, ''))))::text FROM webhook_endpoints e WHERE org = $1`},
+		{"mandate", `SELECT id, (to_jsonb(m) - 'revoked_at' - 'revoked_by')::text ||
+			CASE WHEN revoked_at IS NULL THEN '' ELSE ' revoked' END FROM mandates m WHERE org = $1`},
+		{"confirmation", `SELECT id, format('status %s, approval %s, approvers %s, approver %s, approvals_required %s',
+			status, coalesce(approval, 'none'), approvers, coalesce(approver, ''), approvals_required) FROM confirmations WHERE org = $1`},
+		{"audit", `SELECT id::text, format('%s by %s (client %s): operation %s, confirmation %s, reason %s',
+			event, principal, client, operation, confirmation_id, reason) FROM audit_events WHERE org = $1 AND event <> 'OPERATION_DENIED'`},
+	} {
+		rows, err := h.db.Pool.Query(context.Background(), q.sql, c.org)
+		if err != nil {
+			t.Fatalf("read the %ss: %v", q.kind, err)
+		}
+		for rows.Next() {
+			var id, state string
+			if err := rows.Scan(&id, &state); err != nil {
+				t.Fatal(err)
+			}
+			s[q.kind+" "+id] = state
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// wantGateKept requires the gate state after a try of kind that is not a
+// person's to be before's, but for what taking power away removes (a
+// pending confirmation cancelled, a mandate revoked, and their audit
+// events) and what asking for a change adds (a confirmation nobody
+// approved, and its token's events).
+func wantGateKept(t *testing.T, what string, kind gateKind, before, after gateState) {
+	t.Helper()
+	for item, was := range before {
+		now, ok := after[item]
+		switch {
+		case !ok:
+			t.Errorf("%s: %s is gone (was %s)", what, item, was)
+		case now == was:
+		case kind == takesAway && takenAway(item, was, now):
+		default:
+			t.Errorf("%s: %s changed:\n  %s\nwas\n  %s", what, item, now, was)
+		}
+	}
+	for item, now := range after {
+		if _, ok := before[item]; !ok && !mayAppear(kind, item, now) {
+			t.Errorf("%s: %s appeared: %s", what, item, now)
+		}
+	}
+}
+
+// takenAway reports whether was → now only takes power away.
+func takenAway(item, was, now string) bool {
+	switch kind, _, _ := strings.Cut(item, " "); kind {
+	case "confirmation":
+		return strings.HasPrefix(was, "status pending,") && now == strings.Replace(was, "status pending,", "status cancelled,", 1)
+	case "mandate":
+		return now == was+" revoked"
+	}
+	return false
+}
+
+// mayAppear reports whether an item new after a try of kind is allowed.
+func mayAppear(kind gateKind, item, now string) bool {
+	allowed := map[gateKind][]string{
+		changes:   {billing.EventTokenIssued, billing.EventTokenRejected, billing.EventTokenValidated, billing.EventTokenRevoked},
+		takesAway: {billing.EventTokenRevoked, billing.EventMandateRevoked},
+	}[kind]
+	switch what, _, _ := strings.Cut(item, " "); what {
+	case "audit":
+		event, _, _ := strings.Cut(now, " ")
+		return slices.Contains(allowed, event)
+	case "confirmation": // a change asked for, which nobody approved
+		return kind == changes && !strings.Contains(now, "approval granted") && strings.Contains(now, "approvers {}")
+	}
+	return false
 }
 
 func bearerRequest(h *harness, method, path, token, body string) *http.Request {
@@ -233,15 +397,21 @@ func bearerRequest(h *harness, method, path, token, body string) *http.Request {
 	return req
 }
 
-// restCaller is a kind of REST client: an agent (a client nobody listed),
-// a person (a PERSON_CLIENTS client, or billingd's signed-in pages).
+// restCaller is a kind of REST client: an agent (test-agent, which the
+// org names in agent_clients; a client nobody listed anywhere; a token
+// without a client; a PERSON_CLIENTS client the org names in
+// agent_clients), a person (a PERSON_CLIENTS client, or billingd's
+// signed-in pages).
 type restCaller struct {
 	name   string
 	person bool
 	pages  bool
 	scopes []string
-	send   func(c *gateCase, method, path, body string) response
-	token  func(c *gateCase) string // nil for the pages
+	// moreAgents: clients the case's org names in agent_clients besides
+	// test-agent.
+	moreAgents []string
+	send       func(c *gateCase, method, path, body string) response
+	token      func(c *gateCase) string // nil for the pages
 }
 
 func hasScope(scopes []string, scope string) bool {
@@ -256,15 +426,25 @@ func restCallers() []restCaller {
 		for _, who := range []struct {
 			name, client string
 			person       bool
-		}{{"agent", "test-agent", false}, {"agent without a client", "", false}, {"person client", personClient, true}} {
-			if who.name == "agent without a client" && len(scopes) < 3 {
-				continue // one scope set is enough to show a token without a client is an agent's
+			moreAgents   []string
+		}{
+			{"agent", "test-agent", false, nil},
+			{"agent without a client", "", false, nil},
+			// In neither PERSON_CLIENTS nor agent_clients: an agent
+			// because nobody vouched for it, not because the org said so.
+			{"unlisted client", "stranger-bot", false, nil},
+			// agent_clients may name more agents, never make a person.
+			{"person client the org names an agent", personClient, false, []string{personClient}},
+			{"person client", personClient, true, nil},
+		} {
+			if !who.person && who.client != "test-agent" && len(scopes) < 3 {
+				continue // one scope set (all three) is enough for the other kinds of agent
 			}
 			tok := func(c *gateCase) string {
 				return mint(c.h.t, c.h, devissuer.Claims{Subject: "caller", Org: c.org, Client: who.client, Scopes: scopes,
 					Audience: []string{c.h.url}, Extra: map[string]any{"auth_time": time.Now().Unix()}})
 			}
-			out = append(out, restCaller{name: who.name + " " + label, person: who.person, scopes: scopes, token: tok,
+			out = append(out, restCaller{name: who.name + " " + label, person: who.person, scopes: scopes, token: tok, moreAgents: who.moreAgents,
 				send: func(c *gateCase, method, path, body string) response {
 					return c.h.roundTrip(bearerRequest(c.h, method, path, tok(c), body))
 				}})
@@ -313,10 +493,17 @@ func TestGateSweep(t *testing.T) {
 			}
 			t.Run(route+" as "+caller.name, func(t *testing.T) {
 				n++
-				c := h.on(t).newGateCase(t, n)
+				c := h.on(t).newGateCase(t, n, caller.moreAgents...)
+				var before gateState
+				if !caller.person {
+					before = c.state(t)
+				}
 				for _, body := range bodiesOf(sr) {
 					r := caller.send(c, method, c.path(path), body)
 					c.checkAnswer(t, route, sr, caller, r)
+				}
+				if !caller.person {
+					wantGateKept(t, route+" as "+caller.name, sr.kind, before, c.state(t))
 				}
 				agent := ""
 				if !caller.person && hasScope(caller.scopes, auth.ScopeWrite) {
@@ -362,12 +549,15 @@ func (c *gateCase) checkAnswer(t *testing.T, route string, sr sweptRoute, caller
 }
 
 // routesToSweep lists the router's routes and requires each classified
-// (and each classification to name a route that exists).
+// (and each classification to name a route that exists). Only Echo's own
+// not-found routes (a group's "/*" under the RouteNotFound method) are
+// left out; every other route, a wildcard of any method included, must be
+// classified.
 func (h *harness) routesToSweep(t *testing.T) []string {
 	t.Helper()
 	seen := map[string]bool{}
 	for _, r := range h.app.Routes() {
-		if r.Method == "echo_route_any" || strings.HasSuffix(r.Path, "/*") {
+		if r.Method == echo.RouteNotFound {
 			continue // Echo's own not-found routes of groups
 		}
 		seen[r.Method+" "+r.Path] = true
@@ -411,8 +601,10 @@ func (h *harness) sweepMCP(t *testing.T, n *int) {
 					*n++
 					h := h.on(t)
 					c := h.newGateCase(t, *n)
+					before := c.state(t)
 					cs := mcpConnect(t, h.url, h.mcpToken(c.org, "caller", client, scopes...), "")
 					c.tryTool(cs, tool)
+					wantGateKept(t, name, sweptTools[tool.Name], before, c.state(t))
 					c.judge(t, name, "")
 				})
 			}

@@ -81,6 +81,47 @@ func TestAgentAdminCannotLoosenTheGate(t *testing.T) {
 	wantStatus(t, h.do("POST", "/api/billing/confirmations/"+p.ConfirmationID+"/cancel", agent, nil), http.StatusOK, "")
 }
 
+// TestEveryKindOfAgentIsRefusedLoosening: an agent is whatever is not a
+// person (contract §4), not what the org names in agent_clients: a client
+// in neither PERSON_CLIENTS nor agent_clients, and a PERSON_CLIENTS client
+// the org names an agent (agent_clients adds agents, never people), are
+// each refused every loosening act with billing:admin, and the endpoints
+// stay as the person left them (none added, deleted or rotated).
+func TestEveryKindOfAgentIsRefusedLoosening(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withEnv("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true"))
+	h.createOrg("kinds", "Kinds", "pro")
+	hook := h.addEndpoint("kinds", map[string]any{"url": "http://127.0.0.1:9/services/T0/B0/people",
+		"events": []string{"approval.requested"}, "format": "slack"}).ID
+	h.setPolicy("kinds", `{"agent_clients":["test-agent","`+personClient+`"],
+		"rules":[{"name":"agents need a human","caller":"agent","action":"approve"}]}`)
+	for _, client := range []string{"stranger-bot", personClient} {
+		tok := h.tokenOf(client, "kinds", "mallory", auth.ScopeRead, auth.ScopeWrite, auth.ScopeAdmin)
+		for _, try := range []struct{ method, path, body string }{
+			{"PUT", "/api/billing/policy", `{"rules":[]}`},
+			{"POST", "/api/billing/webhook-endpoints", `{"url":"http://127.0.0.1:9/agent","events":["approval.requested"]}`},
+			{"DELETE", "/api/billing/webhook-endpoints/" + hook, ""},
+			{"POST", "/api/billing/webhook-endpoints/" + hook + "/rotate-secret", ""},
+		} {
+			var body any
+			if try.body != "" {
+				body = try.body
+			}
+			r := h.do(try.method, try.path, tok, body)
+			if r.Status != http.StatusForbidden || r.errorCode(t) != "operation_denied" {
+				t.Errorf("%s %s as client %s (billing:admin): %d %s, want 403 operation_denied", try.method, try.path, client, r.Status, r.Body)
+			}
+		}
+	}
+	var list struct {
+		Endpoints []webhookEndpoint `json:"webhook_endpoints"`
+	}
+	h.do("GET", "/api/billing/webhook-endpoints", h.token("kinds", "reader", auth.ScopeAdmin), nil).decode(t, &list)
+	if len(list.Endpoints) != 1 || list.Endpoints[0].ID != hook || list.Endpoints[0].PreviousSecretUntil != "" {
+		t.Errorf("the endpoints changed: %+v", list.Endpoints)
+	}
+}
+
 // TestEndpointListHidesSlackURL: a Slack incoming-webhook URL is a bearer
 // credential (whoever holds it posts into the approvers' channel), so the
 // list shows its origin and /services/… only; the creating answer alone
@@ -112,6 +153,26 @@ func TestEndpointListHidesSlackURL(t *testing.T) {
 				t.Errorf("listed %q, want %q", e.URL, want)
 			}
 		}
+	}
+}
+
+// TestRefusedLooseningSpendsNoProposalBudget: a refused loosening changes
+// nothing (contract §4), so its OPERATION_DENIED (person_required, no
+// confirmation) is no first call: an agent holding only billing:admin,
+// which cannot propose at all, trying PUT /policy as often as the
+// principal's RATE_LIMIT_PROPOSALS allows does not rate-limit the person's
+// own first call through their console.
+func TestRefusedLooseningSpendsNoProposalBudget(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withEnv("RATE_LIMIT_PROPOSALS", "2"), withEnv("RATE_LIMIT_WINDOW", "1m"))
+	h.createOrg("rl", "RL", "pro")
+	agent := h.tokenOf("test-agent", "rl", "ada", auth.ScopeAdmin)
+	for range 2 {
+		wantStatus(t, h.do("PUT", "/api/billing/policy", agent, `{"rules":[]}`), http.StatusForbidden, "operation_denied")
+	}
+	r := h.do("POST", "/api/billing/upgrade", h.admin("rl", "ada"), map[string]string{"to": "scale"})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("the person's first call after the agent's refused tries: %d %s, want 202", r.Status, r.Body)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/devenv"
+	"github.com/billingd/billingd/internal/devissuer"
 )
 
 // agentsMayNotGoFree is a policy whose one rule matches agents only.
@@ -23,8 +24,9 @@ const agentsMayNotGoFree = `{"rules":[{"name":"agents may not go free","caller":
 // welcome's demo-agent, which nobody vouched for, and a token with no
 // client are agents: a caller: agent rule matches them and the receipt and
 // OPERATION_EXECUTED of their change say agent_relayed, no human present.
-// An org's agent_clients makes even a PERSON_CLIENTS client an agent
-// (contract §4, §10, §11).
+// An org's agent_clients makes even a PERSON_CLIENTS client an agent, and
+// so does a token that names an actor (act: someone acting on the
+// person's behalf) (contract §4, §10, §11).
 func TestWhoIsAPersonOverREST(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -41,6 +43,12 @@ func TestWhoIsAPersonOverREST(t *testing.T) {
 		{"a PERSON_CLIENTS client", "p-listed", "", func(org string) string { return h.tokenOf(personClient, org, "ann", rw...) }, false},
 		{"a PERSON_CLIENTS client the org lists in agent_clients", "p-both", personClient,
 			func(org string) string { return h.tokenOf(personClient, org, "ann", rw...) }, true},
+		// A token exchanged for an agent (RFC 8693) that kept the
+		// person's client as azp: act says someone acts for ann.
+		{"a PERSON_CLIENTS client acting on ann's behalf (act)", "p-act", "", func(org string) string {
+			return mint(t, h, devissuer.Claims{Subject: "ann", Org: org, Client: personClient, Scopes: rw,
+				Audience: []string{h.env["PUBLIC_BASE_URL"]}, Extra: map[string]any{"act": map[string]any{"sub": "agent-bot"}}})
+		}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h.createOrg(tt.org, tt.name, "pro")

@@ -36,6 +36,9 @@ func (s *server) require(scope string) echo.MiddlewareFunc {
 				Org: id.Org, Principal: id.Subject, Client: id.Client,
 				Admin: id.HasScope(auth.ScopeAdmin), RequestID: requestID(c),
 				AuthTime: id.AuthTime, ACR: id.ACR,
+				// A token acting on someone's behalf (RFC 8693 act) is an
+				// agent's, whatever its client (contract §4).
+				Agent: id.OnBehalf,
 				// The caller's own call, by the token's word; billing
 				// counts it as relayed unless the client is one of
 				// PERSON_CLIENTS (billing/person.go).

@@ -158,7 +158,9 @@ func (s *server) callback(c echo.Context) error {
 		return refused("code exchange or ID token", err)
 	}
 	id, err := s.Verifier.Verify(ctx, res.AccessToken)
-	if err != nil || id.Subject != res.Subject {
+	// A session is a person's own (billing/person.go): an access token
+	// that acts on someone's behalf (act) cannot open one.
+	if err != nil || id.Subject != res.Subject || id.OnBehalf {
 		return refused("access token", err)
 	}
 	// The session may do what the provider granted (the access token's

@@ -492,6 +492,8 @@ func testCounts(t *testing.T, s billing.Store) {
 	if err := s.AppendAudit(ctx,
 		billing.AuditEvent{Event: billing.EventOperationDenied, Org: "cnt", Principal: "alice", Reason: "daily limit"},
 		billing.AuditEvent{Event: billing.EventOperationDenied, Org: "cnt", Principal: "alice", ConfirmationID: "cfm_c1", Reason: "policy"},
+		billing.AuditEvent{Event: billing.EventOperationDenied, Org: "cnt", Principal: "alice", Operation: string(billing.ActSetPolicy),
+			Reason: billing.ReasonPersonRequired},
 		billing.AuditEvent{Event: billing.EventTokenRejected, Org: "cnt", Principal: "alice", Reason: "invalid"},
 		billing.AuditEvent{Event: billing.EventOperationExecuted, Org: "cnt", Principal: "alice", ConfirmationID: "cfm_c1"},
 		billing.AuditEvent{Event: billing.EventTokenIssued, Org: "cnt", Principal: "bob"},
@@ -503,7 +505,9 @@ func testCounts(t *testing.T, s billing.Store) {
 		t.Fatal(err)
 	}
 	// Issued counts the token and the first call refused without one; a
-	// denial at execution (with a confirmation) is not a first call.
+	// denial at execution (with a confirmation) is not a first call, and
+	// neither is an agent's refused loosening (person_required), which
+	// changes nothing (contract §4).
 	if a.Issued != 2 || a.Rejected != 1 || a.OldestIssued.IsZero() || a.OldestRejected.IsZero() || a.Now.IsZero() {
 		t.Fatalf("recent activity %+v, want 2 issued and 1 rejected", a)
 	}

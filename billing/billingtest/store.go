@@ -226,8 +226,8 @@ func (s State) activity(org, principal string, now time.Time, window time.Durati
 		}
 		switch e.Event {
 		case billing.EventTokenIssued, billing.EventOperationDenied:
-			if e.Event == billing.EventOperationDenied && e.ConfirmationID != "" {
-				continue
+			if e.Event == billing.EventOperationDenied && (e.ConfirmationID != "" || e.Reason == billing.ReasonPersonRequired) {
+				continue // a denial at execution, or a refused loosening: no first call
 			}
 			if a.Issued++; a.OldestIssued.IsZero() {
 				a.OldestIssued = e.At

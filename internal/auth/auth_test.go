@@ -179,6 +179,14 @@ func TestVerifyRejects(t *testing.T) {
 		{"org claim not a string", extra("org_id", 42), "malformed org_id"},
 		{"missing sub", with(func(c *devissuer.Claims) { c.Subject = "" }), "missing sub"},
 		{"scope not a string", extra("scope", []string{"billing:read"}), "malformed scope"},
+		// Which client holds the token decides whether its call is a
+		// person's (PERSON_CLIENTS): two client claims that disagree (a
+		// token exchanged for an agent that kept the person's azp) name
+		// no one client.
+		{"azp and client_id disagree", with(func(c *devissuer.Claims) {
+			c.Client, c.Extra = "test-console", map[string]any{"client_id": "agent-bot"}
+		}), "azp and client_id disagree"},
+		{"act not an object", extra("act", "agent-bot"), "malformed act"},
 		{"scp with a non-string", with(func(c *devissuer.Claims) {
 			c.Scopes = nil
 			c.Extra = map[string]any{"scp": []any{"billing:read", 7}}
@@ -244,7 +252,7 @@ func TestIdentityClaims(t *testing.T) {
 		{name: "no scopes", wantScopes: nil},
 		{name: "azp", client: "agent-azp", wantClient: "agent-azp"},
 		{name: "client_id", extra: map[string]any{"client_id": "agent-cid"}, wantClient: "agent-cid"},
-		{name: "azp wins over client_id", client: "agent-azp", extra: map[string]any{"client_id": "agent-cid"},
+		{name: "azp and client_id that agree", client: "agent-azp", extra: map[string]any{"client_id": "agent-azp"},
 			wantClient: "agent-azp"},
 		{name: "no client", wantClient: ""},
 	} {
@@ -539,6 +547,34 @@ func TestAuthenticationClaims(t *testing.T) {
 			c.Extra = extra
 			if _, err := v.Verify(context.Background(), mint(t, iss, c)); !errors.Is(err, auth.ErrInvalidToken) {
 				t.Fatalf("accepted: %v", err)
+			}
+		})
+	}
+}
+
+// TestTokenActingOnBehalf: a token that names an actor (RFC 8693 act: an
+// agent that exchanged a person's token, say) is marked OnBehalf, whatever
+// its client, so that its call is never counted as the person's own
+// (contract §4); a token without act is not.
+func TestTokenActingOnBehalf(t *testing.T) {
+	iss := startIssuer(t, devissuer.AlgES256, "")
+	v := newVerifier(t, config(iss))
+	for _, tc := range []struct {
+		name  string
+		extra map[string]any
+		want  bool
+	}{
+		{"no act", nil, false},
+		{"act naming the agent", map[string]any{"act": map[string]any{"sub": "agent-bot"}}, true},
+		{"nested act", map[string]any{"act": map[string]any{"sub": "agent-bot", "act": map[string]any{"sub": "gateway"}}}, true},
+		{"empty act", map[string]any{"act": map[string]any{}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validClaims()
+			c.Client, c.Extra = "test-console", tc.extra
+			id := mustVerify(t, v, mint(t, iss, c))
+			if id.OnBehalf != tc.want || id.Client != "test-console" {
+				t.Errorf("OnBehalf = %v, client %q; want %v, test-console", id.OnBehalf, id.Client, tc.want)
 			}
 		})
 	}

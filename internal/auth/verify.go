@@ -17,11 +17,16 @@ import (
 
 // Identity is the verified caller.
 type Identity struct {
-	Subject string    // sub: the principal
-	Org     string    // the configured org claim
-	Client  string    // azp, else client_id, else ""
-	Scopes  []string  // from scope, else scp
-	Expiry  time.Time // exp
+	Subject string // sub: the principal
+	Org     string // the configured org claim
+	Client  string // azp or client_id (equal when both are present), else ""
+	// OnBehalf: the token names an actor (RFC 8693 act): another party,
+	// an agent that exchanged a person's token, acts on sub's behalf.
+	// Such a call is never a person's own, whatever its client
+	// (contract §4; billing.Caller.Agent).
+	OnBehalf bool
+	Scopes   []string  // from scope, else scp
+	Expiry   time.Time // exp
 	// AuthTime is when the person last authenticated at the issuer
 	// (auth_time, RFC 9470); zero when the token does not say.
 	AuthTime time.Time
@@ -188,6 +193,10 @@ func (v *Verifier) identity(claims jwt.MapClaims) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
+	onBehalf, err := actor(claims)
+	if err != nil {
+		return Identity{}, err
+	}
 	scopes, err := scopes(claims)
 	if err != nil {
 		return Identity{}, err
@@ -200,7 +209,7 @@ func (v *Verifier) identity(claims jwt.MapClaims) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
-	return Identity{Subject: sub, Org: org, Client: client, Scopes: scopes, Expiry: exp.Time,
+	return Identity{Subject: sub, Org: org, Client: client, OnBehalf: onBehalf, Scopes: scopes, Expiry: exp.Time,
 		AuthTime: authTime, ACR: acr}, nil
 }
 
@@ -304,10 +313,14 @@ func isInvisibleMark(r rune) bool {
 	return false
 }
 
-// clientID prefers azp (OpenID, RFC 9068 uses client_id; issuers differ) and
+// clientID reads azp (OpenID) or client_id (RFC 9068; issuers differ) and
 // rejects a wrongly typed claim rather than guess which client called.
 // Both are checked when both are present: a hidden character in either is
-// a token built to mislead.
+// a token built to mislead. And both must then name the same client: which
+// client holds the token decides whether its call is a person's
+// (PERSON_CLIENTS), and issuers differ on which claim names the client
+// acting after a token exchange (RFC 8693), so a token whose two claims
+// disagree names no one client and is refused like an invalid one.
 func clientID(claims jwt.MapClaims) (string, error) {
 	client := ""
 	for _, name := range []string{"azp", "client_id"} {
@@ -318,11 +331,28 @@ func clientID(claims jwt.MapClaims) (string, error) {
 		if !ok {
 			return "", reject("malformed "+name, nil)
 		}
-		if client == "" {
-			client = s
+		if client != "" && s != client {
+			return "", reject("azp and client_id disagree", nil)
 		}
+		client = s
 	}
 	return client, nil
+}
+
+// actor reports whether the token names an actor (RFC 8693 §4.1: act, a
+// JSON object naming the party that acts for sub, e.g. an agent that
+// exchanged a person's token for its own). A token acting on someone's
+// behalf is never that person's own call. An act that is not an object is
+// refused rather than guessed at.
+func actor(claims jwt.MapClaims) (bool, error) {
+	v, present := claims["act"]
+	if !present {
+		return false, nil
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return false, reject("malformed act", nil)
+	}
+	return true, nil
 }
 
 // scopes reads scope (RFC 8693/9068: one space-separated string) or, when

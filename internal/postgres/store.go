@@ -345,16 +345,24 @@ func (s *Store) RecentActivity(ctx context.Context, org, principal string, windo
 	return a, nil
 }
 
-// queueActivity queues the count of principal's recent activity into a.
+// queueActivity queues the count of principal's recent activity into a:
+// tokens issued and first calls the policy refused (OPERATION_DENIED
+// without a confirmation), and rejected second calls. An agent's refused
+// loosening (OPERATION_DENIED, reason person_required: a policy, mandate,
+// approval or endpoint it may not touch) is no first call and changes
+// nothing (contract §4), so it is left out: else an agent holding only
+// billing:admin could spend its principal's budget and rate-limit the
+// person's own console. The filters only narrow what the partial index
+// audit_events_rate_idx (org, principal, at) finds.
 func queueActivity(batch *pgx.Batch, org, principal string, window time.Duration, a *billing.Activity) {
 	batch.Queue(`
 		SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE event = 'TOKEN_REJECTED'),
 			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
 		WHERE org = $1 AND principal = $2 AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
-			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
+			AND (event <> 'OPERATION_DENIED' OR (confirmation_id = '' AND reason <> $4))
 			AND at > now() - $3 * interval '1 microsecond'`,
-		org, principal, window.Microseconds()).QueryRow(func(row pgx.Row) error {
+		org, principal, window.Microseconds(), billing.ReasonPersonRequired).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&a.Issued, &a.Rejected, optionalTime{&a.OldestIssued}, optionalTime{&a.OldestRejected}, &a.Now)
 	})
 }

@@ -185,6 +185,22 @@ func newEndpointID() string {
 	return "we_" + hex.EncodeToString(b)
 }
 
+// slackHost reports whether host is Slack's (hooks.slack.com, GovSlack's
+// hooks.slack-gov.com, or any other host of theirs), however it is
+// spelled: a host name is case-insensitive and "hooks.slack.com." (the
+// fully qualified form, trailing dot) names the same host. Its
+// incoming-webhook URLs carry their credential in the path whatever
+// format the endpoint was registered with.
+func slackHost(host string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, domain := range []string{"slack.com", "slack-gov.com"} {
+		if host == domain || strings.HasSuffix(host, "."+domain) {
+			return true
+		}
+	}
+	return false
+}
+
 // Listed is e as lists show it: no secret, and no credential in its URL.
 // A Slack incoming-webhook URL's path is its secret (whoever holds it
 // posts into the channel), so it is shown as its origin and /services/…;
@@ -199,7 +215,7 @@ func (e Endpoint) Listed() Endpoint {
 	}
 	origin := u.Scheme + "://" + u.Host
 	switch {
-	case e.Format == FormatSlack || strings.EqualFold(u.Hostname(), "hooks.slack.com"):
+	case e.Format == FormatSlack || slackHost(u.Hostname()):
 		e.URL = origin + "/…"
 		if strings.HasPrefix(u.Path, "/services/") {
 			e.URL = origin + "/services/…"

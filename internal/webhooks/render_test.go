@@ -131,3 +131,26 @@ func TestListedHidesCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestListedHidesSlackURLOnEveryHostSpelling: a standard-format endpoint
+// on Slack's host carries the same credential in its path however the
+// host is spelled: any case, the fully qualified form with its trailing
+// dot, GovSlack's host, another host of Slack's. Each is listed as its
+// origin and /services/…; a host that merely looks like Slack's is not.
+func TestListedHidesSlackURLOnEveryHostSpelling(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"https://hooks.slack.com./services/T000/B000/XXXXSECRET", "https://hooks.slack.com./services/…"},
+		{"https://HOOKS.SLACK.COM./services/T000/B000/XXXXSECRET", "https://HOOKS.SLACK.COM./services/…"},
+		{"https://hooks.slack-gov.com/services/T000/B000/XXXXSECRET", "https://hooks.slack-gov.com/services/…"},
+		{"https://Hooks.Slack-Gov.Com./services/T000/B000/XXXXSECRET", "https://Hooks.Slack-Gov.Com./services/…"},
+		{"https://hooks.slack.com:443/services/T000/B000/XXXXSECRET", "https://hooks.slack.com:443/services/…"},
+		{"https://other.slack.com/workflows/XXXXSECRET", "https://other.slack.com/…"},
+		{"https://hooks.notslack.com/billing", "https://hooks.notslack.com/billing"},
+		{"https://hooks.slack.com.example/billing", "https://hooks.slack.com.example/billing"},
+	} {
+		got := Endpoint{URL: c.url, Format: FormatStandard}.Listed()
+		if got.URL != c.want {
+			t.Errorf("Listed(%s, standard) = %q, want %q", c.url, got.URL, c.want)
+		}
+	}
+}
