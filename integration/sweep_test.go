@@ -331,6 +331,14 @@ func (sw *sweep) run(sc *sweepCase) {
 func (sw *sweep) settle(sc *sweepCase) {
 	sc.faultCalls.Wait() // each ends: its client gives up after 30 s
 	sw.healthy()
+	// A request held at Stripe executes after billingd gave up on it: what
+	// Stripe did is known once none is running (a few seconds at most).
+	for deadline := time.Now().Add(sweepSettleBound); sw.h.fake.Running(sc.sub) > 0; {
+		if time.Now().After(deadline) {
+			sw.t.Fatalf("%s: a request to Stripe was still running after %s", sc, sweepSettleBound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	deadline := time.Now().Add(sweepSettleInterval + sweepSettleBound)
 	for sw.executing(sc.org) > 0 {
 		if time.Now().After(deadline) {

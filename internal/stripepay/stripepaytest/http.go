@@ -68,6 +68,8 @@ func (s *Server) endpoint(e Endpoint, fn endpointFunc) http.Handler {
 		}
 		arrived := time.Now()
 		sub := s.subscriptionOf(e, r)
+		s.running(sub, 1)
+		defer s.running(sub, -1)
 		fault, aimed := s.takeFaultFor(sub, e)
 		if !aimed {
 			fault = s.takeFault(e)

@@ -81,6 +81,24 @@ func (s *Server) ReadsOf(subscriptionID string) []time.Time {
 	return append([]time.Time(nil), s.reads[subscriptionID]...)
 }
 
+// Running counts the requests about the subscription the fake is handling
+// now: a test waits for none before it judges what Stripe did (a request
+// held at Stripe executes after its client gave up).
+func (s *Server) Running(subscriptionID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handling[subscriptionID]
+}
+
+func (s *Server) running(subscriptionID string, delta int) {
+	if subscriptionID == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handling[subscriptionID] += delta
+}
+
 // stateOf is the subscription's state now. Callers hold s.mu.
 func (s *Server) stateOf(subscriptionID string) SubState {
 	sub, ok := s.subs[subscriptionID]

@@ -100,9 +100,11 @@ type Server struct {
 	// writes is every write to a subscription, reads every read of one
 	// (made.go); writeMu makes a write and the states noted around it
 	// one step, so that no other write comes between.
-	writes   []Write
-	reads    map[string][]time.Time
-	writeMu  sync.Mutex
+	writes  []Write
+	reads   map[string][]time.Time
+	writeMu sync.Mutex
+	// handling counts the requests being handled, by subscription.
+	handling map[string]int
 	chaos    func(Endpoint) Fault
 	keys     keyStore
 	invoices map[string]invoiceJSON
@@ -141,6 +143,7 @@ func New() *Server {
 		keys:      newKeyStore(maxStoredKeys),
 		invoices:  map[string]invoiceJSON{},
 		reads:     map[string][]time.Time{},
+		handling:  map[string]int{},
 	}
 	s.pacer = NewPacer(s.routes())
 	s.handler = s.pacer
