@@ -56,8 +56,10 @@ type sweepConsent struct {
 	// consent names only to.plan.
 	from, to sweepState
 	at       time.Time // when the test gave it
-	// approvedAt is when a person approved the change (approval policies).
-	approvedAt time.Time
+	// needsApproval: the proposal said the change waits for approvers;
+	// approvedAt is when a person approved it.
+	needsApproval bool
+	approvedAt    time.Time
 	// writes are the Stripe writes it explains (oracle rule 3).
 	writes []stripepaytest.Write
 }
@@ -81,7 +83,7 @@ func (c *sweepConsent) madeAll() bool {
 	planMade, scheduleMade := c.from.plan == c.to.plan, c.from.scheduled == c.to.scheduled
 	for _, w := range c.writes {
 		before, after := stateAtStripe(w.Before), stateAtStripe(w.After)
-		planMade = planMade || before.plan != after.plan
+		planMade = planMade || after.plan == c.to.plan && (before.plan != after.plan || !w.Changed())
 		// The schedule agreed to stands after one of its writes (a change
 		// in the dashboard may have made the scheduled change moot
 		// already). Keeping the plan is made only on the plan kept: a
@@ -164,7 +166,9 @@ func (sc *sweepCase) consentTo(c sweepConsent) *sweepConsent {
 // gives.
 func (sc *sweepCase) tokenConsent(who string, shown proposal) *sweepConsent {
 	from, to := shownState(shown)
-	return sc.consentTo(sweepConsent{kind: "token", who: who, confirmation: shown.ConfirmationID, from: from, to: to})
+	_, _, needsApproval := shown.Details.ApprovalProgress.Counts()
+	return sc.consentTo(sweepConsent{kind: "token", who: who, confirmation: shown.ConfirmationID, from: from, to: to,
+		needsApproval: needsApproval})
 }
 
 // noteShown keeps a proposal a caller was shown, by its confirmation.
@@ -200,7 +204,13 @@ func (sw *sweep) explain(sc *sweepCase) (unexplained []string) {
 	sc.mu.Unlock()
 	var restored time.Time // the last time a released scheduled change was put back
 	for i, w := range writes {
-		if !w.Changed() || w.Endpoint == stripepaytest.Dashboard || w.Endpoint == stripepaytest.Renewal {
+		if w.Endpoint == stripepaytest.Dashboard || w.Endpoint == stripepaytest.Renewal {
+			continue
+		}
+		if !w.Changed() {
+			// A request of billingd's that found Stripe already as agreed
+			// (the dashboard made the same change first) is its consent's.
+			sc.noteUnchanged(w)
 			continue
 		}
 		before, after := stateAtStripe(w.Before), stateAtStripe(w.After)
@@ -218,6 +228,19 @@ func (sw *sweep) explain(sc *sweepCase) (unexplained []string) {
 		c.writes = append(c.writes, w)
 	}
 	return unexplained
+}
+
+// noteUnchanged gives a write that changed nothing to the consent its key
+// names, if the subscription after it is the one agreed to.
+func (sc *sweepCase) noteUnchanged(w stripepaytest.Write) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for _, c := range sc.consents {
+		if _, ok := keyOf(w.Key, c.confirmation); ok && c.confirmation != "" && stateAtStripe(w.After).plan == c.to.plan &&
+			w.Endpoint == stripepaytest.UpdateSubscription {
+			c.writes = append(c.writes, w)
+		}
+	}
 }
 
 // seenBefore is the state billingd could know when it sent w: the state
@@ -285,7 +308,7 @@ func (sc *sweepCase) consentFor(w stripepaytest.Write, ch change) (*sweepConsent
 	switch {
 	case w.Arrived.Before(c.at):
 		return nil, fmt.Sprintf("it reached Stripe before the %s was given", c)
-	case sc.op.approval && !c.standing() && (c.approvedAt.IsZero() || w.Arrived.Before(c.approvedAt)):
+	case c.needsApproval && (c.approvedAt.IsZero() || w.Arrived.Before(c.approvedAt)):
 		return nil, fmt.Sprintf("the policy asks a person's approval of %s, not given by then", c)
 	case c.kind == "token" && w.Arrived.After(c.at.Add(sweepConfirmTTL+sweepStripeTimeout)):
 		return nil, fmt.Sprintf("it was sent more than CONFIRM_TTL after the second call of %s", c)

@@ -70,10 +70,8 @@ type sweepOp struct {
 	// otherOp and otherTo are another member's pending change (default:
 	// downgrade to free), which a fault may redeem.
 	otherOp, otherTo string
-	// approval: the org's policy asks a person's approval of its changes.
-	approval bool
-	setup    func(sw *sweep, sc *sweepCase)
-	run      func(sw *sweep, sc *sweepCase)
+	setup            func(sw *sweep, sc *sweepCase)
+	run              func(sw *sweep, sc *sweepCase)
 }
 
 // sweepFault happens when the armed step begins; it returns the action the
@@ -628,7 +626,7 @@ func sweepOps() []sweepOp {
 				sw.callUnder(sc, sweepConsent{kind: "allow", who: "allow", to: sweepState{plan: "free"}}, "allow",
 					sw.replicas[0].url, "/api/billing/downgrade", sc.payer, map[string]string{"to": "free"})
 			}},
-		{name: "approval", plan: "pro", approval: true,
+		{name: "approval", plan: "pro",
 			setup: func(sw *sweep, sc *sweepCase) {
 				sw.setupCall("PUT", "/api/billing/policy", sw.h.admin(sc.org, "policy-admin"),
 					json.RawMessage(`{"approval_window_seconds":120,"rules":[{"name":"upgrades need approval","operation":"upgrade_plan","action":"approve"}]}`), nil)
