@@ -1061,13 +1061,13 @@ func stepClass(step string) string {
 // reached (the fault fired).
 func coverage(cases []*sweepCase) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s", "fault \\ class: fired/armed")
+	fmt.Fprintf(&b, "%-42s", "fault \\ class: fired/armed")
 	for _, class := range sweepClasses {
 		fmt.Fprintf(&b, " | %s", class)
 	}
 	b.WriteString("\n")
 	for _, f := range sweepFaults() {
-		fmt.Fprintf(&b, "%-34s", f.name)
+		fmt.Fprintf(&b, "%-42s", f.name)
 		for _, class := range sweepClasses {
 			armed, fired := 0, 0
 			for _, sc := range cases {
