@@ -24,7 +24,7 @@ SELECT count(*) FILTER (WHERE event <> 'TOKEN_REJECTED'), count(*) FILTER (WHERE
 			min(at) FILTER (WHERE event <> 'TOKEN_REJECTED'), min(at) FILTER (WHERE event = 'TOKEN_REJECTED'), now()
 		FROM audit_events
 		WHERE org = :org AND principal = :principal AND event IN ('TOKEN_ISSUED', 'TOKEN_REJECTED', 'OPERATION_DENIED')
-			AND (event <> 'OPERATION_DENIED' OR confirmation_id = '')
+			AND (event <> 'OPERATION_DENIED' OR (confirmation_id = '' AND reason <> :person_required))
 			AND at > now() - :window_us * interval '1 microsecond';
 SELECT pg_advisory_xact_lock(hashtextextended(:principal, 0));
 SELECT set_config('lock_timeout', :lock_wait, true);
