@@ -525,7 +525,10 @@ func (s *Service) rolledBack(req ChangeRequest, err error) error {
 	}
 	answer := storeError("confirm", err)
 	if errors.Is(err, ErrUnavailable) && !req.TokenWithheld {
-		answer = wrapErr(CodeUpstreamUnavailable, "the database is unavailable; nothing was changed: retry with the same token shortly", err)
+		// Not "nothing was changed": this call may repeat one whose change
+		// an earlier call sent (the owner's retry of an executing one), and
+		// the database that would tell is what failed.
+		answer = wrapErr(CodeUpstreamUnavailable, "the database is unavailable: retry with the same token shortly", err)
 	}
 	return answer
 }

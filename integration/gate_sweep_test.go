@@ -147,11 +147,13 @@ var sweptTools = map[string]gateKind{
 	"confirm_plan_change": changes,
 }
 
-// mandateFor is a generous grant for client.
+// mandateFor is a generous grant for client. The route table holding it is
+// made when the test binary starts, and CI's integration run lasts over an
+// hour: it expires in 30 days, not one hour.
 func mandateFor(client string) string {
 	return fmt.Sprintf(`{"client":%q,"operations":["upgrade_plan","downgrade_plan"],"to_plans":["free","pro","scale"],`+
 		`"max_amount_due_cents":1000000,"budget_cents":10000000,"max_changes":100,"expires_at":%q}`,
-		client, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+		client, time.Now().Add(30*24*time.Hour).UTC().Format(time.RFC3339))
 }
 
 // scopeSets are the tokens' scopes the sweep tries.

@@ -29,14 +29,17 @@ import (
 // hydraSetup is one billingd whose pages sign in at Hydra, with the
 // people of one org, and an agent client at Hydra for API tokens.
 type hydraSetup struct {
-	h      *harness
-	hydra  *testenv.Hydra
-	pages  testenv.HydraClient
-	agent  testenv.HydraClient
-	org    string
-	admin  string // billing:read, write, admin
-	person string // billing:read, write
-	other  string // billing:read, write
+	h     *harness
+	hydra *testenv.Hydra
+	pages testenv.HydraClient
+	agent testenv.HydraClient
+	// console is a client the operator lists in PERSON_CLIENTS: only a
+	// person may loosen the gate (set the policy).
+	console testenv.HydraClient
+	org     string
+	admin   string // billing:read, write, admin
+	person  string // billing:read, write
+	other   string // billing:read, write
 }
 
 type hydraOptions struct {
@@ -64,8 +67,9 @@ func newHydraSetup(t *testing.T, name string, o hydraOptions, opts ...option) *h
 		issuer = hy.Issuer
 	}
 	pagesID := "billingd-pages-" + name
+	consoleID := "console-" + name
 	env := []option{withoutTokenPaste(), withEnv("OAUTH_ISSUER", issuer),
-		withEnv("OIDC_CLIENT_ID", pagesID)}
+		withEnv("OIDC_CLIENT_ID", pagesID), withEnv("PERSON_CLIENTS", personClient+","+consoleID)}
 	if o.secret != "" {
 		env = append(env, withEnv("OIDC_CLIENT_SECRET", o.secret))
 	}
@@ -77,8 +81,18 @@ func newHydraSetup(t *testing.T, name string, o hydraOptions, opts ...option) *h
 	s.agent = testenv.HydraClient{ID: "agent-" + name, RedirectURIs: []string{"http://127.0.0.1:9/callback"},
 		Audience: []string{s.h.url}, Scopes: scopes}
 	hy.CreateClient(t, s.agent)
+	s.console = testenv.HydraClient{ID: consoleID, RedirectURIs: []string{"http://127.0.0.1:9/callback"},
+		Audience: []string{s.h.url}, Scopes: scopes}
+	hy.CreateClient(t, s.console)
 	s.h.createOrg(name, "Hydra "+name, "pro")
 	return s
+}
+
+// personToken is an access token Hydra issued to the console, a person's
+// client, for subject.
+func (s *hydraSetup) personToken(subject string, scopes ...string) string {
+	s.h.t.Helper()
+	return s.hydra.AccessToken(s.h.t, s.console, subject, s.h.url, append([]string{"openid"}, scopes...)...)
 }
 
 // token is an access token Hydra issued to the agent client for subject.
@@ -226,7 +240,7 @@ func TestHydraVerifyPage(t *testing.T) {
 	t.Parallel()
 	s := newHydraSetup(t, "hyverify", hydraOptions{issuer: strings.TrimSuffix(testenv.StartHydra(t).Issuer, "/")})
 	h := s.h
-	wantStatus(t, h.do("PUT", "/api/billing/policy", s.token(s.admin, billingScopes...),
+	wantStatus(t, h.do("PUT", "/api/billing/policy", s.personToken(s.admin, billingScopes...),
 		`{"rules":[{"name":"prove it is you","action":"verify"}],"approval_window_seconds":600}`), http.StatusOK, "")
 	agent := s.token(s.person, auth.ScopeRead, auth.ScopeWrite)
 	p := h.proposeVerify(agent, "upgrade", "scale")

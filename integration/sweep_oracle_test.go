@@ -165,6 +165,12 @@ func (sw *sweep) judgeMandates(sc *sweepCase) {
 	for _, c := range m.requests {
 		for _, w := range c.writes {
 			changes++
+			if sc.dashboard {
+				// A change from the price the dashboard set after billingd's
+				// last read (rule 3's race) is invoiced from that price:
+				// its amount is judged by its receipt.
+				continue
+			}
 			amount, _, _ := sw.h.fake.Invoice(w.Invoice)
 			spent += amount
 			if amount > m.grant.MaxAmountDueCents {
