@@ -57,10 +57,9 @@ import (
 // sweepConfirmation is a confirmation as the database has it: the second
 // witness.
 type sweepConfirmation struct {
-	id, status, operation, from, to string
-	atPeriodEnd, cancels            bool
-	created                         time.Time
-	sent, finished                  *time.Time
+	id, status, from, to string
+	created              time.Time
+	sent, finished       *time.Time
 }
 
 // judge applies the oracle to a settled case.
@@ -250,8 +249,7 @@ func (sw *sweep) confirmations(org string) []sweepConfirmation {
 	var out []sweepConfirmation
 	sw.query(func(ctx context.Context) error {
 		out = nil
-		rows, err := sw.h.db.Pool.Query(ctx, `SELECT id, status, operation, from_plan, to_plan,
-				at_period_end, cancels IS NOT NULL, created_at, sent_at, finished_at
+		rows, err := sw.h.db.Pool.Query(ctx, `SELECT id, status, from_plan, to_plan, created_at, sent_at, finished_at
 			FROM confirmations WHERE org = $1 ORDER BY created_at`, org)
 		if err != nil {
 			return err
@@ -259,7 +257,7 @@ func (sw *sweep) confirmations(org string) []sweepConfirmation {
 		defer rows.Close()
 		for rows.Next() {
 			var c sweepConfirmation
-			if err := rows.Scan(&c.id, &c.status, &c.operation, &c.from, &c.to, &c.atPeriodEnd, &c.cancels, &c.created,
+			if err := rows.Scan(&c.id, &c.status, &c.from, &c.to, &c.created,
 				&c.sent, &c.finished); err != nil {
 				return err
 			}
