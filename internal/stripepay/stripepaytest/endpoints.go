@@ -2,7 +2,6 @@ package stripepaytest
 
 import (
 	"cmp"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -147,7 +146,7 @@ func (s *Server) updateSubscription(r *http.Request) (any, error) {
 	}
 	mergeMetadata(&sub.Metadata, hashParams(f, "metadata"))
 	if inv, ok := s.invoices[sub.LatestInvoice]; ok && behavior == "always_invoice" {
-		inv.SubscriptionDetails = &subscriptionDetailsJSON{Metadata: maps.Clone(orEmpty(sub.Metadata))}
+		inv.SubscriptionDetails = &subscriptionDetailsJSON{Metadata: orEmpty(sub.Metadata)}
 		s.invoices[inv.ID] = inv
 	}
 	s.updates[sub.ID]++

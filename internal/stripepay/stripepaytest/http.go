@@ -88,8 +88,8 @@ func (s *Server) endpoint(e Endpoint, fn endpointFunc) http.Handler {
 			s.noteRead(sub)
 		}
 		s.deliver(w, r, res, fault)
-		if logged >= 0 && fault.kind == delayAnswer && r.Context().Err() != nil {
-			s.unanswered(logged) // the client gave up before the answer came
+		if logged >= 0 && r.Context().Err() != nil {
+			s.unanswered(logged) // the client gave up before the answer came (a delay, a stall held past it)
 		}
 	})
 }

@@ -549,7 +549,7 @@ func (s *Server) invoiceRenewal(sub *Subscription, previousStart time.Time) {
 		// Stripe's period_start and period_end look back one period.
 		PeriodStart: previousStart.Unix(), PeriodEnd: sub.CurrentPeriodStart.Unix(),
 		Lines:               newList("/v1/invoices/lines", lines),
-		SubscriptionDetails: &subscriptionDetailsJSON{Metadata: maps.Clone(orEmpty(sub.Metadata))},
+		SubscriptionDetails: &subscriptionDetailsJSON{Metadata: orEmpty(sub.Metadata)},
 	}
 	s.applyTotals(sub, &inv)
 	s.chargeInvoice(sub, inv)

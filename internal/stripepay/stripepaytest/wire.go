@@ -1,6 +1,7 @@
 package stripepaytest
 
 import (
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -203,11 +204,13 @@ func (s *Server) currency(sub *Subscription) string {
 	return s.prices[sub.Items[0].PriceID].currency
 }
 
+// orEmpty is a copy of m, never nil: the answer is encoded after s.mu is
+// released, while another request may write the subscription's metadata.
 func orEmpty(m map[string]string) map[string]string {
 	if m == nil {
 		return map[string]string{}
 	}
-	return m
+	return maps.Clone(m)
 }
 
 type currentPhaseJSON struct {
