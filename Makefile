@@ -58,9 +58,11 @@ APP_VIEW_INSTALLED := $(APP_VIEW)/node_modules/.package-lock.json
 TEST_PARALLEL ?= 4
 
 # The failpoint sweep (integration/sweep_test.go) runs a fixed slice of its
-# cases here (about a minute) and every case with SWEEP=full (.ci/run:
-# 20 to 40 minutes with the machine, hence the timeout); the line it writes to SWEEP_REPORT
-# says how many ran.
+# cases here (two shards, two to three minutes) and every case with
+# SWEEP=full (.ci/run: four shards, each with its own PostgreSQL, Stripe
+# fake and processes, about a quarter of an hour with -race on 2 cores;
+# -parallel must be at least the shards); the line it writes to
+# SWEEP_REPORT says how many ran.
 test: tools $(NPM_CLIENT_INSTALLED) $(APP_VIEW_INSTALLED) ## run every test: unit, and integration against PostgreSQL and stripe-mock
 	@report=$$(mktemp); status=0; \
 	SWEEP_REPORT=$$report go test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 80m ./... || status=$$?; \

@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,10 +38,13 @@ import (
 // oracle (sweep_oracle_test.go). SWEEP=full runs every case (.ci/run);
 // otherwise a fixed slice runs (every step and every fault at least once).
 
-// TestFailpointSweep runs the sweep.
+// TestFailpointSweep runs the sweep. The cases run on SWEEP_SHARDS
+// sweeps at once (default 2 for the slice, 4 for the full sweep; go test's
+// -parallel must let as many run), each with its own PostgreSQL cluster, Stripe
+// fake and processes: a case's fault (a SIGKILL, PostgreSQL restarted)
+// touches only its own shard. Every shard then takes the next case from
+// one queue, so a slow case does not hold up the others.
 func TestFailpointSweep(t *testing.T) {
-	// Not parallel: it kills and restarts processes and cuts the database.
-	sw := newSweep(t)
 	// SWEEP_OPS keeps the operations whose names it matches, SWEEP_ONLY
 	// the cases: to run again the cases a failure names, or the ones a
 	// mutant must fail (integration/mutants).
@@ -50,15 +56,53 @@ func TestFailpointSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cases := sw.plan(os.Getenv("SWEEP") == "full", ops)
-	var ran []*sweepCase
-	for _, sc := range cases {
-		if only.MatchString(sc.String()) {
-			sw.run(sc)
-			ran = append(ran, sc)
+	full := os.Getenv("SWEEP") == "full"
+	shards := 2
+	if full {
+		shards = 4 // 3,140 cases: about a quarter of an hour with -race on 2 cores
+	}
+	if v := os.Getenv("SWEEP_SHARDS"); v != "" {
+		if shards, err = strconv.Atoi(v); err != nil || shards < 1 {
+			t.Fatalf("SWEEP_SHARDS=%q: want a positive number", v)
 		}
 	}
-	sw.report(ran, only.String() == "" && ops.String() == "")
+	var (
+		planOnce sync.Once
+		queue    = make(chan *sweepCase, 1<<16)
+		mu       sync.Mutex
+		sweeps   []*sweep
+		ran      []*sweepCase
+	)
+	t.Run("shards", func(t *testing.T) {
+		for k := range shards {
+			t.Run(fmt.Sprint(k), func(t *testing.T) {
+				// Each shard learns the operations' traces itself (no
+				// shard waits for another: go test may run fewer at once
+				// than asked); the first to know them fills the queue.
+				t.Parallel()
+				sw := newSweep(t)
+				mu.Lock()
+				sweeps = append(sweeps, sw)
+				mu.Unlock()
+				cases := sw.plan(full, ops)
+				planOnce.Do(func() {
+					defer close(queue)
+					for _, sc := range cases {
+						if only.MatchString(sc.String()) {
+							queue <- sc
+						}
+					}
+				})
+				for sc := range queue {
+					sw.run(sc)
+					mu.Lock()
+					ran = append(ran, sc)
+					mu.Unlock()
+				}
+			})
+		}
+	})
+	report(t, sweeps, ran, only.String() == "" && ops.String() == "")
 }
 
 // sweepOp is one operation the sweep runs: setup brings the org to where
@@ -109,8 +153,9 @@ type sweepCase struct {
 	renewed   bool      // the test clock renewed the subscription
 	// adjusted is what a fault added to the next invoice an update makes.
 	adjusted int64
-	// faultCalls are the calls a fault made that may still be under way.
-	faultCalls sync.WaitGroup
+	// faultCalls counts the faults firing and the calls they made that
+	// may still be under way (under mu; see waitFaultCalls).
+	faultCalls int
 	// webhookLost: a delivery of Stripe's event got no 2xx, so Stripe
 	// would deliver it again later.
 	webhookLost bool
@@ -247,10 +292,14 @@ func (sw *sweep) control(w http.ResponseWriter, r *http.Request) {
 			sc.reached = append(sc.reached, req.Step)
 		}
 		fire := !sc.fired && !sc.closed && req.Step == sc.step.String() && passages(sc.reached, req.Step) == max(sc.passage, 1)
-		sc.fired = sc.fired || fire
+		if fire {
+			sc.fired = true
+			sc.faultCalls++
+		}
 		sc.mu.Unlock()
 		if fire {
 			action = sc.fault.fire(sw, sc)
+			sc.faultCallDone()
 		}
 	}
 	_ = json.NewEncoder(w).Encode(failpoint.Answer{Action: action})
@@ -291,6 +340,7 @@ func (sw *sweep) run(sc *sweepCase) {
 	h.fake.AdjustNextInvoice(0) // a fault's adjustment no update took
 
 	sw.judge(sc)
+	// Every fault's call is over (settle): the case is the test's alone.
 	for _, v := range sc.violations {
 		sw.t.Errorf("%s: %s", sc, v)
 	}
@@ -327,7 +377,7 @@ func (sw *sweep) run(sc *sweepCase) {
 // 6), then delivers Stripe's latest event late, as Stripe would, and waits
 // for billingd to show Stripe's subscription (oracle 1 then judges it).
 func (sw *sweep) settle(sc *sweepCase) {
-	sc.faultCalls.Wait() // each ends: its client gives up after 30 s
+	sc.waitFaultCalls() // each ends: its client gives up after 30 s
 	sw.healthy()
 	// A request held at Stripe executes after billingd gave up on it: what
 	// Stripe did is known once none is running (a few seconds at most).
@@ -377,6 +427,7 @@ func (sw *sweep) settle(sc *sweepCase) {
 	sc.mu.Lock()
 	sc.closed = true
 	sc.mu.Unlock()
+	sc.waitFaultCalls() // a fault that fired at a settle round's step
 	sw.deliverLate(sc, sw.replicas[1].url)
 	for deadline := time.Now().Add(5 * time.Second); sw.disagreement(sc) != "" && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
@@ -464,6 +515,28 @@ func (sw *sweep) poison() {
 		$$ BEGIN RAISE EXCEPTION 'sweep: this row cannot be written'; END $$`)
 	h.exec(sw.t, `CREATE TRIGGER sweep_poisoned BEFORE UPDATE ON confirmations FOR EACH ROW
 		WHEN (OLD.id = '`+p.ConfirmationID+`') EXECUTE FUNCTION sweep_poisoned()`)
+}
+
+// waitFaultCalls waits until no fault of the case is firing and none of
+// the calls they made is under way. A fault may fire at a settle round's
+// step while the case is settled, until it is closed: counted under mu
+// with closed, never after it.
+func (sc *sweepCase) waitFaultCalls() {
+	for {
+		sc.mu.Lock()
+		n := sc.faultCalls
+		sc.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (sc *sweepCase) faultCallDone() {
+	sc.mu.Lock()
+	sc.faultCalls--
+	sc.mu.Unlock()
 }
 
 func (sc *sweepCase) violate(oracle int, format string, args ...any) {
@@ -737,12 +810,19 @@ func (sw *sweep) mandateCall(sc *sweepCase, who, base, op, to string) {
 func (sw *sweep) elicit(sc *sweepCase) {
 	a := sweepAnswer{who: "mcp"}
 	accept := answerWith("accept", map[string]any{"confirm": true})
+	// The form is answered on the MCP session's goroutine, which may
+	// outlive CallTool when the process dies: the consent is kept under
+	// sc.mu.
+	var consent *sweepConsent
 	o := &host{h: sw.h, token: sc.payer, answer: func(p *sdk.ElicitParams) (*sdk.ElicitResult, error) {
 		// Accepting the form is the person's consent to the change it
 		// states.
 		if m := summaryPlans.FindStringSubmatch(p.Message); m != nil {
-			a.consent = sc.consentTo(sweepConsent{kind: "elicitation", who: "mcp",
+			c := sc.consentTo(sweepConsent{kind: "elicitation", who: "mcp",
 				from: sweepState{plan: strings.ToLower(m[1])}, to: sweepState{plan: strings.ToLower(m[2])}})
+			sc.mu.Lock()
+			consent = c
+			sc.mu.Unlock()
 		}
 		return accept(p)
 	}}
@@ -763,11 +843,12 @@ func (sw *sweep) elicit(sc *sweepCase) {
 			}
 		}
 	}
+	sc.mu.Lock()
+	a.consent = consent
 	if claims, ok := a.claims(); ok && claims.Confirmation != "" && a.consent != nil {
-		sc.mu.Lock()
 		a.consent.confirmation = claims.Confirmation
-		sc.mu.Unlock()
 	}
+	sc.mu.Unlock()
 	sw.record(sc, a)
 }
 
@@ -835,8 +916,10 @@ func sweepFaults() []sweepFault {
 	// The case waits for every such call before it is judged (sweep.settle).
 	async := func(sc *sweepCase, fn func()) {
 		done := make(chan struct{})
-		sc.faultCalls.Add(1)
-		go func() { defer sc.faultCalls.Done(); defer close(done); fn() }()
+		sc.mu.Lock()
+		sc.faultCalls++
+		sc.mu.Unlock()
+		go func() { defer sc.faultCallDone(); defer close(done); fn() }()
 		select {
 		case <-done:
 		case <-time.After(time.Second):
@@ -1109,32 +1192,50 @@ func stepNamed(name string) billing.Step {
 }
 
 // report prints how many cases ran and fails for steps the sweep was not
-// told of (billing.Paths) and listed steps no case reached.
-func (sw *sweep) report(cases []*sweepCase, all bool) {
+// told of (billing.Paths) and listed steps no case reached, in any shard.
+func report(t *testing.T, sweeps []*sweep, cases []*sweepCase, all bool) {
+	sort.Slice(cases, func(i, j int) bool { return cases[i].n < cases[j].n })
 	fired := 0
 	for _, sc := range cases {
 		if sc.fired {
 			fired++
 		}
 	}
-	line := fmt.Sprintf("failpoint sweep: %d cases run (%d operations × the steps each passes × %d faults%s; "+
-		"the armed step reached in %d), %d distinct steps reached", len(cases), len(sweepOps()), len(sweepFaults()),
-		map[bool]string{true: "", false: ", a fixed slice"}[os.Getenv("SWEEP") == "full"], fired, len(sw.steps))
+	reached, unlisted, listed := map[string]int{}, map[string]bool{}, map[string]bool{}
+	for _, sw := range sweeps {
+		// The processes' settle rounds still ask the controller, which
+		// counts under sw.mu.
+		sw.mu.Lock()
+		for step, n := range sw.steps {
+			reached[step] += n
+		}
+		maps.Copy(unlisted, sw.unlisted)
+		maps.Copy(listed, sw.listed)
+		sw.mu.Unlock()
+	}
+	line := fmt.Sprintf("failpoint sweep: %d cases run on %d shards (%d operations × the steps each passes × %d faults%s; "+
+		"the armed step reached in %d), %d distinct steps reached", len(cases), len(sweeps), len(sweepOps()), len(sweepFaults()),
+		map[bool]string{true: "", false: ", a fixed slice"}[os.Getenv("SWEEP") == "full"], fired, len(reached))
 	matrix := coverage(cases)
-	sw.t.Log(line + "\n" + matrix)
+	for _, sc := range cases {
+		if !sc.fired {
+			matrix += "armed step not reached: " + sc.String() + "\n"
+		}
+	}
+	t.Log(line + "\n" + matrix)
 	// go test shows a passing package's output only with -v: make test
 	// prints this line from the file it names.
 	if path := os.Getenv("SWEEP_REPORT"); path != "" {
 		if err := os.WriteFile(path, []byte(line+"\n"+matrix), 0o644); err != nil {
-			sw.t.Error(err)
+			t.Error(err)
 		}
 	}
-	for step := range sw.unlisted {
-		sw.t.Errorf("step %s is not in billing.Paths: the sweep would not arm it", step)
+	for step := range unlisted {
+		t.Errorf("step %s is not in billing.Paths: the sweep would not arm it", step)
 	}
-	for step := range sw.listed {
-		if all && sw.steps[step] == 0 {
-			sw.t.Errorf("step %s was reached by no case: no operation of the sweep passes it", step)
+	for step := range listed {
+		if all && reached[step] == 0 {
+			t.Errorf("step %s was reached by no case: no operation of the sweep passes it", step)
 		}
 	}
 }

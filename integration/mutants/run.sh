@@ -35,7 +35,7 @@ for patch in integration/mutants/*.patch; do
 	sweep() { # sweep full|slice: the cases, in the full sweep or in make test's slice
 		local planned=$ops
 		[[ $1 == slice ]] && planned="" # the slice is planned over every operation
-		(cd "$tree" && SWEEP=$1 SWEEP_OPS="$planned" SWEEP_ONLY="$cases" \
+		(cd "$tree" && SWEEP=$1 SWEEP_OPS="$planned" SWEEP_ONLY="$cases" SWEEP_SHARDS="${SWEEP_SHARDS:-2}" \
 			go test -count=1 -run '^TestFailpointSweep$' -timeout 30m ./integration/ >"$log" 2>&1)
 	}
 	sweep=full
