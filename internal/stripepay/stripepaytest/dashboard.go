@@ -17,12 +17,20 @@ import (
 // (AdjustNextInvoice). Callers hold s.mu.
 func (s *Server) invoiceChange(sub *Subscription, changes []itemChange, at time.Time) {
 	inv := s.previewInvoice(sub, changes, "always_invoice", at)
-	inv.ID, inv.Status = s.newID("in"), "paid"
+	inv.ID = s.newID("in")
 	inv.Total += s.invoiceAdjustment
 	inv.AmountDue = max(inv.Total+inv.StartingBalance, 0) // the customer's credit applied (invoice.go)
+	s.invoiceAdjustment = 0
+	s.keepPaid(sub, inv)
+}
+
+// keepPaid keeps inv, made and paid at once, as sub's latest invoice: the
+// customer's balance settled (chargeInvoice), nothing left to pay; a
+// negative total is credited to the balance. Callers hold s.mu.
+func (s *Server) keepPaid(sub *Subscription, inv invoiceJSON) {
+	inv.Status = "paid"
 	s.chargeInvoice(sub, inv)
 	inv.AmountRemaining = 0
-	s.invoiceAdjustment = 0
 	s.invoices[inv.ID] = inv
 	sub.LatestInvoice = inv.ID
 }
@@ -46,10 +54,13 @@ func (s *Server) Invoice(id string) (amountDue int64, currency string, ok bool) 
 
 // ChangeInDashboard changes a subscription the way a person in Stripe's
 // dashboard (or another integration) would: edit may change the status,
-// the period, the items' prices and quantities; metadata it leaves alone
-// stays, as Stripe keeps it. The change does not count in UpdateCount (which
+// the period, the items' prices and quantities, and the cancellation;
+// metadata it leaves alone stays, as Stripe keeps it. A cancellation is
+// completed as Stripe would (dashboardCancellation): setting
+// CancelAtPeriodEnd dates it, clearing it resumes, Status "canceled" ends
+// the subscription now. The change does not count in UpdateCount (which
 // counts billingd's updates), and makes a customer.subscription.updated
-// event (deleted when the status becomes canceled).
+// event (deleted when the status is canceled).
 func (s *Server) ChangeInDashboard(subscriptionID string, edit func(*Subscription)) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
@@ -67,14 +78,46 @@ func (s *Server) ChangeInDashboard(subscriptionID string, edit func(*Subscriptio
 		}
 	}
 	pending := s.beginWrite(Dashboard, subscriptionID, "", time.Now())
+	defer s.endWrite(pending, true)
+	now := s.now().Truncate(time.Second)
+	ending := dashboardCancellation(sub, &edited, now)
 	*sub = edited
-	s.endWrite(pending, true)
-	kind := "customer.subscription.updated"
-	if sub.Status == "canceled" {
-		kind = "customer.subscription.deleted"
+	switch {
+	case ending:
+		s.end(sub, now, now) // emits customer.subscription.deleted (cancel.go)
+	case sub.Status == "canceled":
+		s.emit("customer.subscription.deleted", sub)
+	default:
+		s.emit("customer.subscription.updated", sub)
 	}
-	s.emit(kind, sub)
 	return nil
+}
+
+// dashboardCancellation completes the cancellation an edit of sub made, as
+// Stripe's dashboard does (cancel.go): a cancellation at the period's end
+// set gets cancel_at, canceled_at and its reason where the edit left them
+// unset; one cleared is resumed; a status set to canceled is reported as
+// ending (the caller ends the subscription). Callers hold s.mu.
+func dashboardCancellation(sub, edited *Subscription, now time.Time) (ending bool) {
+	if edited.Status == "canceled" && sub.Status != "canceled" {
+		edited.Status = sub.Status
+		return true
+	}
+	switch {
+	case edited.CancelAtPeriodEnd && !sub.CancelAtPeriodEnd:
+		if edited.CancelAt.IsZero() {
+			edited.CancelAt = edited.CurrentPeriodEnd
+		}
+		if edited.CanceledAt.IsZero() {
+			edited.CanceledAt = now
+		}
+		if edited.CancellationDetails.Reason == "" {
+			edited.CancellationDetails.Reason = "cancellation_requested"
+		}
+	case !edited.CancelAtPeriodEnd && sub.CancelAtPeriodEnd:
+		edited.applyCancelUpdate(cancelUpdate{setsAtPeriodEnd: true}, now)
+	}
+	return false
 }
 
 // Touch makes the customer.subscription.updated event Stripe sends about

@@ -2,7 +2,9 @@ package stripepaytest
 
 import (
 	"cmp"
+	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -92,32 +94,21 @@ func (s *Server) newItems(params []itemParam) ([]Item, error) {
 }
 
 // updateSubscription: POST /v1/subscriptions/{id}. The fake supports what
-// billingd does with it: swapping the price of existing items
-// (items[i][id], items[i][price], optional items[i][quantity]), with
-// proration_behavior, proration_date, payment_behavior and metadata.
-// always_invoice invoices the proration at once (invoiceChange), as the
-// subscription's latest_invoice; the payment parameters are validated but
-// otherwise have no effect: the fake takes no payments.
+// billingd does with it: changing the price or the quantity of existing
+// items (items[i][id], items[i][price] and/or items[i][quantity]), with
+// proration_behavior, proration_date, payment_behavior and metadata;
+// cancelling at the period's end or resuming (cancel_at_period_end,
+// cancellation_details: cancel.go). always_invoice invoices the proration
+// of the items' changes at once (invoiceChange), as the subscription's
+// latest_invoice; the payment parameters are validated but otherwise have
+// no effect: the fake takes no payments (a DeclineCard fault refuses the
+// update as Stripe refuses one with payment_behavior=error_if_incomplete).
 func (s *Server) updateSubscription(r *http.Request) (any, error) {
 	f := r.PostForm
-	params, err := parseItems(f, "items")
+	p, err := parseUpdate(f)
 	if err != nil {
 		return nil, err
 	}
-	behavior, err := enumParam(f, "proration_behavior", "create_prorations",
-		"create_prorations", "always_invoice", "none")
-	if err != nil {
-		return nil, err
-	}
-	if _, err := enumParam(f, "payment_behavior", "allow_incomplete",
-		"allow_incomplete", "error_if_incomplete", "pending_if_incomplete", "default_incomplete"); err != nil {
-		return nil, err
-	}
-	prorationDate, hasProrationDate, err := intParam(f, "proration_date")
-	if err != nil {
-		return nil, err
-	}
-
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := r.PathValue("id")
@@ -125,33 +116,81 @@ func (s *Server) updateSubscription(r *http.Request) (any, error) {
 	if !ok {
 		return nil, errNoSuch(http.StatusNotFound, "id", "subscription", id)
 	}
-	if hasProrationDate {
-		if err := checkProrationDate(sub, "proration_date", time.Unix(prorationDate, 0)); err != nil {
+	if err := checkUpdateAllowed(sub, f, p.cancel); err != nil {
+		return nil, err
+	}
+	if p.hasProrationDate {
+		if err := checkProrationDate(sub, "proration_date", p.prorationDate); err != nil {
 			return nil, err
 		}
 	}
-	changes, err := s.itemChanges(sub, params, "items")
+	changes, err := s.itemChanges(sub, p.items, "items")
 	if err != nil {
 		return nil, err
 	}
-	if behavior == "always_invoice" {
-		at := s.now().Truncate(time.Second)
-		if hasProrationDate {
-			at = time.Unix(prorationDate, 0)
+	now := s.now().Truncate(time.Second)
+	if p.behavior == "always_invoice" && len(p.items) > 0 {
+		at := now
+		if p.hasProrationDate {
+			at = p.prorationDate
 		}
 		s.invoiceChange(sub, changes, at)
+		inv := s.invoices[sub.LatestInvoice]
+		inv.SubscriptionDetails = &subscriptionDetailsJSON{Metadata: orEmpty(withMetadata(sub.Metadata, p.metadata))}
+		s.invoices[inv.ID] = inv
 	}
 	for _, c := range changes {
 		sub.Items[c.index].PriceID, sub.Items[c.index].Quantity = c.price.id, c.quantity
 	}
-	mergeMetadata(&sub.Metadata, hashParams(f, "metadata"))
-	if inv, ok := s.invoices[sub.LatestInvoice]; ok && behavior == "always_invoice" {
-		inv.SubscriptionDetails = &subscriptionDetailsJSON{Metadata: orEmpty(sub.Metadata)}
-		s.invoices[inv.ID] = inv
-	}
+	sub.applyCancelUpdate(p.cancel, now)
+	mergeMetadata(&sub.Metadata, p.metadata)
 	s.updates[sub.ID]++
 	s.emit("customer.subscription.updated", sub)
 	return s.toSubscriptionJSON(sub, r), nil
+}
+
+// updateParams is an update as sent.
+type updateParams struct {
+	items            []itemParam
+	behavior         string
+	prorationDate    time.Time
+	hasProrationDate bool
+	cancel           cancelUpdate
+	metadata         map[string]string
+}
+
+// parseUpdate reads and checks the parameters of an update.
+func parseUpdate(f url.Values) (updateParams, error) {
+	var p updateParams
+	var err error
+	if p.items, err = parseItems(f, "items"); err != nil {
+		return p, err
+	}
+	if p.behavior, err = enumParam(f, "proration_behavior", "create_prorations",
+		"create_prorations", "always_invoice", "none"); err != nil {
+		return p, err
+	}
+	if _, err := enumParam(f, "payment_behavior", "allow_incomplete",
+		"allow_incomplete", "error_if_incomplete", "pending_if_incomplete", "default_incomplete"); err != nil {
+		return p, err
+	}
+	date, hasDate, err := intParam(f, "proration_date")
+	if err != nil {
+		return p, err
+	}
+	p.prorationDate, p.hasProrationDate = time.Unix(date, 0), hasDate
+	if p.cancel, err = parseCancelUpdate(f); err != nil {
+		return p, err
+	}
+	p.metadata = hashParams(f, "metadata")
+	return p, nil
+}
+
+// withMetadata is m after update, leaving m as it is.
+func withMetadata(m, update map[string]string) map[string]string {
+	out := maps.Clone(m)
+	mergeMetadata(&out, update)
+	return out
 }
 
 // getSubscription: GET /v1/subscriptions/{id}.
@@ -251,8 +290,10 @@ type itemChange struct {
 }
 
 // itemChanges checks the requested item changes against sub; callers hold
-// s.mu. As with Stripe, a new price resets the quantity to 1 unless one is
-// given.
+// s.mu. An item given without a price keeps its price and changes its
+// quantity (if one is given). As with Stripe, a new price resets the
+// quantity to 1 unless one is given (stripe-python issue #388, Stripe's
+// answer): a price change that keeps the seats must send the quantity.
 func (s *Server) itemChanges(sub *Subscription, params []itemParam, prefix string) ([]itemChange, error) {
 	changes := make([]itemChange, len(params))
 	for i, p := range params {
@@ -265,7 +306,12 @@ func (s *Server) itemChanges(sub *Subscription, params []itemParam, prefix strin
 			return nil, errParamInvalid(param("id"), "The subscription item %s does not belong to %s.", p.id, sub.ID)
 		}
 		if p.price == "" {
-			return nil, errParamMissing(param("price"))
+			it := sub.Items[index]
+			changes[i] = itemChange{index: index, price: s.prices[it.PriceID], quantity: it.Quantity}
+			if p.hasQuantity {
+				changes[i].quantity = p.quantity
+			}
+			continue
 		}
 		pr, ok := s.prices[p.price]
 		if !ok {

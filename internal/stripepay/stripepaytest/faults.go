@@ -11,6 +11,7 @@ const (
 	CreateSubscription Endpoint = "POST /v1/subscriptions"
 	UpdateSubscription Endpoint = "POST /v1/subscriptions/{id}"
 	GetSubscription    Endpoint = "GET /v1/subscriptions/{id}"
+	CancelSubscription Endpoint = "DELETE /v1/subscriptions/{id}"
 	CreatePreview      Endpoint = "POST /v1/invoices/create_preview"
 	ListInvoices       Endpoint = "GET /v1/invoices"
 	CreateSchedule     Endpoint = "POST /v1/subscription_schedules"

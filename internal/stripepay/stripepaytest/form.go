@@ -118,3 +118,18 @@ func enumParam(form url.Values, name, def string, allowed ...string) (string, er
 	}
 	return v, nil
 }
+
+// boolParam reads an optional boolean parameter ("true" or "false", as
+// stripe-go writes them); absent gives def, and set reports whether it was
+// given.
+func boolParam(form url.Values, name string, def bool) (v, set bool, err error) {
+	switch form.Get(name) {
+	case "":
+		return def, false, nil
+	case "true":
+		return true, true, nil
+	case "false":
+		return false, true, nil
+	}
+	return false, false, errParamInvalid(name, "Invalid boolean: %s", form.Get(name))
+}

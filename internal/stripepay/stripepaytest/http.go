@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -30,6 +32,7 @@ func (s *Server) routes() http.Handler {
 	handle(CreateSubscription, s.createSubscription)
 	handle(UpdateSubscription, s.updateSubscription)
 	handle(GetSubscription, s.getSubscription)
+	handle(CancelSubscription, s.cancelSubscription)
 	handle(CreatePreview, s.createPreview)
 	handle(ListInvoices, s.listInvoices)
 	handle(CreateSchedule, s.createSchedule)
@@ -99,7 +102,7 @@ func (s *Server) endpoint(e Endpoint, fn endpointFunc) http.Handler {
 // its place in the log, or -1.
 func (s *Server) executeLogged(e Endpoint, fn endpointFunc, r *http.Request, fault Fault, sub, key string,
 	arrived time.Time) (res result, logged int) {
-	if sub == "" || r.Method != http.MethodPost {
+	if sub == "" || r.Method == http.MethodGet {
 		res, _ = s.execute(fn, r, fault)
 		return res, -1
 	}
@@ -132,6 +135,27 @@ func checkRequest(r *http.Request) *apiError {
 	if err := r.ParseForm(); err != nil {
 		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error",
 			message: "Invalid request body."}
+	}
+	if r.Method == http.MethodDelete {
+		return parseDeleteBody(r)
+	}
+	return nil
+}
+
+// parseDeleteBody reads the form body of a DELETE into PostForm and Form:
+// stripe-go sends a DELETE's parameters (a cancellation's prorate,
+// invoice_now) in the body, as Stripe reads them, but net/http parses a
+// body only for POST, PUT and PATCH.
+func parseDeleteBody(r *http.Request) *apiError {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	values, perr := url.ParseQuery(string(body))
+	if err != nil || perr != nil {
+		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error",
+			message: "Invalid request body."}
+	}
+	r.PostForm = values
+	for name, vs := range values {
+		r.Form[name] = append(r.Form[name], vs...)
 	}
 	return nil
 }

@@ -25,12 +25,14 @@ const (
 )
 
 // SubState is what a write can change of a subscription: its first item's
-// price and quantity, its status, and the change its schedule will make
-// at the next phase ("" for none).
+// price and quantity, its status (active or canceled), whether it is set
+// to cancel at its period's end, and the change its schedule will make at
+// the next phase ("" for none).
 type SubState struct {
-	PriceID  string
-	Quantity int64
-	Status   string
+	PriceID           string
+	Quantity          int64
+	Status            string
+	CancelAtPeriodEnd bool
 	// Scheduled is the next phase's first item when it differs from the
 	// current one: its price, quantity and start ("price_x×1@2026-…Z").
 	Scheduled string
@@ -105,7 +107,7 @@ func (s *Server) stateOf(subscriptionID string) SubState {
 	if !ok {
 		return SubState{}
 	}
-	st := SubState{Status: sub.Status}
+	st := SubState{Status: sub.Status, CancelAtPeriodEnd: sub.CancelAtPeriodEnd}
 	if len(sub.Items) > 0 {
 		st.PriceID, st.Quantity = sub.Items[0].PriceID, sub.Items[0].Quantity
 	}
@@ -211,7 +213,7 @@ func (s *Server) FailAlwaysFor(subscriptionID string, f Fault) {
 // schedule's.
 func (s *Server) subscriptionOf(e Endpoint, r *http.Request) string {
 	switch e {
-	case UpdateSubscription, GetSubscription:
+	case UpdateSubscription, GetSubscription, CancelSubscription:
 		return r.PathValue("id")
 	case CreatePreview:
 		return r.Form.Get("subscription")
@@ -231,7 +233,8 @@ func (s *Server) subscriptionOf(e Endpoint, r *http.Request) string {
 }
 
 // takeFaultFor is the fault aimed at the subscription's requests at e, if
-// any. A card decline waits for a request that can charge (a POST).
+// any. A card decline waits for a request that can charge: a POST (a
+// cancellation only ever credits).
 func (s *Server) takeFaultFor(subscriptionID string, e Endpoint) (Fault, bool) {
 	if subscriptionID == "" {
 		return Fault{}, false
@@ -242,38 +245,10 @@ func (s *Server) takeFaultFor(subscriptionID string, e Endpoint) (Fault, bool) {
 		return f, true
 	}
 	for _, key := range []string{subscriptionID + " " + string(e), subscriptionID} {
-		if queue := s.faultsFor[key]; len(queue) > 0 && !(queue[0].kind == declineCard && strings.HasPrefix(string(e), "GET ")) {
+		if queue := s.faultsFor[key]; len(queue) > 0 && !(queue[0].kind == declineCard && !strings.HasPrefix(string(e), "POST ")) {
 			s.faultsFor[key] = queue[1:]
 			return queue[0], true
 		}
 	}
 	return Fault{}, false
-}
-
-// RenewNow brings the subscription's renewal to now, as if its period had
-// been due to end this instant: the subscription's period and its
-// schedule's phases move back by what was left of the period, then it
-// renews (and a scheduled change applies) as AdvanceClock renews it. Other
-// subscriptions, and the fake's clock, stay as they are: a test renews one
-// subscription without moving Stripe's time away from the database's.
-func (s *Server) RenewNow(subscriptionID string) {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sub, ok := s.subs[subscriptionID]
-	if !ok || sub.Status != "active" {
-		return
-	}
-	left := sub.CurrentPeriodEnd.Sub(s.now())
-	sub.CurrentPeriodStart, sub.CurrentPeriodEnd = sub.CurrentPeriodStart.Add(-left), sub.CurrentPeriodEnd.Add(-left)
-	if sch, ok := s.schedules[sub.Schedule]; ok {
-		for i := range sch.Phases {
-			sch.Phases[i].Start = sch.Phases[i].Start.Add(-left)
-			if !sch.Phases[i].End.IsZero() {
-				sch.Phases[i].End = sch.Phases[i].End.Add(-left)
-			}
-		}
-	}
-	s.renew(sub)
 }

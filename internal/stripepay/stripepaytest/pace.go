@@ -70,7 +70,7 @@ func NewPacer(next http.Handler) *Pacer {
 	p := &Pacer{next: next, routes: http.NewServeMux(), latency: map[Endpoint]Latency{},
 		limits: map[Endpoint][]Limit{}, held: map[Endpoint]chan struct{}{}, waiting: map[Endpoint]int{},
 		answered: map[Endpoint]int{}}
-	for _, e := range []Endpoint{CreateCustomer, CreateSubscription, UpdateSubscription, GetSubscription, CreatePreview} {
+	for _, e := range []Endpoint{CreateCustomer, CreateSubscription, UpdateSubscription, GetSubscription, CancelSubscription, CreatePreview} {
 		p.routes.Handle(string(e), next)
 	}
 	return p

@@ -8,8 +8,8 @@ import (
 // previewInvoice is the invoice Stripe would show for making changes to sub
 // at the time at. Callers hold s.mu.
 //
-// Per changed item, with old and new the item's amount (unit amount ×
-// quantity) before and after the change, remaining = current_period_end − at
+// Per changed item (its price, its quantity or both), with old and new the
+// item's amount (unit amount × quantity) before and after the change, remaining = current_period_end − at
 // and length = current_period_end − current_period_start (30 days), in
 // seconds:
 //
@@ -106,12 +106,12 @@ func (s *Server) prorationLines(sub *Subscription, p itemPlan, oneLine bool, rem
 	day := at.UTC().Format("02 Jan 2006")
 	if oneLine {
 		return []lineJSON{s.line(sub, p.new, p.newQty, net, true,
-			fmt.Sprintf("Proration for %s → %s after %s", p.old.id, p.new.id, day), at, end)}, net
+			fmt.Sprintf("Proration for %d × %s → %d × %s after %s", p.oldQty, p.old.id, p.newQty, p.new.id, day), at, end)}, net
 	}
 	credit := -prorate(p.oldAmount(), remaining, length)
 	return []lineJSON{
-		s.line(sub, p.old, p.oldQty, credit, true, fmt.Sprintf("Unused time on %s after %s", p.old.id, day), at, end),
-		s.line(sub, p.new, p.newQty, net-credit, true, fmt.Sprintf("Remaining time on %s after %s", p.new.id, day), at, end),
+		s.line(sub, p.old, p.oldQty, credit, true, fmt.Sprintf("Unused time on %d × %s after %s", p.oldQty, p.old.id, day), at, end),
+		s.line(sub, p.new, p.newQty, net-credit, true, fmt.Sprintf("Remaining time on %d × %s after %s", p.newQty, p.new.id, day), at, end),
 	}, net
 }
 

@@ -453,110 +453,12 @@ func (s *Server) cancelSchedule(r *http.Request) (any, error) {
 		return nil, err
 	}
 	now := s.now().Truncate(time.Second)
-	if sub, ok := s.subs[sch.Subscription]; ok {
-		sub.Status, sub.Schedule = "canceled", ""
-		s.emit("customer.subscription.deleted", sub)
-	}
 	sch.Status, sch.CanceledAt = "canceled", now
+	if sub, ok := s.subs[sch.Subscription]; ok {
+		s.end(sub, now, now) // cancel.go
+	}
 	s.emitObject("subscription_schedule.canceled", s.toScheduleJSON(sch, nil))
 	return s.toScheduleJSON(sch, r), nil
-}
-
-// AdvanceClock moves the fake's time forward by d, as a Stripe test clock
-// does, and renews every active subscription whose period ends by then,
-// one period after the other: a schedule's next phase starts at the
-// boundary (its items replace the subscription's, nothing prorated) or,
-// after its last phase, the schedule ends as its end_behavior says; the
-// new period runs 30 days from the old end; its invoice (billing_reason
-// subscription_cycle, the new period at the items' prices, through the
-// coupon, tax and balance rules of invoice.go) becomes the latest invoice,
-// paid at once from the customer's balance or card. Events:
-// subscription_schedule.updated (.released or .completed when it ends),
-// customer.subscription.updated, invoice.created. Subscriptions renew only
-// here: the fake's clock (SetClock) alone renews nothing, as a test
-// clock's subscriptions wait for the clock to be advanced.
-func (s *Server) AdvanceClock(d time.Duration) {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.offset += d
-	now := s.now()
-	ids := slices.SortedFunc(maps.Keys(s.subs), compareIDs)
-	for _, id := range ids {
-		sub := s.subs[id]
-		for sub.Status == "active" && !sub.CurrentPeriodEnd.After(now) {
-			s.renew(sub)
-		}
-	}
-}
-
-// renew moves sub into its next period, a write of Stripe's own (made.go).
-// Callers hold s.writeMu and s.mu.
-func (s *Server) renew(sub *Subscription) {
-	pending := s.beginWrite(Renewal, sub.ID, "", time.Now())
-	defer s.endWrite(pending, true)
-	boundary := sub.CurrentPeriodEnd
-	if sch, ok := s.schedules[sub.Schedule]; ok && sch.Status == "active" {
-		s.advanceSchedule(sch, sub, boundary)
-	}
-	if sub.Status != "active" {
-		return
-	}
-	previousStart := sub.CurrentPeriodStart
-	sub.CurrentPeriodStart, sub.CurrentPeriodEnd = boundary, boundary.Add(period)
-	s.invoiceRenewal(sub, previousStart)
-	s.emit("customer.subscription.updated", sub)
-}
-
-// advanceSchedule moves sch past boundary, the end of sub's period: into
-// the next phase if the current one ends there, or to its end. Callers
-// hold s.mu.
-func (s *Server) advanceSchedule(sch *Schedule, sub *Subscription, boundary time.Time) {
-	if sch.Phases[sch.Current].End.After(boundary) {
-		return // the phase goes on
-	}
-	if sch.Current+1 < len(sch.Phases) {
-		sch.Current++
-		s.setItems(sub, sch.Phases[sch.Current].Items)
-		s.emitObject("subscription_schedule.updated", s.toScheduleJSON(sch, nil))
-		return
-	}
-	if sch.EndBehavior == "cancel" {
-		sub.Status, sub.Schedule = "canceled", ""
-		sch.Status, sch.CompletedAt = "completed", boundary
-		s.emit("customer.subscription.deleted", sub)
-		s.emitObject("subscription_schedule.completed", s.toScheduleJSON(sch, nil))
-		return
-	}
-	s.release(sch, boundary)
-}
-
-// invoiceRenewal makes, keeps and pays the invoice of sub's new period,
-// which follows the period that started at previousStart. Callers hold
-// s.mu.
-func (s *Server) invoiceRenewal(sub *Subscription, previousStart time.Time) {
-	var lines []lineJSON
-	for _, it := range sub.Items {
-		pr := s.prices[it.PriceID]
-		lines = append(lines, s.line(sub, pr, it.Quantity, pr.unitAmount*it.Quantity, false,
-			strconv.FormatInt(it.Quantity, 10)+" × "+pr.id, sub.CurrentPeriodStart, sub.CurrentPeriodEnd))
-	}
-	inv := invoiceJSON{
-		ID: s.newID("in"), Object: "invoice", Status: "paid", BillingReason: "subscription_cycle",
-		Customer: sub.Customer, Subscription: sub.ID, Currency: s.currency(sub),
-		Created: sub.CurrentPeriodStart.Unix(),
-		// Stripe's period_start and period_end look back one period.
-		PeriodStart: previousStart.Unix(), PeriodEnd: sub.CurrentPeriodStart.Unix(),
-		Lines:               newList("/v1/invoices/lines", lines),
-		SubscriptionDetails: &subscriptionDetailsJSON{Metadata: orEmpty(sub.Metadata)},
-	}
-	s.applyTotals(sub, &inv)
-	s.chargeInvoice(sub, inv)
-	inv.AmountRemaining = 0
-	s.invoices[inv.ID] = inv
-	sub.LatestInvoice = inv.ID
-	s.emitObject("invoice.created", inv)
 }
 
 // errState: the object is not in a state that allows the request. Found

@@ -20,6 +20,7 @@
 //	POST /v1/subscriptions
 //	POST /v1/subscriptions/{id}
 //	GET  /v1/subscriptions/{id}              (expand[]: latest_invoice, schedule)
+//	DELETE /v1/subscriptions/{id}            (prorate, invoice_now, cancellation_details)
 //	POST /v1/invoices/create_preview
 //	POST /v1/subscription_schedules          (from_subscription only)
 //	POST /v1/subscription_schedules/{id}     (phases, end_behavior, metadata)
@@ -28,9 +29,11 @@
 //	POST /v1/subscription_schedules/{id}/cancel
 //
 // The schedule endpoints accept expand[]=subscription (schedule.go says
-// what of Stripe's schedules the fake models). AdvanceClock moves the
-// fake's time like a Stripe test clock: subscriptions renew, with a
-// renewal invoice, and schedules move into their next phase.
+// what of Stripe's schedules the fake models; cancel.go what of
+// cancellations). AdvanceClock moves the fake's time like a Stripe test
+// clock (renewal.go): subscriptions renew, with a renewal invoice, or end
+// if set to cancel at the period's end, and schedules move into their
+// next phase.
 //
 // Server.Pacer gives it Stripe's pace (pace.go): per-endpoint latency with
 // a tail, the 429s of Stripe's limiters (rate limit, lock timeout), and
@@ -38,9 +41,9 @@
 // of any other stand-in (make bench's canned answers).
 //
 // The fake is deliberately small: statuses active and canceled, 30-day
-// periods that renew only when AdvanceClock passes their end, price swaps
-// as the only subscription update, invoices paid at once and no charges
-// kept. Any request needs an Authorization header with some bearer key;
+// periods that renew only when AdvanceClock passes their end, changes of
+// existing items' prices and quantities and of the cancellation as the
+// only subscription updates, invoices paid at once and no charges kept. Any request needs an Authorization header with some bearer key;
 // which one is not checked.
 package stripepaytest
 
@@ -68,6 +71,23 @@ type Subscription struct {
 	// Schedule is the id of the subscription schedule attached to it, if
 	// any (schedule.go).
 	Schedule string
+	// The cancellation (cancel.go). CancelAtPeriodEnd: the subscription
+	// ends instead of renewing, at CancelAt (its current period's end).
+	// CanceledAt is when the cancellation was asked for, EndedAt when the
+	// subscription ended (status canceled); zero for none.
+	CancelAtPeriodEnd   bool
+	CancelAt            time.Time
+	CanceledAt          time.Time
+	EndedAt             time.Time
+	CancellationDetails CancellationDetails
+}
+
+// CancellationDetails is why a subscription was canceled, as Stripe's
+// cancellation_details: Reason is Stripe's (cancellation_requested when
+// asked through the API or the dashboard), Feedback and Comment the
+// customer's.
+type CancellationDetails struct {
+	Reason, Feedback, Comment string
 }
 
 // Item is one subscription item.

@@ -72,6 +72,20 @@ type subscriptionJSON struct {
 	// Schedule is the attached subscription schedule's id, or the
 	// schedule itself with expand[]=schedule; null when there is none.
 	Schedule any `json:"schedule"`
+	// The cancellation (cancel.go); Stripe sends null for a time not set.
+	CancelAtPeriodEnd   bool                    `json:"cancel_at_period_end"`
+	CancelAt            *int64                  `json:"cancel_at"`
+	CanceledAt          *int64                  `json:"canceled_at"`
+	EndedAt             *int64                  `json:"ended_at"`
+	CancellationDetails cancellationDetailsJSON `json:"cancellation_details"`
+}
+
+// cancellationDetailsJSON is Stripe's cancellation_details: each field
+// null until set.
+type cancellationDetailsJSON struct {
+	Comment  *string `json:"comment"`
+	Feedback *string `json:"feedback"`
+	Reason   *string `json:"reason"`
 }
 
 type periodJSON struct {
@@ -168,7 +182,19 @@ func (s *Server) toSubscriptionJSON(sub *Subscription, r *http.Request) subscrip
 		Metadata:      orEmpty(sub.Metadata),
 		LatestInvoice: s.latestInvoice(sub, r),
 		Schedule:      s.schedule(sub, r),
+
+		CancelAtPeriodEnd: sub.CancelAtPeriodEnd,
+		CancelAt:          unixOrNil(sub.CancelAt), CanceledAt: unixOrNil(sub.CanceledAt), EndedAt: unixOrNil(sub.EndedAt),
+		CancellationDetails: cancellationDetailsJSON{Comment: stringOrNil(sub.CancellationDetails.Comment),
+			Feedback: stringOrNil(sub.CancellationDetails.Feedback), Reason: stringOrNil(sub.CancellationDetails.Reason)},
 	}
+}
+
+func stringOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // latestInvoice is sub's latest_invoice field: nil, its id, or the invoice
