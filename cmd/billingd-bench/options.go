@@ -24,6 +24,7 @@ type options struct {
 	oldRows      []int
 	warmup       time.Duration
 	duration     time.Duration
+	fsyncSeconds int // pg_test_fsync's -s (ceiling.go); 0: no ceiling
 	poolMaxConns int
 	out          string
 	doc          string
@@ -69,6 +70,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	oldRows := fs.String("old-rows", "0,1000000,5000000", "old confirmation rows for the data-size rows, ascending (\"\": no data-size rows)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up at the start of each run")
 	fs.DurationVar(&o.duration, "duration", 6*time.Second, "measured time of each run")
+	fs.IntVar(&o.fsyncSeconds, "fsync-seconds", 1, "seconds per test of pg_test_fsync, run once at the start for the disk's commit ceiling (0: skip)")
 	// billingd's default main pool is 16 connections (pgx's own, max(4,
 	// cores), is 4 here; 16 measured 7–10% more handshakes per second at 16
 	// clients), and its executions pool CONFIRM_CONCURRENCY: the bench runs
@@ -126,6 +128,8 @@ func (o options) check() error {
 		return errors.New("-orgs: want at least one org per client")
 	case o.duration < time.Second:
 		return errors.New("-duration: want at least 1s")
+	case o.fsyncSeconds < 0:
+		return errors.New("-fsync-seconds: want 0 or more")
 	case o.latencyDuration < time.Second:
 		return errors.New("-latency-duration: want at least 1s")
 	case o.latencyTailShare < 0 || o.latencyTailShare > 1:
