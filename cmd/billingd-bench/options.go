@@ -70,8 +70,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.dataClients, "data-clients", 16, "concurrent clients for the old-rows rows")
 	oldRows := fs.String("old-rows", "0,1000000,5000000", "old confirmation rows for the data-size rows, ascending (\"\": no data-size rows)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up at the start of each run")
-	// Three rounds of 3 s cost about what one of 6 s did plus the extra
-	// settles, and keep make bench near 18 minutes (docs/performance.md).
+	// Three rounds of each side at 3 s (plus warm-up and the settles
+	// between runs) make a row take about 35 s, and make bench about 17
+	// minutes (docs/performance.md); one 6 s run of each side took about 17 s.
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "measured time of each run (each round of each side)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds per row: billingd and the pgbench mirror run alternately, this many times each; the report gives medians and spreads")
 	fs.IntVar(&o.fsyncSeconds, "fsync-seconds", 1, "seconds per test of pg_test_fsync, run once at the start for the disk's commit ceiling (0: skip)")
