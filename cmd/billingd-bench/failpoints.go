@@ -32,7 +32,7 @@ func measureFailpoints(rows []comparison) failpointCost {
 	paths := billing.Paths()
 	cost := failpointCost{perStep: time.Duration(r.NsPerOp()), perCall: len(paths[0]) + len(paths[1])}
 	if row, ok := findRow(rows, handshake, 1); ok {
-		cost.handshake = row.service.p50
+		cost.handshake = row.service.medianP50()
 	}
 	return cost
 }

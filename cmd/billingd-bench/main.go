@@ -7,13 +7,17 @@
 // then drives the REST handshake with real signed JWTs:
 //
 //   - first calls only (propose) and full handshakes (propose, then confirm)
-//     at several concurrencies, each next to pgbench running scripts/ — the
-//     same SQL billingd executes per call — at the same concurrency;
+//     at several concurrencies, each against pgbench running scripts/ — the
+//     same SQL billingd executes per call — at the same concurrency, the two
+//     alternating for -rounds rounds each (rounds.go), reported as medians
+//     with their spread;
 //   - propose and handshake again with 0, 1 million and 5 million old
 //     (finished) confirmation rows in the table;
 //   - a sample of calls through an in-process billingd with a pgx tracer that
 //     counts database round trips per call;
-//   - the peak RSS of the billingd process.
+//   - the peak RSS of the billingd process;
+//   - once, at the start, the disk's WAL flushes per second with
+//     pg_test_fsync: the ceiling of one client's commits (ceiling.go).
 //
 // It also measures where the CPU goes (billingd, this process, the
 // PostgreSQL backends, pgbench): on a small machine all of them share the

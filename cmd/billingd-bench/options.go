@@ -24,6 +24,8 @@ type options struct {
 	oldRows      []int
 	warmup       time.Duration
 	duration     time.Duration
+	rounds       int // runs of each side per row, alternating (rounds.go)
+	fsyncSeconds int // pg_test_fsync's -s (ceiling.go); 0: no ceiling
 	poolMaxConns int
 	out          string
 	doc          string
@@ -68,7 +70,12 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.dataClients, "data-clients", 16, "concurrent clients for the old-rows rows")
 	oldRows := fs.String("old-rows", "0,1000000,5000000", "old confirmation rows for the data-size rows, ascending (\"\": no data-size rows)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up at the start of each run")
-	fs.DurationVar(&o.duration, "duration", 6*time.Second, "measured time of each run")
+	// Three rounds of each side at 3 s (plus warm-up and the settles
+	// between runs) make a row take about 35 s, and make bench about 17
+	// minutes (docs/performance.md); one 6 s run of each side took about 17 s.
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "measured time of each run (each round of each side)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds per row: billingd and the pgbench mirror run alternately, this many times each; the report gives medians and spreads")
+	fs.IntVar(&o.fsyncSeconds, "fsync-seconds", 1, "seconds per test of pg_test_fsync, run once at the start for the disk's commit ceiling (0: skip)")
 	// billingd's default main pool is 16 connections (pgx's own, max(4,
 	// cores), is 4 here; 16 measured 7–10% more handshakes per second at 16
 	// clients), and its executions pool CONFIRM_CONCURRENCY: the bench runs
@@ -126,6 +133,10 @@ func (o options) check() error {
 		return errors.New("-orgs: want at least one org per client")
 	case o.duration < time.Second:
 		return errors.New("-duration: want at least 1s")
+	case o.rounds < 1:
+		return errors.New("-rounds: want at least 1")
+	case o.fsyncSeconds < 0:
+		return errors.New("-fsync-seconds: want 0 or more")
 	case o.latencyDuration < time.Second:
 		return errors.New("-latency-duration: want at least 1s")
 	case o.latencyTailShare < 0 || o.latencyTailShare > 1:

@@ -18,26 +18,22 @@ type results struct {
 	dataSizes  []dataSize
 	latency    []latencyRow // at Stripe's pace (latency.go)
 	peakRSSKiB int64
-	loadBefore string // /proc/loadavg: other work on the machine skews everything
+	ceiling    commitCeiling // the disk's flushes per second (ceiling.go)
+	loadBefore string        // /proc/loadavg: other work on the machine skews everything
 	loadAfter  string
 	pinned     string // -pin: where each side ran
 }
 
 // comparison is billingd and its pgbench mirror doing one workload at one
-// concurrency, one after the other on the same database.
+// concurrency on the same database, alternately, -rounds times each
+// (rounds.go).
 type comparison struct {
 	workload workload
 	clients  int
-	service  summary
-	pgbench  summary
-	rssKiB   int64 // billingd's resident set right after its run
-}
-
-func (c comparison) ratio() float64 {
-	if c.pgbench.rate == 0 {
-		return 0
-	}
-	return c.service.rate / c.pgbench.rate
+	service  side          // billingd's rounds
+	pgbench  side          // the mirror's rounds
+	rssKiB   int64         // billingd's largest resident set right after a round
+	elapsed  time.Duration // the row's wall time, every round and settle
 }
 
 // dataSize is propose and handshake with some number of old rows.
@@ -61,11 +57,13 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 	if e.opts.latencyOnly {
 		return e.latencyOnly(ctx, res)
 	}
+	res.ceiling = e.measureCommitCeiling(ctx)
+	e.log.Printf("commit ceiling: %s", res.ceiling)
 	if res.trips, err = e.countRoundTrips(ctx); err != nil {
 		return results{}, fmt.Errorf("count round trips: %w", err)
 	}
 	for _, t := range res.trips {
-		e.log.Printf("round trips, %s: %d (min %d, max %d): %v", t.call, t.median, t.min, t.max, t.example)
+		e.log.Printf("round trips, %s: %d (min %d, max %d), %d commits waiting for the WAL flush: %v", t.call, t.median, t.min, t.max, t.commits, t.example)
 	}
 	if err := e.warmUp(ctx); err != nil {
 		return results{}, err
@@ -137,48 +135,78 @@ func (e *env) runDataSizes(ctx context.Context) ([]dataSize, error) {
 	return sizes, nil
 }
 
-// compare runs w at clients concurrency against billingd, then its pgbench
-// mirror, each from the same settled state (see settle).
+// compare runs w at clients concurrency against billingd and its pgbench
+// mirror, alternately, -rounds times each (rounds.go), every run from the
+// same settled state (see settle).
 func (e *env) compare(ctx context.Context, w workload, clients int) (comparison, error) {
-	row := comparison{workload: w, clients: clients}
+	row, start := comparison{workload: w, clients: clients}, time.Now()
+	billingdRound := func(round int) (summary, error) {
+		s, rss, err := e.billingdRound(ctx, w, clients, round)
+		row.rssKiB = max(row.rssKiB, rss)
+		return s, err
+	}
+	mirrorRound := func(round int) (summary, error) { return e.mirrorRound(ctx, w, clients, round) }
+	var err error
+	if row.service, row.pgbench, err = alternate(e.opts.rounds, billingdRound, mirrorRound); err != nil {
+		return comparison{}, fmt.Errorf("%s at %d clients: %w", w, clients, err)
+	}
+	row.elapsed = time.Since(start)
+	e.logComparison(row)
+	return row, nil
+}
+
+// billingdRound is one billingd run of a row, and billingd's resident set
+// right after it.
+func (e *env) billingdRound(ctx context.Context, w workload, clients, round int) (summary, int64, error) {
+	// The mirror changes plans too: read them back before every run.
 	if err := e.syncPlans(ctx); err != nil {
-		return comparison{}, err
+		return summary{}, 0, err
 	}
 	if err := e.settle(ctx); err != nil {
-		return comparison{}, err
+		return summary{}, 0, err
 	}
-	s, err := e.runService(ctx, w, clients)
+	s, err := e.runService(ctx, w, clients, round)
 	if err != nil {
-		return comparison{}, err
+		return summary{}, 0, err
 	}
-	row.service = summarize(s)
-	if row.rssKiB, _, err = memoryKiB(e.billingd.Process.Pid); err != nil {
-		return comparison{}, err
-	}
+	rss, _, err := memoryKiB(e.billingd.Process.Pid)
+	sum := summarize(s)
+	e.log.Printf("%-9s %2d clients, round %d: billingd %5.0f/s p50 %6.2f p99 %6.2f ms", w, clients, round, sum.rate, ms(sum.p50), ms(sum.p99))
+	return sum, rss, err
+}
+
+// mirrorRound is one pgbench run of a row.
+func (e *env) mirrorRound(ctx context.Context, w workload, clients, round int) (summary, error) {
 	if err := e.settle(ctx); err != nil {
-		return comparison{}, err
+		return summary{}, err
 	}
 	e.waitConnectionsClosed(ctx)
 	pg, err := e.runPgbench(ctx, w, clients)
 	if err != nil {
-		return comparison{}, err
+		return summary{}, err
 	}
-	row.pgbench = summarize(pg)
-	sc, pc := row.service.cpu, row.pgbench.cpu
-	e.log.Printf("%-9s %2d clients: backends active at once (mean / most): billingd's %s, the mirror's %s",
-		w, clients, row.service.active, row.pgbench.active)
-	e.log.Printf("%-9s %2d clients: billingd %5.0f/s p50 %6.2f p99 %6.2f max %7.2f ms, %d errors, %d shed, CPU µs/op %.0f (billingd %.0f, bench %.0f, PostgreSQL %.0f) | pgbench %5.0f/s p50 %6.2f p99 %6.2f ms, CPU µs/op %.0f (PostgreSQL %.0f, pgbench %.0f) | %3.0f%%",
-		w, clients, row.service.rate, ms(row.service.p50), ms(row.service.p99), ms(row.service.max), row.service.errors, row.service.shed,
-		sc.total(), sc.billingd, sc.bench, sc.postgres,
-		row.pgbench.rate, ms(row.pgbench.p50), ms(row.pgbench.p99), pc.total(), pc.postgres, pc.pgbench, 100*row.ratio())
-	for _, msg := range append(row.service.firstErrs, row.pgbench.firstErrs...) {
+	sum := summarize(pg)
+	e.log.Printf("%-9s %2d clients, round %d: pgbench  %5.0f/s p50 %6.2f p99 %6.2f ms", w, clients, round, sum.rate, ms(sum.p50), ms(sum.p99))
+	return sum, nil
+}
+
+// logComparison prints a row's medians over its rounds, and its errors.
+func (e *env) logComparison(row comparison) {
+	w, clients, s, p := row.workload, row.clients, row.service, row.pgbench
+	e.log.Printf("%-9s %2d clients: backends active at once (mean / most), median round: billingd's %s, the mirror's %s",
+		w, clients, s.typical().active, p.typical().active)
+	total := func(c cpuPerOp) float64 { return c.total() }
+	ratio := row.ratio()
+	e.log.Printf("%-9s %2d clients, medians of %d rounds: billingd %5.0f/s (spread %s) p50 %6.2f p99 %6.2f ms, %d errors, %d shed, CPU µs/op %.0f | pgbench %5.0f/s (spread %s) p50 %6.2f p99 %6.2f ms, CPU µs/op %.0f | ratio %s (rounds %s–%s)",
+		w, clients, len(s), s.rate().median, pct(s.rate().relative()), s.p50().median, s.p99().median, s.errors(), s.shed(), s.cpu(total).median,
+		p.rate().median, pct(p.rate().relative()), p.p50().median, p.p99().median, p.cpu(total).median, pct(ratio.median), pct(ratio.min), pct(ratio.max))
+	for _, msg := range append(s.firstErrs(), p.firstErrs()...) {
 		e.log.Printf("  error: %s", msg)
 	}
-	return row, nil
 }
 
 // runService drives billingd and measures where the CPU went meanwhile.
-func (e *env) runService(ctx context.Context, w workload, clients int) (sample, error) {
+func (e *env) runService(ctx context.Context, w workload, clients, round int) (sample, error) {
 	pid := e.billingd.Process.Pid
 	backends := watchBackends(ctx, e.pool, "billingd")
 	waits := sampleWaits(ctx, e.pool, "billingd")
@@ -190,7 +218,7 @@ func (e *env) runService(ctx context.Context, w workload, clients int) (sample, 
 	if err := e.resetStatements(ctx); err != nil {
 		return sample{}, err
 	}
-	stopProfile, err := e.profileRun(ctx, w, clients, e.opts.warmup+e.opts.duration)
+	stopProfile, err := e.profileRun(ctx, w, clients, round, e.opts.warmup+e.opts.duration)
 	if err != nil {
 		return sample{}, err
 	}

@@ -21,8 +21,10 @@ import (
 // of runs that were profiled alike.
 
 // profileRun profiles one billingd run of w at clients, when -profile asks
-// for it; stop ends the bench's own profile and waits for billingd's.
-func (e *env) profileRun(ctx context.Context, w workload, clients int, length time.Duration) (stop func() error, err error) {
+// for it; stop ends the bench's own profile and waits for billingd's. The
+// first round's files keep the names they had before rounds; later rounds'
+// say which round they are.
+func (e *env) profileRun(ctx context.Context, w workload, clients, round int, length time.Duration) (stop func() error, err error) {
 	if e.opts.profile == "" || clients != e.opts.profileClients {
 		return func() error { return nil }, nil
 	}
@@ -30,6 +32,9 @@ func (e *env) profileRun(ctx context.Context, w workload, clients int, length ti
 		return nil, err
 	}
 	name := fmt.Sprintf("%s-%d.pprof", w, clients)
+	if round > 1 {
+		name = fmt.Sprintf("%s-%d-round%d.pprof", w, clients, round)
+	}
 	self, err := os.Create(filepath.Join(e.opts.profile, "bench-"+name))
 	if err != nil {
 		return nil, err

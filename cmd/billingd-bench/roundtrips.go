@@ -109,6 +109,7 @@ type roundTrips struct {
 	call             string
 	min, median, max int
 	example          []exchange // the exchanges of the last call
+	commits          int        // median commits that wait for the WAL flush (ceiling.go)
 	// unmirrored lists statements the call sent that its pgbench script
 	// does not run: then the ratio is not against billingd's own SQL.
 	unmirrored []string
@@ -177,10 +178,10 @@ func (c caller) countedHandshake(ctx context.Context, a *account, counter *round
 // tripStats sums up the calls of one kind and checks that script w runs
 // every statement they sent.
 func tripStats(call string, calls [][]exchange, w workload) (roundTrips, error) {
-	counts := make([]int, len(calls))
+	counts, commits := make([]int, len(calls)), make([]int, len(calls))
 	var sent []string
 	for i, c := range calls {
-		counts[i] = len(c)
+		counts[i], commits[i] = len(c), flushingCommits(c)
 		for _, x := range c {
 			if x.kind == "query" || x.kind == "batch" {
 				sent = append(sent, x.statements...)
@@ -188,9 +189,10 @@ func tripStats(call string, calls [][]exchange, w workload) (roundTrips, error) 
 		}
 	}
 	slices.Sort(counts)
+	slices.Sort(commits)
 	missing, err := unmirrored(w, sent)
 	return roundTrips{call: call, min: counts[0], median: counts[len(counts)/2], max: counts[len(counts)-1],
-		example: calls[len(calls)-1], unmirrored: missing}, err
+		example: calls[len(calls)-1], commits: commits[len(commits)/2], unmirrored: missing}, err
 }
 
 // handlerTransport sends requests straight to an http.Handler.

@@ -103,11 +103,12 @@ func (s statementUse) perOp(ops int) (calls, us, pages float64) {
 // writeStatements sets each statement's time per operation, billingd's
 // against pgbench's, next to the backends' CPU per operation, for the
 // 16-client rows (1-client rows too: there nothing waits on anything; and
-// 64, where contention shows).
+// 64, where contention shows). Each side's median round by throughput
+// stands for the row: statements and CPU come from the same run.
 func writeStatements(b *strings.Builder, rows []comparison) {
 	var shown []comparison
 	for _, r := range rows {
-		if (r.clients == 1 || r.clients == 16 || r.clients == 64) && len(r.service.stmts)+len(r.pgbench.stmts) > 0 {
+		if (r.clients == 1 || r.clients == 16 || r.clients == 64) && len(r.service.typical().stmts)+len(r.pgbench.typical().stmts) > 0 {
 			shown = append(shown, r)
 		}
 	}
@@ -117,15 +118,17 @@ func writeStatements(b *strings.Builder, rows []comparison) {
 	}
 	b.WriteString("### PostgreSQL's time per statement\n\n")
 	b.WriteString("From pg_stat_statements, reset before each run: calls and time (planning + execution, waits for locks " +
-		"and WAL flushes included) per operation. Backend CPU is the table above's PostgreSQL column; " +
+		"and WAL flushes included) per operation, in each side's median round by throughput. Backend CPU is that round's " +
+		"PostgreSQL CPU per operation; " +
 		"\"around the statements\" is backend CPU minus the statements' time: parsing, binding, protocol messages, " +
 		"commits of implicit transactions (negative when the statements waited more than they computed).\n\n")
 	for _, r := range shown {
 		fmt.Fprintf(b, "#### %s, %d client(s)\n\n| statement | billingd calls/op | µs/op | pages/op | pgbench calls/op | µs/op | pages/op |\n|---|--:|--:|--:|--:|--:|--:|\n", r.workload, r.clients)
+		svcRound, pgRound := r.service.typical(), r.pgbench.typical()
 		type pair struct{ svc, pg statementUse }
 		byKey := map[string]*pair{}
 		var keys []string
-		for side, list := range [][]statementUse{r.service.stmts, r.pgbench.stmts} {
+		for side, list := range [][]statementUse{svcRound.stmts, pgRound.stmts} {
 			for _, s := range list {
 				k := statementKey(s.query)
 				p, ok := byKey[k]
@@ -147,8 +150,8 @@ func writeStatements(b *strings.Builder, rows []comparison) {
 		var svcSum, pgSum float64
 		for _, k := range keys {
 			p := byKey[k]
-			sc, su, sp := p.svc.perOp(r.service.allOps)
-			pc, pu, pp := p.pg.perOp(r.pgbench.allOps)
+			sc, su, sp := p.svc.perOp(svcRound.allOps)
+			pc, pu, pp := p.pg.perOp(pgRound.allOps)
 			if sc < 0.01 && pc < 0.01 {
 				continue // the bench's own queries, BEGIN/COMMIT of other work
 			}
@@ -157,7 +160,7 @@ func writeStatements(b *strings.Builder, rows []comparison) {
 			fmt.Fprintf(b, "| `%s` | %.2f | %.0f | %.1f | %.2f | %.0f | %.1f |\n", strings.ReplaceAll(k, "|", "\\|"), sc, su, sp, pc, pu, pp)
 		}
 		fmt.Fprintf(b, "| statements | | %.0f | | | %.0f | |\n", svcSum, pgSum)
-		fmt.Fprintf(b, "| backend CPU | | %.0f | | | %.0f | |\n", r.service.cpu.postgres, r.pgbench.cpu.postgres)
-		fmt.Fprintf(b, "| around the statements | | %.0f | | | %.0f | |\n\n", r.service.cpu.postgres-svcSum, r.pgbench.cpu.postgres-pgSum)
+		fmt.Fprintf(b, "| backend CPU | | %.0f | | | %.0f | |\n", svcRound.cpu.postgres, pgRound.cpu.postgres)
+		fmt.Fprintf(b, "| around the statements | | %.0f | | | %.0f | |\n\n", svcRound.cpu.postgres-svcSum, pgRound.cpu.postgres-pgSum)
 	}
 }

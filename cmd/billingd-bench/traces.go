@@ -33,7 +33,7 @@ func measureTraces(rows []comparison) traceCost {
 	bare := requestCost(nil, false)
 	cost := traceCost{off: max(requestCost(nil, true)-bare, 0), on: requestCost(tracing.New(onProvider), true) - bare}
 	if row, ok := findRow(rows, handshake, 1); ok {
-		cost.handshake = row.service.p50
+		cost.handshake = row.service.medianP50()
 	}
 	return cost
 }

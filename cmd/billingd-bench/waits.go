@@ -142,16 +142,19 @@ func formatWaits(ws []waitShare, most int) string {
 }
 
 // writeWaits is the table of what each row's backends did: billingd's and
-// the mirror's side by side, for every throughput row.
+// the mirror's side by side, for every throughput row, each side's median
+// round by throughput standing for its rounds.
 func writeWaits(b *strings.Builder, rows []comparison) {
 	b.WriteString("### Where PostgreSQL's backends wait\n\n")
 	fmt.Fprintf(b, "pg_stat_activity sampled every %s over each run, for the backends of one side "+
 		"(billingd's or pgbench's) that were in a statement: the share of samples on a CPU (no wait event) "+
-		"and in each wait event, leading five; and how many were in a statement at once (mean / most of the samples).\n\n", waitPoll)
+		"and in each wait event, leading five; and how many were in a statement at once (mean / most of the samples). "+
+		"Each side's median round by throughput.\n\n", waitPoll)
 	b.WriteString("| workload | clients | billingd's backends | active at once | pgbench's backends | active at once |\n|---|--:|---|--:|---|--:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s |\n", r.workload, r.clients, formatWaits(r.service.waits, 5), r.service.active,
-			formatWaits(r.pgbench.waits, 5), r.pgbench.active)
+		s, p := r.service.typical(), r.pgbench.typical()
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s |\n", r.workload, r.clients, formatWaits(s.waits, 5), s.active,
+			formatWaits(p.waits, 5), p.active)
 	}
 	b.WriteString("\n")
 }
