@@ -46,9 +46,9 @@ func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest)
 			// lost, not what was sent.
 			err = settledLater(err)
 		}
-		return ChangeResult{}, s.rolledBack(req, err)
+		return ChangeResult{}, answerFor(req, s.rolledBack(req, err))
 	}
-	return r.result, r.outcome
+	return r.result, answerFor(req, r.outcome)
 }
 
 // redemption is what a second call's transaction decided.
@@ -93,7 +93,7 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 		case StatusExecuted:
 			return redemption{result: replayOf(c, acct)}, nil
 		case StatusExecuting:
-			r, err := s.settle(ctx, tx, caller, c, acct, now, req.TokenWithheld)
+			r, err := s.settle(ctx, tx, caller, c, acct, now)
 			r.recoveryPoint = true
 			return r, settledLater(err)
 		}
@@ -125,100 +125,7 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 		return redemption{outcome: drift}, err
 	}
 	c.Consent = consentFor(c, caller, s.people.isAgent(acct.Policy, caller)) // how the person agreed (consent.go)
-	return s.execute(ctx, tx, caller, c, state.Schedule, req.TokenWithheld)
-}
-
-// sameRequest reports whether a second call repeats the one c was issued
-// for: only then may it see c's outcome.
-func sameRequest(c Confirmation, req ChangeRequest) bool {
-	return asksFor(req, c.Operation, c.Terms.ToPlan, c.Terms.AtPeriodEnd, keepsPlan(c.Terms))
-}
-
-// Asks reports whether req asks for the change the proposal p states, by
-// the rule a second call must meet (sameRequest): a transport holding only
-// the proposal (MCP's sealed request state) checks a later call with it.
-func (p ChangeResult) Asks(req ChangeRequest) bool {
-	d := p.Details
-	return d != nil && asksFor(req, p.Operation, d.To, d.At == AtPeriodEnd, d.From == d.To && d.CancelsScheduledChange != nil)
-}
-
-// asksFor is the one rule: the same operation, plan and time. Keeping the
-// plan is the same request whatever "at" it names: it cancels the
-// scheduled change now.
-func asksFor(req ChangeRequest, op Operation, to string, atPeriodEnd, keep bool) bool {
-	return req.Operation == op && req.To == to && (req.atPeriodEnd() == atPeriodEnd || keep)
-}
-
-// replayOf is the answer to the owner repeating an executed second call.
-func replayOf(c Confirmation, acct Account) ChangeResult {
-	r := ChangeResult{OK: true, Subscription: viewOf(acct.Subscription)}
-	if c.Result != nil {
-		r = *c.Result
-	}
-	r.Replayed = true
-	return r
-}
-
-// policyAtExecution decides the org's policy again, as it is now, for the
-// change c describes: a change that now needs approval waits for it, one
-// that is now denied (by a rule or the daily limit) is revoked. The caller
-// counts as an agent if it is one now or was one when the token was issued.
-// Everything is read and recorded through tx; a failure to read rolls back
-// and leaves the token as it was. A verification made by the caller's
-// step-up token is recorded and set on c, whose receipt then carries it; now
-// is the transaction's database time.
-func (s *Service) policyAtExecution(ctx context.Context, tx Tx, caller Caller, c *Confirmation, p Policy, now time.Time) (refused error, err error) {
-	if !c.Agent && s.people.isAgent(p, caller) {
-		// Redeemed by an agent: an agent's change from now on, also for
-		// deciding later whether it may be sent again (consentHolds).
-		c.Agent = true
-		if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Agent: true}); err != nil {
-			return nil, err
-		}
-	}
-	action, reason, err := s.policyNow(ctx, tx, *c, p, false)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case action == ActionDeny:
-		revoked := s.event(caller, c.Operation, EventTokenRevoked, c.ID, "policy")
-		denied := s.event(caller, c.Operation, EventOperationDenied, c.ID, reason)
-		return errDenied(reason), tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusInvalidated,
-			Events: []AuditEvent{revoked, denied}})
-	case action == ActionApprove && needsMoreApprovals(*c, p.approvalsRequired(factsOf(*c, false))):
-		// The policy came to ask for approval, or for more approvers,
-		// after the token was issued (approval.go).
-		return s.raiseApprovals(ctx, tx, c, p.approvalsRequired(factsOf(*c, false)))
-	case action == ActionVerify || c.VerifyRequired:
-		// Asked for at issue, or now: the stricter holds (verify.go).
-		return s.requireVerification(ctx, tx, caller, c, now)
-	}
-	return nil, nil
-}
-
-// policyNow is the org's whole policy, as it is now, applied to the change
-// c describes: its rules and its daily limit.
-func (s *Service) policyNow(ctx context.Context, tx Tx, c Confirmation, p Policy, agentNow bool) (Action, string, error) {
-	action, reason := ruling(p, factsOf(c, agentNow))
-	if action == ActionDeny {
-		return action, reason, nil
-	}
-	over, err := overDailyLimit(ctx, tx, p, c.Org)
-	if err != nil {
-		return "", "", err
-	}
-	if over {
-		return ActionDeny, reasonDailyLimit, nil
-	}
-	return action, "", nil
-}
-
-// factsOf are the facts the policy decides c's change on; an agent's if
-// it was issued to or redeemed by one, or agentNow.
-func factsOf(c Confirmation, agentNow bool) changeFacts {
-	return changeFacts{op: c.Operation, to: c.Terms.ToPlan, amountDueCents: c.Terms.AmountDueCents,
-		agent: c.Agent || agentNow}
+	return s.execute(ctx, tx, caller, c, state.Schedule)
 }
 
 // checkAtProvider is the last check before the change is sent: the
@@ -276,7 +183,7 @@ const msgChangedAtProvider = "the subscription was changed at the payment provid
 // recovery point is saved, nothing depends on the client any more.
 // attached is the schedule the provider's subscription has (released
 // before the change: PlanChange.Attached).
-func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, attached *ProviderSchedule, withheld bool) (redemption, error) {
+func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmation, attached *ProviderSchedule) (redemption, error) {
 	validated := s.event(caller, c.Operation, EventTokenValidated, c.ID, "")
 	if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Events: []AuditEvent{validated}}); err != nil {
 		return redemption{}, err
@@ -289,7 +196,7 @@ func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmat
 	if err != nil {
 		return redemption{}, fmt.Errorf("save recovery point: %w", err)
 	}
-	r, err := s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, attempt, attached, withheld)
+	r, err := s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, attempt, attached)
 	r.recoveryPoint = true
 	return r, settledLater(err)
 }
@@ -300,15 +207,15 @@ func (s *Service) execute(ctx context.Context, tx Tx, caller Caller, c Confirmat
 // they took too long to get back, or that a webhook recorded a change of
 // the subscription (the terms no longer hold: nothing is sent).
 func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
-	attempt int, attached *ProviderSchedule, withheld bool) (redemption, error) {
+	attempt int, attached *ProviderSchedule) (redemption, error) {
 	if c.Status != StatusExecuting || c.Attempt != attempt {
-		return s.answerSettled(c, acct, withheld), nil
+		return s.answerSettled(c, acct), nil
 	}
 	if now.Sub(c.AttemptedAt) > s.execTimeout {
 		// The locks took that long to get back: too late to send, or
 		// attemptOver could no longer bound when the request ends. The
 		// settler sends it under the same key while the consent holds.
-		return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil
+		return redemption{outcome: errOutcomeUnknown(nil)}, nil
 	}
 	message := ""
 	switch {
@@ -333,7 +240,7 @@ func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, 
 		if !holds {
 			state, err := s.readBack(ctx, acct)
 			if err != nil {
-				return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil // settled on a later round
+				return redemption{outcome: errOutcomeUnknown(nil)}, nil // settled on a later round
 			}
 			return s.recordNotMade(ctx, tx, caller, c, acct, now, state)
 		}
@@ -341,25 +248,7 @@ func (s *Service) afterRecoveryPoint(ctx context.Context, tx Tx, caller Caller, 
 		return redemption{outcome: refused}, err
 	}
 	s.at(ctx, StepSend, &c)
-	return s.send(ctx, tx, caller, c, acct, now, attached, attempt == 0, withheld)
-}
-
-// policyAgainBeforeSend decides the org's policy once more, as the
-// relock read it, right before the request leaves: the policy may have
-// turned while the change was checked at the provider and the recovery
-// point committed, and a deny saved by then must stop it. (Saving a policy
-// takes no lock a change holds across Stripe, so an admin never waits for
-// Stripe: a policy saved while the request is on its way applies from the
-// next decision on.) A change that now needs approval or verification
-// goes back to pending, as before its second call (nothing was sent); one
-// now denied is revoked.
-func (s *Service) policyAgainBeforeSend(ctx context.Context, tx Tx, caller Caller, c *Confirmation, acct Account,
-	now time.Time) (refused error, err error) {
-	refused, err = s.policyAtExecution(ctx, tx, caller, c, acct.Policy, now)
-	if err != nil || refused == nil || ErrorCode(refused) == CodeOperationDenied {
-		return refused, err
-	}
-	return refused, tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusPending})
+	return s.send(ctx, tx, caller, c, acct, now, attached, attempt == 0)
 }
 
 // settledLater marks an error that came after a recovery point: the
@@ -374,145 +263,15 @@ func settledLater(err error) error {
 }
 
 // answerSettled answers from a confirmation someone else moved on.
-func (s *Service) answerSettled(c Confirmation, acct Account, withheld bool) redemption {
+func (s *Service) answerSettled(c Confirmation, acct Account) redemption {
 	switch c.Status {
 	case StatusExecuted:
 		return redemption{result: replayOf(c, acct)}
 	case StatusFailed:
 		return redemption{outcome: errFailed(c)}
 	default:
-		return redemption{outcome: errOutcomeUnknown(nil, withheld)}
+		return redemption{outcome: errOutcomeUnknown(nil)}
 	}
-}
-
-// send is the provider request for c under its current attempt's key, and
-// the record of its outcome. auditUnknown: an unknown outcome is audited
-// (once per confirmation, when it first becomes unknown).
-func (s *Service) send(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
-	attached *ProviderSchedule, auditUnknown, withheld bool) (redemption, error) {
-	applied, err := s.apply(ctx, c, acct, attached)
-	s.at(ctx, StepRecord, &c)
-	return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, auditUnknown, withheld)
-}
-
-// afterSideEffect is the context for the steps from the recovery point on:
-// detached from the client, so a client that hangs up changes nothing about
-// what is sent and recorded, and bounded, so a row lock is never held
-// forever. It allows for two requests and a read-back (settling) plus the
-// writes.
-func (s *Service) afterSideEffect(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 3*s.execTimeout+recordTimeout)
-}
-
-// recordTimeout bounds the writes that record a provider outcome.
-const recordTimeout = 10 * time.Second
-
-// apply sends c's change to the provider under the idempotency key of c's
-// current attempt, releasing the attached schedule first.
-func (s *Service) apply(ctx context.Context, c Confirmation, acct Account, attached *ProviderSchedule) (AppliedChange, error) {
-	change := planChangeFor(acct, c.Terms, c.Operation)
-	change.ConfirmationID, change.Attached = c.ID, attached
-	callCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
-	defer cancel()
-	return s.payments.ApplyPlanChange(callCtx, change, idempotencyKey(c))
-}
-
-// recordAttempt records the outcome of a provider request for c; now is
-// the transaction's database time.
-func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
-	applied AppliedChange, err error, auditUnknown, withheld bool) (redemption, error) {
-	switch {
-	case err == nil && keepsPlan(c.Terms) && applied.PriceID != "" && applied.PriceID != c.Terms.FromPriceID:
-		// The subscription is not on the plan kept: the renewal made the
-		// scheduled change before the release (renewed_first), or its
-		// price was changed elsewhere. The plan was not kept.
-		state, rerr := s.readBack(ctx, acct)
-		if rerr != nil {
-			return redemption{}, rerr
-		}
-		return s.recordNotMade(ctx, tx, caller, c, acct, now, state)
-	case err == nil:
-		return s.recordExecuted(ctx, tx, caller, c, acct.Subscription, now, applied)
-	case errors.Is(err, ErrRateLimited) && auditUnknown:
-		// The second call's first request: Stripe refused it before
-		// executing it and kept nothing under its key: nothing was made.
-		// The confirmation goes back to pending, as before the second
-		// call: its token stays redeemable, and nothing is sent unless the
-		// caller asks again. (A resend or a probe rate-limited says
-		// nothing of an earlier request under the key: unknown, below.)
-		limited := s.event(caller, c.Operation, EventOperationFailed, c.ID, "rate_limited")
-		limited.Outcome = "retryable"
-		if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusPending, Events: []AuditEvent{limited}}); err != nil {
-			return redemption{}, err
-		}
-		outcome, err := s.afterRefusal(ctx, tx, c, acct, now, errProviderRateLimited(err))
-		return redemption{outcome: outcome}, err
-	case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrRateLimited):
-		failure := providerError("apply plan change", err)
-		reason := string(ErrorCode(failure))
-		failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, reason)
-		if err := tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusFailed,
-			Failure: reason, Attempt: &c.Attempt, Events: []AuditEvent{failed}}); err != nil {
-			return redemption{}, err
-		}
-		outcome, err := s.afterRefusal(ctx, tx, c, acct, now, failure)
-		return redemption{outcome: outcome}, err
-	default:
-		s.log.WarnContext(ctx, "plan change outcome unknown; settling", "confirmation_id", c.ID, "attempt", c.Attempt, "err", err)
-		var events []AuditEvent
-		if auditUnknown {
-			unknown := s.event(caller, c.Operation, EventOperationFailed, c.ID, reasonOutcomeUnknown)
-			unknown.Outcome = "unknown"
-			events = append(events, unknown)
-		}
-		return redemption{outcome: errOutcomeUnknown(err, withheld)}, tx.Record(ctx, Record{ConfirmationID: c.ID,
-			Status: StatusExecuting, Attempt: &c.Attempt, Events: events})
-	}
-}
-
-// recordExecuted records c as executed: the new subscription, the answer to
-// replay, OPERATION_EXECUTED and the signed receipt, which the answer (and so
-// every replay) carries. The amount charged is the one the provider
-// invoiced, with the quote beside it when they differ. now, the
-// transaction's database time, is the receipt's executed_at (and the
-// confirmation's finished_at).
-func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Confirmation, sub Subscription,
-	now time.Time, applied AppliedChange) (redemption, error) {
-	sub = subscriptionAfter(c, sub, applied)
-	sub.SyncedAt = now
-	result := ChangeResult{OK: true, Subscription: viewOf(sub), Charged: chargedFor(c, applied)}
-	if k := c.Consent; k != nil && k.Method == ConsentMandate {
-		result.MandateID = k.MandateID
-	}
-	if result.Notice = chargedNotice(result.Charged); result.Notice != "" {
-		s.log.WarnContext(ctx, "invoiced amount differs from the quote or is unknown", "confirmation_id", c.ID,
-			"quoted", result.Charged.QuotedAmountDueNowCents, "invoice_id", result.Charged.InvoiceID)
-	}
-	// The change was made: a receipt that cannot be signed must not stop it
-	// being recorded.
-	rcpt, err := s.receiptFor(c, sub, now, result.Charged)
-	if err != nil {
-		s.log.ErrorContext(ctx, "executed change recorded without a receipt", "confirmation_id", c.ID, "err", err)
-	}
-	if rcpt != nil {
-		result.Receipt = rcpt.Receipt
-	}
-	executed := s.event(caller, c.Operation, EventOperationExecuted, c.ID, "")
-	executed.Consent = consentOf(c)
-	err = tx.Record(ctx, Record{ConfirmationID: c.ID, Status: StatusExecuted, Subscription: &sub,
-		Attempt: &c.Attempt, Result: &result, Receipt: rcpt, Events: []AuditEvent{executed}})
-	return redemption{result: result}, err
-}
-
-// idempotencyKey is derived from the confirmation and its attempt, so every
-// retry of one attempt, including one after a crash, is the same request to
-// Stripe, and a new attempt (made only once the provider showed that the
-// previous one changed nothing) is a new request.
-func idempotencyKey(c Confirmation) string {
-	if c.Attempt == 0 {
-		return "billingd-" + c.ID
-	}
-	return fmt.Sprintf("billingd-%s-%d", c.ID, c.Attempt)
 }
 
 // rolledBack answers a second call whose transaction did not commit: the
@@ -521,7 +280,7 @@ func idempotencyKey(c Confirmation) string {
 // the owner's retry or any replica's settler, with the same idempotency key.
 func (s *Service) rolledBack(req ChangeRequest, err error) error {
 	if errors.Is(err, ErrRecoveryPointSaved) {
-		return errOutcomeUnknown(err, req.TokenWithheld)
+		return errOutcomeUnknown(err)
 	}
 	answer := storeError("confirm", err)
 	if errors.Is(err, ErrUnavailable) && !req.TokenWithheld {
@@ -533,122 +292,34 @@ func (s *Service) rolledBack(req ChangeRequest, err error) error {
 	return answer
 }
 
-// rejectUnknown audits a second call whose token does not exist.
-func (s *Service) rejectUnknown(ctx context.Context, caller Caller, op Operation) error {
-	if err := s.store.AppendAudit(ctx, s.event(caller, op, EventTokenRejected, "", "invalid")); err != nil {
-		return storeError("audit rejection", err)
-	}
-	return errTokenInvalid()
-}
-
-func errTokenInvalid() *Error {
-	return Errorf(CodeTokenInvalid, "the confirmation token is not valid: start again with a first call")
-}
-
-func errApprovalPending() *Error {
-	return &Error{Code: CodeApprovalPending, RetryAfter: 5 * time.Second,
-		Message: "waiting for an approver; retry the same call after the change is approved"}
-}
-
 // errOutcomeUnknown: the change was sent (or is about to be) and the
 // provider did not say whether it made it. billingd settles it on its own;
-// only a caller that holds the token can ask again with it.
-func errOutcomeUnknown(cause error, withheld bool) *Error {
-	next := "Retry the same call with the same token shortly to learn the outcome; do not start a new change"
-	if withheld {
-		next = "billingd settles it on its own within seconds: read the subscription (get_subscription, " +
-			"GET /api/billing/subscription) shortly to learn the outcome; do not start a new change"
+// the caller that holds the token may ask again with it (one that never
+// held it is told otherwise: answerFor).
+func errOutcomeUnknown(cause error) *Error {
+	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 2 * time.Second, Err: cause, outcomeUnknown: true,
+		Message: msgOutcomeUnknown + "Retry the same call with the same token shortly to learn the outcome; do not start a new change"}
+}
+
+const msgOutcomeUnknown = "the payment provider did not confirm the change yet; billingd is finding out whether it was made. "
+
+// answerFor is the answer to req of a second call that ended in err: one
+// whose outcome is unknown tells a caller that never held the token
+// (ChangeRequest.TokenWithheld) to read the subscription, not to retry
+// with a token it does not have.
+func answerFor(req ChangeRequest, err error) error {
+	var e *Error
+	if !req.TokenWithheld || !errors.As(err, &e) || !e.outcomeUnknown {
+		return err
 	}
-	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 2 * time.Second, Err: cause,
-		Message: "the payment provider did not confirm the change yet; billingd is finding out whether it was made. " + next}
+	told := *e
+	told.Message = msgOutcomeUnknown + "billingd settles it on its own within seconds: read the subscription " +
+		"(get_subscription, GET /api/billing/subscription) shortly to learn the outcome; do not start a new change"
+	return &told
 }
 
 // errUnsettled: another change of the subscription is being settled.
 func errUnsettled() *Error {
 	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 5 * time.Second,
 		Message: "a previous change of this subscription is still being settled with the payment provider; retry shortly"}
-}
-
-// rejection is why a confirmation cannot be redeemed, and what that does to it.
-type rejection struct {
-	err    *Error
-	reason string // the audit reason: expired, mismatch, invalid, used
-	status Status // the confirmation's new status; "" leaves it alone
-}
-
-// checkRedeemable holds the rules of a second call, in order: a finished
-// confirmation is invalid, an expired one expired (by the database clock plus
-// the allowed skew), and one whose operation, parameters or terms no longer
-// match is a mismatch that voids it. (The owner repeating the exact call of
-// an executed or executing confirmation is answered before: replay, settle.)
-func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeRequest, now time.Time) *rejection {
-	switch c.Status {
-	case StatusPending:
-	case StatusExecuted, StatusExecuting:
-		return &rejection{err: errTokenInvalid(), reason: "used"}
-	case StatusFailed:
-		return &rejection{err: errFailed(c), reason: "used"}
-	case StatusExpired:
-		return &rejection{err: errTokenExpired(), reason: "expired"}
-	case StatusRevoked:
-		return &rejection{err: Errorf(CodeTokenMismatch, "%s", msgSubscriptionChanged), reason: "mismatch"}
-	case StatusRejected:
-		return &rejection{err: errApprovalRejected(c), reason: "invalid"}
-	default: // superseded, cancelled, invalidated
-		return &rejection{err: errTokenInvalid(), reason: "invalid"}
-	}
-	if now.After(c.ExpiresAt.Add(s.skew)) {
-		return &rejection{err: errTokenExpired(), reason: "expired", status: StatusExpired}
-	}
-	if !sameRequest(c, req) {
-		return mismatch("the request differs from the one the token was issued for; the token is now void")
-	}
-	if !s.termsHold(c.Terms, acct.Subscription) {
-		return mismatch(msgSubscriptionChanged)
-	}
-	if s.datePassed(c.Terms, now) {
-		return mismatch(msgRenewalDue)
-	}
-	if c.Approval == ApprovalPending {
-		return &rejection{err: errApprovalPending()}
-	}
-	return nil
-}
-
-// termsHold reports whether everything the summary stated is still true.
-func (s *Service) termsHold(t Terms, sub Subscription) bool {
-	from, okFrom := s.catalog.Plan(t.FromPlan)
-	to, okTo := s.catalog.Plan(t.ToPlan)
-	return okFrom && okTo &&
-		sub.Plan == t.FromPlan && sub.Version == t.SubscriptionVer &&
-		from.StripePriceID == t.FromPriceID && from.AmountCents == t.FromAmountCents &&
-		to.StripePriceID == t.ToPriceID && to.AmountCents == t.ToAmountCents &&
-		to.Currency == t.Currency && t.Livemode == s.livemode
-}
-
-const msgSubscriptionChanged = "the subscription or prices changed since the summary was made; the token is now void"
-
-const msgRenewalDue = "the date the summary states has come or is minutes away: the payment provider is renewing " +
-	"the subscription, which the change could no longer precede (nothing was sent); the token is now void: start " +
-	"again with a first call in a few minutes"
-
-func mismatch(message string) *rejection {
-	return &rejection{err: Errorf(CodeTokenMismatch, "%s", message), reason: "mismatch", status: StatusInvalidated}
-}
-
-// errFailed is the answer to a token whose change was definitely not made.
-func errFailed(c Confirmation) *Error {
-	switch c.Failure {
-	case reasonNotApplied:
-		return Errorf(CodeTokenInvalid, "the change was not made and nothing was charged: billingd could not "+
-			"complete it while the consent still held; start again with a first call")
-	case reasonRenewedFirst:
-		return Errorf(CodeTokenInvalid, "the plan was not kept: the scheduled change took effect at the renewal "+
-			"before it could be cancelled; read the subscription and start again with a first call if needed")
-	}
-	return errTokenInvalid()
-}
-
-func errTokenExpired() *Error {
-	return Errorf(CodeTokenExpired, "the confirmation token has expired: start again with a first call")
 }

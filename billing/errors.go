@@ -47,6 +47,9 @@ type Error struct {
 	// StepUp, for insufficient_user_authentication, says how the person can
 	// satisfy the verify level.
 	StepUp *StepUp
+	// outcomeUnknown: a change was sent and is being settled
+	// (errOutcomeUnknown).
+	outcomeUnknown bool
 }
 
 // StepUp is what a client needs to answer insufficient_user_authentication:

@@ -59,6 +59,8 @@ type PolicyRule struct {
 	// AmountDueAboveCents matches when more than this is charged now.
 	AmountDueAboveCents *int64   `json:"amount_due_above_cents,omitempty"`
 	ToPlans             []string `json:"to_plans,omitempty"`
+	// Danger matches changes of these kinds (contract §15); empty: any.
+	Danger []Danger `json:"danger,omitempty"`
 	// Caller is "agent", "user" or "" for anyone.
 	Caller string `json:"caller,omitempty"`
 	Action Action `json:"action"`
@@ -109,8 +111,8 @@ func (r PolicyRule) validate(c Catalog) error {
 	if _, ok := strength[r.Action]; !ok {
 		return fmt.Errorf("action must be allow, confirm, verify, approve or deny")
 	}
-	if r.Operation != "" && r.Operation != OpUpgrade && r.Operation != OpDowngrade {
-		return fmt.Errorf("operation must be upgrade_plan, downgrade_plan or empty for both")
+	if _, ok := operationOf(r.Operation); r.Operation != "" && !ok {
+		return fmt.Errorf("operation must be %s or empty for all", operationList())
 	}
 	if r.AmountDueAboveCents != nil && *r.AmountDueAboveCents < 0 {
 		return fmt.Errorf("amount_due_above_cents must not be negative")
@@ -126,6 +128,11 @@ func (r PolicyRule) validate(c Catalog) error {
 			return fmt.Errorf("approvals_required must be 1 to %d", MaxApprovers)
 		}
 	}
+	for i, d := range r.Danger {
+		if !slices.Contains(dangers, d) {
+			return fmt.Errorf("danger[%d] must be reversible, charges or irreversible", i)
+		}
+	}
 	for i, id := range r.ToPlans {
 		if _, ok := c.Plan(id); !ok {
 			return fmt.Errorf("to_plans[%d] is not a plan of the catalog", i)
@@ -139,7 +146,10 @@ type changeFacts struct {
 	op             Operation
 	to             string
 	amountDueCents int64
-	agent          bool
+	// danger is "" before the quote (refuseEarly), where a rule naming
+	// dangers matches nothing yet.
+	danger Danger
+	agent  bool
 }
 
 // decide returns the most restrictive action of the matching rules (confirm
@@ -182,6 +192,8 @@ func (r PolicyRule) matches(ch changeFacts) bool {
 	case r.AmountDueAboveCents != nil && ch.amountDueCents <= *r.AmountDueAboveCents:
 		return false
 	case len(r.ToPlans) > 0 && !slices.Contains(r.ToPlans, ch.to):
+		return false
+	case len(r.Danger) > 0 && !slices.Contains(r.Danger, ch.danger):
 		return false
 	case r.Caller == "agent" && !ch.agent, r.Caller == "user" && ch.agent:
 		return false
@@ -248,7 +260,8 @@ func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op O
 // the policy asks for, or operation_denied when a rule on the amount denies
 // it (refuseEarly took the other denials before the quote).
 func (s *Service) gate(ctx context.Context, caller Caller, p Policy, op Operation, t Terms) (Action, error) {
-	action, reason := ruling(p, changeFacts{op: op, to: t.ToPlan, amountDueCents: t.AmountDueCents, agent: s.people.isAgent(p, caller)})
+	action, reason := ruling(p, changeFacts{op: op, to: t.ToPlan, amountDueCents: t.AmountDueCents,
+		danger: mustOperation(op).danger(t), agent: s.people.isAgent(p, caller)})
 	if action == ActionDeny {
 		return "", s.denyFirstCall(ctx, caller, op, reason)
 	}

@@ -51,12 +51,14 @@ func TestPolicyValidate(t *testing.T) {
 		"duplicate names":   {Rules: []PolicyRule{{Name: "a", Action: ActionDeny}, {Name: "a", Action: ActionAllow}}},
 		"unknown caller":    {Rules: []PolicyRule{{Name: "a", Caller: "robot", Action: ActionDeny}}},
 		"unknown operation": {Rules: []PolicyRule{{Name: "a", Operation: "delete", Action: ActionDeny}}},
+		"unknown danger":    {Rules: []PolicyRule{{Name: "a", Danger: []Danger{DangerCharges, "scary"}, Action: ActionDeny}}},
 	} {
 		if err := p.validate(cat); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	ok := Policy{DailyLimit: 3, ApprovalWindowSeconds: 900, Rules: []PolicyRule{{Name: "big spend", Action: ActionApprove}}}
+	ok := Policy{DailyLimit: 3, ApprovalWindowSeconds: 900, Rules: []PolicyRule{{Name: "big spend", Action: ActionApprove},
+		{Name: "lasting", Danger: dangers, Action: ActionVerify}}}
 	if err := ok.validate(cat); err != nil {
 		t.Errorf("valid policy refused: %v", err)
 	}
@@ -77,5 +79,47 @@ func TestPolicyOrderWithVerify(t *testing.T) {
 	}
 	if err := (PolicyRule{Name: "v", Action: ActionVerify}).validate(Catalog{}); err != nil {
 		t.Fatalf("verify is not a valid action: %v", err)
+	}
+}
+
+// TestPolicyDanger: a rule naming dangers matches a change of those kinds
+// only, and before the quote (no danger known yet) matches nothing.
+func TestPolicyDanger(t *testing.T) {
+	p := Policy{Rules: []PolicyRule{
+		{Name: "money moves now", Danger: []Danger{DangerCharges}, Action: ActionApprove},
+		{Name: "never what lasts", Danger: []Danger{DangerIrreversible}, Action: ActionDeny},
+	}}
+	for _, c := range []struct {
+		danger Danger
+		action Action
+	}{
+		{DangerCharges, ActionApprove},
+		{DangerIrreversible, ActionDeny},
+		{DangerReversible, ActionConfirm},
+		{"", ActionConfirm}, // refuseEarly, before the quote
+	} {
+		if action, _ := p.decide(changeFacts{op: OpUpgrade, to: "pro", danger: c.danger}); action != c.action {
+			t.Errorf("danger %q: %s, want %s", c.danger, action, c.action)
+		}
+	}
+}
+
+// TestOperationDanger: what each kind of plan change is (contract §15).
+func TestOperationDanger(t *testing.T) {
+	keep := &ScheduledChange{ToPlan: "free"}
+	for _, c := range []struct {
+		name string
+		op   Operation
+		t    Terms
+		want Danger
+	}{
+		{"upgrade", OpUpgrade, Terms{FromPlan: "pro", ToPlan: "scale"}, DangerCharges},
+		{"downgrade now", OpDowngrade, Terms{FromPlan: "scale", ToPlan: "pro"}, DangerCharges},
+		{"downgrade at period end", OpDowngrade, Terms{FromPlan: "scale", ToPlan: "pro", AtPeriodEnd: true}, DangerReversible},
+		{"keep the plan", OpUpgrade, Terms{FromPlan: "pro", ToPlan: "pro", Cancels: keep}, DangerReversible},
+	} {
+		if got := mustOperation(c.op).danger(c.t); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
 	}
 }

@@ -188,13 +188,9 @@ func (s *Service) planChange(sub Subscription, req ChangeRequest) (from, to Plan
 	if !ok {
 		return Plan{}, Plan{}, Errorf(CodeUnknownPlan, "no such plan")
 	}
-	up := s.catalog.rank(to.ID) > s.catalog.rank(from.ID)
-	down := s.catalog.rank(to.ID) < s.catalog.rank(from.ID)
-	switch {
-	case req.Operation == OpUpgrade && down:
-		return Plan{}, Plan{}, Errorf(CodeInvalidPlanChange, "that plan is cheaper than the current one: use downgrade")
-	case req.Operation == OpDowngrade && up:
-		return Plan{}, Plan{}, Errorf(CodeInvalidPlanChange, "that plan is more expensive than the current one: use upgrade")
+	op := mustOperation(req.Operation)
+	if way := s.catalog.rank(to.ID) - s.catalog.rank(from.ID); way*op.direction < 0 {
+		return Plan{}, Plan{}, Errorf(CodeInvalidPlanChange, "%s", op.wrongWay)
 	}
 	return from, to, nil
 }
@@ -213,7 +209,7 @@ func planChangeFor(acct Account, t Terms, op Operation) PlanChange {
 		FromPriceID:    t.FromPriceID,
 		NewPriceID:     t.ToPriceID,
 		ProrationDate:  t.ProrationDate,
-		ChargeNow:      op == OpUpgrade && !keepsPlan(t),
+		ChargeNow:      mustOperation(op).chargesNow && !keepsPlan(t),
 		KeepPlan:       keepsPlan(t),
 	}
 	if t.AtPeriodEnd && !keepsPlan(t) {
@@ -235,9 +231,10 @@ func termsFor(sub Subscription, from, to Plan, req ChangeRequest, prorationDate 
 	}
 }
 
-func detailsOf(t Terms) Details {
+func detailsOf(op Operation, t Terms) Details {
 	d := Details{
-		From: t.FromPlan, To: t.ToPlan,
+		Danger: mustOperation(op).danger(t),
+		From:   t.FromPlan, To: t.ToPlan,
 		AmountDueNowCents: t.AmountDueCents, CreditCents: t.CreditCents, Currency: t.Currency,
 		CurrencyDigits: DigitsOf(t.Currency),
 		SubtotalCents:  t.SubtotalCents, DiscountCents: t.DiscountCents, TaxCents: t.TaxCents,
@@ -254,7 +251,7 @@ func detailsOf(t Terms) Details {
 func (s *Service) proposal(c Confirmation, token string) ChangeResult {
 	yes := true
 	expires := c.ExpiresAt.UTC()
-	details := detailsOf(c.Terms)
+	details := detailsOf(c.Operation, c.Terms)
 	details.ApprovalProgress = progressOf(c)
 	r := ChangeResult{
 		ConfirmRequired: &yes, ConfirmToken: token, ConfirmationID: c.ID,

@@ -251,7 +251,8 @@ func (s *Service) ChangePlan(ctx context.Context, caller Caller, req ChangeReque
 // up. The token's shape is checked by confirm, where a malformed token is
 // answered like an unknown one.
 func validateRequest(req ChangeRequest) error {
-	if req.Operation != OpUpgrade && req.Operation != OpDowngrade {
+	op, ok := operationOf(req.Operation)
+	if !ok {
 		return Errorf(CodeInvalidRequest, "unknown operation")
 	}
 	if !planIDPattern.MatchString(req.To) {
@@ -260,7 +261,7 @@ func validateRequest(req ChangeRequest) error {
 	switch {
 	case req.At != "" && req.At != AtNow && req.At != AtPeriodEnd:
 		return Errorf(CodeInvalidRequest, `"at" must be "now" or "period_end"`)
-	case req.At == AtPeriodEnd && req.Operation != OpDowngrade:
+	case req.At == AtPeriodEnd && !op.schedulable:
 		return Errorf(CodeInvalidRequest, `"at": "period_end" applies to downgrades only`)
 	}
 	return nil

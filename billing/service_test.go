@@ -192,7 +192,7 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 	if res.Summary != upgradeSummary {
 		t.Errorf("summary =\n  %q\nwant\n  %q", res.Summary, upgradeSummary)
 	}
-	wantDetails := billing.Details{From: "pro", To: "scale", AmountDueNowCents: 1742, SubtotalCents: 1742, Currency: "usd",
+	wantDetails := billing.Details{Danger: billing.DangerCharges, From: "pro", To: "scale", AmountDueNowCents: 1742, SubtotalCents: 1742, Currency: "usd",
 		CurrencyDigits: billing.CurrencyDigits{Exponent: 2},
 		EffectiveAt:    dbNow.Truncate(time.Second), NextChargeAt: periodEnd, Livemode: true}
 	if res.Details == nil || *res.Details != wantDetails {

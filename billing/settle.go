@@ -51,7 +51,7 @@ const (
 )
 
 // settle finds out what became of an executing confirmation and records it.
-func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time, withheld bool) (redemption, error) {
+func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time) (redemption, error) {
 	consent, err := s.consentHolds(ctx, tx, c, acct, now)
 	if err != nil {
 		return redemption{}, err
@@ -61,7 +61,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	s.at(ctx, StepSettleReadBack, &c)
 	state, err := s.readBack(ctx, acct)
 	if err != nil {
-		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false, withheld)
+		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false)
 	}
 	if appliedAtProvider(c, state) {
 		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, time.Time{})
@@ -70,7 +70,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 		if !s.attemptOver(c, now) {
 			// Nothing may be sent, and a request may still be under way at
 			// the provider: "not made" cannot be told from "not yet".
-			return redemption{outcome: errOutcomeUnknown(nil, withheld)}, nil
+			return redemption{outcome: errOutcomeUnknown(nil)}, nil
 		}
 		return s.recordNotMade(ctx, tx, caller, c, acct, now, state)
 	}
@@ -80,10 +80,10 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	s.at(ctx, StepSettleResend, &c)
 	applied, err := s.apply(ctx, c, acct, state.Schedule)
 	if !needsReadBack(err) {
-		return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, false, withheld)
+		return s.recordAttempt(ctx, tx, caller, c, acct, now, applied, err, false)
 	}
 	if state, err = s.readBack(ctx, acct); err != nil {
-		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false, withheld)
+		return s.recordAttempt(ctx, tx, caller, c, acct, now, AppliedChange{}, err, false)
 	}
 	if appliedAtProvider(c, state) {
 		return s.recordAppliedAtProvider(ctx, tx, caller, c, acct, now, state, time.Time{})
@@ -99,7 +99,7 @@ func (s *Service) settle(ctx context.Context, tx Tx, caller Caller, c Confirmati
 	if err != nil {
 		return redemption{}, fmt.Errorf("save recovery point: %w", err)
 	}
-	return s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, next, state.Schedule, withheld)
+	return s.afterRecoveryPoint(ctx, tx, caller, c, acct, now, next, state.Schedule)
 }
 
 // readBack reads acct's subscription at the provider to settle a change;
@@ -255,7 +255,7 @@ func (s *Service) SettleUnknownOutcomes(ctx context.Context, idle time.Duration,
 			locked = c.ID
 			s.at(ctx, StepSettleLock, &c)
 			caller := Caller{Org: c.Org, Principal: c.Principal, Client: c.Client, RequestID: "settle"}
-			if _, err = s.settle(ctx, tx, caller, c, acct, now, true); err != nil {
+			if _, err = s.settle(ctx, tx, caller, c, acct, now); err != nil {
 				return err
 			}
 			s.at(ctx, StepSettleCommit, &c)

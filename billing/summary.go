@@ -30,12 +30,9 @@ func summarize(orgName string, op Operation, from, to Plan, t Terms, cancelled s
 }
 
 func changeSummary(orgName string, op Operation, from, to Plan, t Terms) string {
-	verb := "Upgrade"
-	if op == OpDowngrade {
-		verb = "Downgrade"
-	}
+	o := mustOperation(op)
 	head := fmt.Sprintf("%s %s from %s (%s) to %s (%s)",
-		verb, orgName, from.Name, formatPrice(from), to.Name, formatPrice(to))
+		o.verb, orgName, from.Name, formatPrice(from), to.Name, formatPrice(to))
 	date := day(t.NextChargeAt)
 	next := fmt.Sprintf("first full %s charge on %s.", to.Name, date)
 	if to.AmountCents == 0 {
@@ -49,7 +46,7 @@ func changeSummary(orgName string, op Operation, from, to Plan, t Terms) string 
 			then = fmt.Sprintf("on %s the plan becomes %s, with no charges from then.", date, to.Name)
 		}
 		return fmt.Sprintf("%s at the end of the current period. Nothing changes or is charged now; %s", head, then)
-	case op == OpUpgrade:
+	case o.chargesNow:
 		return fmt.Sprintf("%s. Pro-rated to today: %s; %s", head, dueNowPhrase(t), next)
 	case t.CreditCents > 0:
 		return fmt.Sprintf("%s. Nothing is charged now; a pro-rated credit of %s goes to the next invoice; %s",

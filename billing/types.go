@@ -3,13 +3,8 @@ package billing
 import "time"
 
 // Operation names a gated operation; the values are the MCP tool names.
+// Each is one value (operation.go) in a file of its own.
 type Operation string
-
-// The gated operations.
-const (
-	OpUpgrade   Operation = "upgrade_plan"
-	OpDowngrade Operation = "downgrade_plan"
-)
 
 // Caller is the authenticated identity behind a request.
 type Caller struct {
@@ -246,6 +241,9 @@ const (
 
 // Details is the machine-readable part of a proposal (the "details" object).
 type Details struct {
+	// Danger is what kind of change this is: reversible, charges or
+	// irreversible (contract §15).
+	Danger            Danger `json:"danger"`
 	From              string `json:"from"`
 	To                string `json:"to"`
 	AmountDueNowCents int64  `json:"amount_due_now_cents"`

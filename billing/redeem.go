@@ -1,0 +1,143 @@
+package billing
+
+import (
+	"context"
+	"time"
+)
+
+// The rules of a second call: whether it asks for what its token was issued
+// for (sameRequest), whether the token can still be redeemed
+// (checkRedeemable) and what the caller is told when it cannot. The steps
+// that apply them are in confirm.go.
+
+// sameRequest reports whether a second call repeats the one c was issued
+// for: only then may it see c's outcome.
+func sameRequest(c Confirmation, req ChangeRequest) bool {
+	return asksFor(req, c.Operation, c.Terms.ToPlan, c.Terms.AtPeriodEnd, keepsPlan(c.Terms))
+}
+
+// Asks reports whether req asks for the change the proposal p states, by
+// the rule a second call must meet (sameRequest): a transport holding only
+// the proposal (MCP's sealed request state) checks a later call with it.
+func (p ChangeResult) Asks(req ChangeRequest) bool {
+	d := p.Details
+	return d != nil && asksFor(req, p.Operation, d.To, d.At == AtPeriodEnd, d.From == d.To && d.CancelsScheduledChange != nil)
+}
+
+// asksFor is the one rule: the same operation, plan and time. Keeping the
+// plan is the same request whatever "at" it names: it cancels the
+// scheduled change now.
+func asksFor(req ChangeRequest, op Operation, to string, atPeriodEnd, keep bool) bool {
+	return req.Operation == op && req.To == to && (req.atPeriodEnd() == atPeriodEnd || keep)
+}
+
+// replayOf is the answer to the owner repeating an executed second call.
+func replayOf(c Confirmation, acct Account) ChangeResult {
+	r := ChangeResult{OK: true, Subscription: viewOf(acct.Subscription)}
+	if c.Result != nil {
+		r = *c.Result
+	}
+	r.Replayed = true
+	return r
+}
+
+// rejectUnknown audits a second call whose token does not exist.
+func (s *Service) rejectUnknown(ctx context.Context, caller Caller, op Operation) error {
+	if err := s.store.AppendAudit(ctx, s.event(caller, op, EventTokenRejected, "", "invalid")); err != nil {
+		return storeError("audit rejection", err)
+	}
+	return errTokenInvalid()
+}
+
+func errTokenInvalid() *Error {
+	return Errorf(CodeTokenInvalid, "the confirmation token is not valid: start again with a first call")
+}
+
+func errApprovalPending() *Error {
+	return &Error{Code: CodeApprovalPending, RetryAfter: 5 * time.Second,
+		Message: "waiting for an approver; retry the same call after the change is approved"}
+}
+
+// rejection is why a confirmation cannot be redeemed, and what that does to it.
+type rejection struct {
+	err    *Error
+	reason string // the audit reason: expired, mismatch, invalid, used
+	status Status // the confirmation's new status; "" leaves it alone
+}
+
+// checkRedeemable holds the rules of a second call, in order: a finished
+// confirmation is invalid, an expired one expired (by the database clock plus
+// the allowed skew), and one whose operation, parameters or terms no longer
+// match is a mismatch that voids it. (The owner repeating the exact call of
+// an executed or executing confirmation is answered before: replay, settle.)
+func (s *Service) checkRedeemable(c Confirmation, acct Account, req ChangeRequest, now time.Time) *rejection {
+	switch c.Status {
+	case StatusPending:
+	case StatusExecuted, StatusExecuting:
+		return &rejection{err: errTokenInvalid(), reason: "used"}
+	case StatusFailed:
+		return &rejection{err: errFailed(c), reason: "used"}
+	case StatusExpired:
+		return &rejection{err: errTokenExpired(), reason: "expired"}
+	case StatusRevoked:
+		return &rejection{err: Errorf(CodeTokenMismatch, "%s", msgSubscriptionChanged), reason: "mismatch"}
+	case StatusRejected:
+		return &rejection{err: errApprovalRejected(c), reason: "invalid"}
+	default: // superseded, cancelled, invalidated
+		return &rejection{err: errTokenInvalid(), reason: "invalid"}
+	}
+	if now.After(c.ExpiresAt.Add(s.skew)) {
+		return &rejection{err: errTokenExpired(), reason: "expired", status: StatusExpired}
+	}
+	if !sameRequest(c, req) {
+		return mismatch("the request differs from the one the token was issued for; the token is now void")
+	}
+	if !s.termsHold(c.Terms, acct.Subscription) {
+		return mismatch(msgSubscriptionChanged)
+	}
+	if s.datePassed(c.Terms, now) {
+		return mismatch(msgRenewalDue)
+	}
+	if c.Approval == ApprovalPending {
+		return &rejection{err: errApprovalPending()}
+	}
+	return nil
+}
+
+// termsHold reports whether everything the summary stated is still true.
+func (s *Service) termsHold(t Terms, sub Subscription) bool {
+	from, okFrom := s.catalog.Plan(t.FromPlan)
+	to, okTo := s.catalog.Plan(t.ToPlan)
+	return okFrom && okTo &&
+		sub.Plan == t.FromPlan && sub.Version == t.SubscriptionVer &&
+		from.StripePriceID == t.FromPriceID && from.AmountCents == t.FromAmountCents &&
+		to.StripePriceID == t.ToPriceID && to.AmountCents == t.ToAmountCents &&
+		to.Currency == t.Currency && t.Livemode == s.livemode
+}
+
+const msgSubscriptionChanged = "the subscription or prices changed since the summary was made; the token is now void"
+
+const msgRenewalDue = "the date the summary states has come or is minutes away: the payment provider is renewing " +
+	"the subscription, which the change could no longer precede (nothing was sent); the token is now void: start " +
+	"again with a first call in a few minutes"
+
+func mismatch(message string) *rejection {
+	return &rejection{err: Errorf(CodeTokenMismatch, "%s", message), reason: "mismatch", status: StatusInvalidated}
+}
+
+// errFailed is the answer to a token whose change was definitely not made.
+func errFailed(c Confirmation) *Error {
+	switch c.Failure {
+	case reasonNotApplied:
+		return Errorf(CodeTokenInvalid, "the change was not made and nothing was charged: billingd could not "+
+			"complete it while the consent still held; start again with a first call")
+	case reasonRenewedFirst:
+		return Errorf(CodeTokenInvalid, "the plan was not kept: the scheduled change took effect at the renewal "+
+			"before it could be cancelled; read the subscription and start again with a first call if needed")
+	}
+	return errTokenInvalid()
+}
+
+func errTokenExpired() *Error {
+	return Errorf(CodeTokenExpired, "the confirmation token has expired: start again with a first call")
+}
