@@ -130,7 +130,7 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 
 // checkAtProvider is the last check before the change is sent: the
 // subscription at the provider must still be what the quote assumed (its
-// price, one item of quantity one, its status, period and scheduled
+// price, one item of the quoted quantity, its status, period and scheduled
 // change), because a change made in Stripe's dashboard or by another tool
 // reaches billingd only when a webhook does, if ever. Otherwise the token is revoked as drift, billingd
 // records the subscription as the provider has it, and nothing is sent. The
@@ -171,7 +171,7 @@ func (s *Service) revokeAsDrift(ctx context.Context, tx Tx, caller Caller, c Con
 // its scheduled change included (scheduleHolds).
 func (s *Service) quoteHolds(c Confirmation, sub Subscription, state ProviderSubscription) bool {
 	return state.PriceID == c.Terms.FromPriceID && state.ItemID == sub.StripeItemID &&
-		state.Items == 1 && state.Quantity == 1 && state.Status == sub.Status &&
+		state.Items == 1 && state.Quantity == seats(c.Terms.Quantity) && state.Status == sub.Status &&
 		state.CurrentPeriodEnd.Equal(sub.CurrentPeriodEnd) && s.scheduleHolds(c.Terms, sub, state)
 }
 

@@ -106,3 +106,7 @@ func (c Catalog) planByPrice(priceID string) (Plan, bool) {
 	}
 	return Plan{}, false
 }
+
+// seats is a quantity as billingd counts seats: one at least (a copy or a
+// confirmation stored before seats were counted has none).
+func seats(quantity int64) int64 { return max(quantity, 1) }

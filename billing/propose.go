@@ -208,6 +208,7 @@ func planChangeFor(acct Account, t Terms, op Operation) PlanChange {
 		ItemID:         acct.Subscription.StripeItemID,
 		FromPriceID:    t.FromPriceID,
 		NewPriceID:     t.ToPriceID,
+		Quantity:       seats(t.Quantity),
 		ProrationDate:  t.ProrationDate,
 		ChargeNow:      mustOperation(op).chargesNow && !keepsPlan(t),
 		KeepPlan:       keepsPlan(t),
@@ -224,7 +225,7 @@ func termsFor(sub Subscription, from, to Plan, req ChangeRequest, prorationDate 
 	return Terms{
 		FromPlan: from.ID, ToPlan: to.ID,
 		FromPriceID: from.StripePriceID, ToPriceID: to.StripePriceID,
-		FromAmountCents: from.AmountCents, ToAmountCents: to.AmountCents,
+		FromAmountCents: from.AmountCents, ToAmountCents: to.AmountCents, Quantity: seats(sub.Quantity),
 		Currency: to.Currency, ProrationDate: prorationDate,
 		SubscriptionVer: sub.Version, NextChargeAt: sub.CurrentPeriodEnd, FromStatus: sub.Status,
 		AtPeriodEnd: req.atPeriodEnd() && from.ID != to.ID, Cancels: sub.Scheduled,
@@ -234,7 +235,7 @@ func termsFor(sub Subscription, from, to Plan, req ChangeRequest, prorationDate 
 func detailsOf(op Operation, t Terms) Details {
 	d := Details{
 		Danger: mustOperation(op).danger(t),
-		From:   t.FromPlan, To: t.ToPlan,
+		From:   t.FromPlan, To: t.ToPlan, QuantityFrom: seats(t.Quantity), QuantityTo: seats(t.Quantity),
 		AmountDueNowCents: t.AmountDueCents, CreditCents: t.CreditCents, Currency: t.Currency,
 		CurrencyDigits: DigitsOf(t.Currency),
 		SubtotalCents:  t.SubtotalCents, DiscountCents: t.DiscountCents, TaxCents: t.TaxCents,

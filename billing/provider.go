@@ -11,6 +11,10 @@ type PlanChange struct {
 	SubscriptionID string
 	ItemID         string
 	NewPriceID     string
+	// Quantity is the item's quantity before and after: a plan change
+	// keeps the seats (Stripe would reset them to one with a new price
+	// sent alone).
+	Quantity int64
 	// ProrationDate pins the proration: the preview quotes it and execution
 	// sends the same value, so the amount shown is the amount charged.
 	ProrationDate time.Time
@@ -114,6 +118,10 @@ type AppliedChange struct {
 	// provider said ("" otherwise): KeepPlan reads it back, since a renewal
 	// may have made the scheduled change just before the release.
 	PriceID string
+	// Quantity is the first item's quantity after the change, when the
+	// provider said (0 otherwise): billingd records the seats Stripe has,
+	// not the ones it asked for.
+	Quantity int64
 }
 
 // Invoice is an invoice the provider made, as far as billingd states it.

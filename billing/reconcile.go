@@ -90,7 +90,7 @@ func (s *Service) stateAfter(ctx context.Context, ev SubscriptionEvent) (Provide
 	defer cancel()
 	state, err := s.payments.ReadSubscription(readCtx, ev.SubscriptionID)
 	if err != nil && ev.Deleted && errors.Is(err, ErrProviderRejected) {
-		return ProviderSubscription{PriceID: ev.PriceID, ItemID: ev.ItemID, Items: 1, Quantity: 1,
+		return ProviderSubscription{PriceID: ev.PriceID, ItemID: ev.ItemID, Items: 1,
 			Status: "canceled", CurrentPeriodEnd: ev.CurrentPeriodEnd}, nil
 	}
 	if err != nil {
@@ -169,7 +169,7 @@ func (s *Service) recordProviderState(ctx context.Context, tx Tx, acct Account, 
 	if !seen.IsZero() {
 		sub.SyncedAt = seen
 	}
-	if sub.Plan == old.Plan && sub.Status == old.Status && sub.StripeItemID == old.StripeItemID &&
+	if sub.Plan == old.Plan && sub.Status == old.Status && sub.StripeItemID == old.StripeItemID && sub.Quantity == old.Quantity &&
 		sub.CurrentPeriodEnd.Equal(old.CurrentPeriodEnd) && sameScheduled(sub.Scheduled, old.Scheduled) &&
 		scheduleID(sub.Scheduled) == scheduleID(old.Scheduled) {
 		if seen.IsZero() {
@@ -202,6 +202,9 @@ func (s *Service) subscriptionFrom(old Subscription, state ProviderSubscription)
 	}
 	if state.ItemID != "" {
 		sub.StripeItemID = state.ItemID
+	}
+	if state.Quantity > 0 {
+		sub.Quantity = state.Quantity
 	}
 	if plan, ok := s.catalog.planByPrice(state.PriceID); ok {
 		sub.Plan = plan.ID

@@ -109,7 +109,7 @@ func (s *Service) termsHold(t Terms, sub Subscription) bool {
 	from, okFrom := s.catalog.Plan(t.FromPlan)
 	to, okTo := s.catalog.Plan(t.ToPlan)
 	return okFrom && okTo &&
-		sub.Plan == t.FromPlan && sub.Version == t.SubscriptionVer &&
+		sub.Plan == t.FromPlan && sub.Version == t.SubscriptionVer && seats(sub.Quantity) == seats(t.Quantity) &&
 		from.StripePriceID == t.FromPriceID && from.AmountCents == t.FromAmountCents &&
 		to.StripePriceID == t.ToPriceID && to.AmountCents == t.ToAmountCents &&
 		to.Currency == t.Currency && t.Livemode == s.livemode

@@ -131,6 +131,9 @@ func subscriptionAfter(c Confirmation, sub Subscription, applied AppliedChange) 
 	if applied.ItemID != "" {
 		sub.StripeItemID = applied.ItemID
 	}
+	if applied.Quantity > 0 {
+		sub.Quantity = applied.Quantity
+	}
 	return sub
 }
 

@@ -205,8 +205,10 @@ func (r ChangeResult) Proposed() bool { return r.ConfirmToken != "" }
 
 // SubscriptionView is a subscription as clients see it.
 type SubscriptionView struct {
-	Org              string    `json:"org,omitempty"`
-	Plan             string    `json:"plan"`
+	Org  string `json:"org,omitempty"`
+	Plan string `json:"plan"`
+	// Quantity is the seats the subscription is for (contract §15).
+	Quantity         int64     `json:"quantity"`
 	Status           string    `json:"status"`
 	CurrentPeriodEnd time.Time `json:"current_period_end"`
 	// ScheduledChange is the change the provider will make at a later
@@ -222,7 +224,7 @@ type ScheduledChangeView struct {
 }
 
 func viewOf(s Subscription) *SubscriptionView {
-	return &SubscriptionView{Plan: s.Plan, Status: s.Status, CurrentPeriodEnd: s.CurrentPeriodEnd.UTC(),
+	return &SubscriptionView{Plan: s.Plan, Quantity: seats(s.Quantity), Status: s.Status, CurrentPeriodEnd: s.CurrentPeriodEnd.UTC(),
 		ScheduledChange: scheduledView(s.Scheduled)}
 }
 

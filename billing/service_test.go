@@ -192,7 +192,7 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 	if res.Summary != upgradeSummary {
 		t.Errorf("summary =\n  %q\nwant\n  %q", res.Summary, upgradeSummary)
 	}
-	wantDetails := billing.Details{Danger: billing.DangerCharges, From: "pro", To: "scale", AmountDueNowCents: 1742, SubtotalCents: 1742, Currency: "usd",
+	wantDetails := billing.Details{Danger: billing.DangerCharges, From: "pro", To: "scale", QuantityFrom: 1, QuantityTo: 1, AmountDueNowCents: 1742, SubtotalCents: 1742, Currency: "usd",
 		CurrencyDigits: billing.CurrencyDigits{Exponent: 2},
 		EffectiveAt:    dbNow.Truncate(time.Second), NextChargeAt: periodEnd, Livemode: true}
 	if res.Details == nil || *res.Details != wantDetails {
@@ -210,7 +210,7 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 
 	// The preview asked for exactly the change the confirmation will execute.
 	wantChange := billing.PlanChange{CustomerID: "cus_1", SubscriptionID: "sub_1", ItemID: "si_1", FromPriceID: "price_billingd_pro", NewPriceID: "price_billingd_scale",
-		ProrationDate: dbNow.Truncate(time.Second), ChargeNow: true}
+		Quantity: 1, ProrationDate: dbNow.Truncate(time.Second), ChargeNow: true}
 	if len(f.provider.Previews()) != 1 || f.provider.Previews()[0] != wantChange {
 		t.Errorf("previews = %+v, want [%+v]", f.provider.Previews(), wantChange)
 	}
@@ -229,7 +229,7 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 		t.Errorf("confirmation not bound to caller and operation: %+v", c)
 	}
 	wantTerms := billing.Terms{FromPlan: "pro", ToPlan: "scale", FromPriceID: "price_billingd_pro", ToPriceID: "price_billingd_scale",
-		FromAmountCents: 1900, ToAmountCents: 4900, Currency: "usd", ProrationDate: dbNow.Truncate(time.Second),
+		FromAmountCents: 1900, ToAmountCents: 4900, Quantity: 1, Currency: "usd", ProrationDate: dbNow.Truncate(time.Second),
 		SubscriptionVer: 1, AmountDueCents: 1742, SubtotalCents: 1742, NextChargeAt: periodEnd, Livemode: true, FromStatus: "active"}
 	if c.Terms != wantTerms {
 		t.Errorf("terms = %+v, want %+v", c.Terms, wantTerms)

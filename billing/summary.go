@@ -31,8 +31,9 @@ func summarize(orgName string, op Operation, from, to Plan, t Terms, cancelled s
 
 func changeSummary(orgName string, op Operation, from, to Plan, t Terms) string {
 	o := mustOperation(op)
-	head := fmt.Sprintf("%s %s from %s (%s) to %s (%s)",
-		o.verb, orgName, from.Name, formatPrice(from), to.Name, formatPrice(to))
+	each := perSeat(t)
+	head := fmt.Sprintf("%s %s from %s (%s%s) to %s (%s%s)%s",
+		o.verb, orgName, from.Name, formatPrice(from), each, to.Name, formatPrice(to), each, seatsPhrase(t))
 	date := day(t.NextChargeAt)
 	next := fmt.Sprintf("first full %s charge on %s.", to.Name, date)
 	if to.AmountCents == 0 {
@@ -58,8 +59,25 @@ func changeSummary(orgName string, op Operation, from, to Plan, t Terms) string 
 
 // keepSummary: keeping the current plan cancels the scheduled change.
 func keepSummary(plan Plan, t Terms, cancelled string) string {
-	return fmt.Sprintf("Keep %s: cancel the change to %s scheduled for %s. Nothing is charged now; %s (%s) continues, next charge on %s.",
-		plan.Name, cancelled, day(t.Cancels.At), plan.Name, formatPrice(plan), day(t.NextChargeAt))
+	return fmt.Sprintf("Keep %s: cancel the change to %s scheduled for %s. Nothing is charged now; %s (%s%s)%s continues, next charge on %s.",
+		plan.Name, cancelled, day(t.Cancels.At), plan.Name, formatPrice(plan), perSeat(t), seatsPhrase(t), day(t.NextChargeAt))
+}
+
+// perSeat follows a plan's price when the subscription has several seats:
+// the price is each seat's, and every amount stated counts them all.
+func perSeat(t Terms) string {
+	if seats(t.Quantity) > 1 {
+		return " per seat"
+	}
+	return ""
+}
+
+// seatsPhrase names the seats a change keeps, when there are several.
+func seatsPhrase(t Terms) string {
+	if n := seats(t.Quantity); n > 1 {
+		return fmt.Sprintf(", %d seats", n)
+	}
+	return ""
 }
 
 func day(t time.Time) string { return t.UTC().Format("Jan 2, 2006") }

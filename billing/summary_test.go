@@ -40,6 +40,12 @@ func TestSummarize(t *testing.T) {
 			want:  "Upgrade Vector Build from Pro ($19/mo) to Scale ($49/mo). Pro-rated to today: $17.42 due now; first full Scale charge on May 30, 2026.",
 		},
 		{
+			// Every amount counts every seat; the prices are each seat's.
+			name: "upgrade with five seats", org: "Vector Build", op: OpUpgrade, from: "pro", to: "scale",
+			terms: Terms{AmountDueCents: 8710, Quantity: 5, Currency: "usd", NextChargeAt: may30},
+			want:  "Upgrade Vector Build from Pro ($19/mo per seat) to Scale ($49/mo per seat), 5 seats. Pro-rated to today: $87.10 due now; first full Scale charge on May 30, 2026.",
+		},
+		{
 			name: "upgrade nothing due", org: "Vector Build", op: OpUpgrade, from: "free", to: "pro",
 			terms: Terms{AmountDueCents: 0, Currency: "usd", NextChargeAt: may30},
 			want:  "Upgrade Vector Build from Free ($0/mo) to Pro ($19/mo). Pro-rated to today: $0.00 due now; first full Pro charge on May 30, 2026.",

@@ -56,9 +56,11 @@ type Subscription struct {
 	StripeSubscriptionID string
 	StripeItemID         string
 	Plan                 string
-	Status               string
-	CurrentPeriodEnd     time.Time
-	Version              int64
+	// Quantity is the first item's quantity: the seats (1 at least).
+	Quantity         int64
+	Status           string
+	CurrentPeriodEnd time.Time
+	Version          int64
 	// SyncedAt is when the provider created the last event applied to this
 	// copy; older events are ignored.
 	SyncedAt time.Time
@@ -135,6 +137,10 @@ type Terms struct {
 	ToPriceID       string
 	FromAmountCents int64
 	ToAmountCents   int64
+	// Quantity is the seats the summary states: the subscription's when
+	// quoted, kept by a plan change (0 in a confirmation stored before
+	// seats were counted: one).
+	Quantity        int64
 	Currency        string
 	ProrationDate   time.Time // quoted in the summary and sent to Stripe on execution
 	SubscriptionVer int64     // the subscription version the preview was made against
@@ -243,10 +249,14 @@ const (
 type Details struct {
 	// Danger is what kind of change this is: reversible, charges or
 	// irreversible (contract §15).
-	Danger            Danger `json:"danger"`
-	From              string `json:"from"`
-	To                string `json:"to"`
-	AmountDueNowCents int64  `json:"amount_due_now_cents"`
+	Danger Danger `json:"danger"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	// QuantityFrom and QuantityTo are the seats before and after: a plan
+	// change keeps them, and every amount here counts them all.
+	QuantityFrom      int64 `json:"quantity_from"`
+	QuantityTo        int64 `json:"quantity_to"`
+	AmountDueNowCents int64 `json:"amount_due_now_cents"`
 	// The parts of amount_due_now_cents (contract §6): subtotal, less
 	// discount, plus tax, less the customer's credit applied.
 	SubtotalCents      int64  `json:"subtotal_cents"`

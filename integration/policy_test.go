@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 )
 
@@ -39,6 +40,7 @@ func TestPolicyAPI(t *testing.T) {
 		"duplicate name":     `{"rules":[{"name":"a","action":"deny"},{"name":"a","action":"allow"}]}`,
 		"bad operation":      `{"rules":[{"name":"big","operation":"delete_org","action":"deny"}]}`,
 		"negative day limit": `{"rules":[],"daily_limit":-1}`,
+		"unknown danger":     `{"rules":[{"name":"big","danger":["maybe"],"action":"deny"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := h.offSpec().do("PUT", "/api/billing/policy", admin, body) // invalid on purpose
@@ -102,6 +104,33 @@ func TestPolicyAllow(t *testing.T) {
 	p := h.propose(tok, "upgrade", "scale") // a charge: 202, not executed
 	if p.Details.AmountDueNowCents == 0 || h.subscription(tok) != "free" {
 		t.Fatalf("an upgrade with %d due ran on the first call", p.Details.AmountDueNowCents)
+	}
+}
+
+// TestPolicyDanger: every first call says what kind of change it is
+// (details.danger), and a rule naming dangers decides on it: here money
+// moving now needs a second person, a change at the period's end does not,
+// and a deny on what cannot be undone leaves today's operations alone.
+func TestPolicyDanger(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.createOrg("dng", "Danger", "scale")
+	h.setPolicy("dng", `{"rules":[
+		{"name":"money moves","danger":["charges"],"action":"approve"},
+		{"name":"nothing lasting","danger":["irreversible"],"action":"deny"}]}`)
+	tok := h.user("dng", "dee")
+	if p := h.proposeApprovalOf(tok, "downgrade", "pro"); p.Details.Danger != billing.DangerCharges {
+		t.Fatalf("a downgrade now: danger %q", p.Details.Danger)
+	}
+	r := h.do("POST", "/api/billing/downgrade", tok, `{"to":"pro","at":"period_end"}`)
+	wantStatus(t, r, http.StatusAccepted, "")
+	var p struct {
+		proposal
+		ApprovalRequired bool `json:"approval_required"`
+	}
+	r.decode(t, &p)
+	if p.Details.Danger != billing.DangerReversible || p.ApprovalRequired {
+		t.Fatalf("a downgrade at the period's end: %s", r.Body)
 	}
 }
 

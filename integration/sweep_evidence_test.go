@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,25 +21,40 @@ import (
 // own records are read only as a second witness, which must agree.
 
 // sweepState is a subscription as a person is shown it and as Stripe holds
-// it: its plan and the change scheduled for the period's end ("pro@<RFC
-// 3339>", "" for none).
+// it: its plan, its seats, and the change scheduled for the period's end
+// ("pro@<RFC 3339>", or "pro×5@…" for several seats; "" for none). A
+// standing consent names no seats (0): it may change none.
 type sweepState struct {
 	plan, scheduled string
+	seats           int64
 }
 
 func (s sweepState) String() string {
-	if s.scheduled == "" {
-		return s.plan
+	out := s.plan
+	if s.seats > 1 {
+		out += fmt.Sprintf(" ×%d", s.seats)
 	}
-	return s.plan + " (scheduled: " + s.scheduled + ")"
+	if s.scheduled == "" {
+		return out
+	}
+	return out + " (scheduled: " + s.scheduled + ")"
+}
+
+// seatsSuffix is how a scheduled change names several seats.
+func seatsSuffix(n int64) string {
+	if n > 1 {
+		return fmt.Sprintf("×%d", n)
+	}
+	return ""
 }
 
 // stateAtStripe is a state of the fake's log in the oracle's terms.
 func stateAtStripe(st stripepaytest.SubState) sweepState {
-	out := sweepState{plan: planOfPrice(st.PriceID)}
+	out := sweepState{plan: planOfPrice(st.PriceID), seats: st.Quantity}
 	if price, at, ok := strings.Cut(st.Scheduled, "@"); ok {
-		price, _, _ = strings.Cut(price, "×")
-		out.scheduled = planOfPrice(price) + "@" + at
+		price, quantity, _ := strings.Cut(price, "×")
+		n, _ := strconv.ParseInt(quantity, 10, 64)
+		out.scheduled = planOfPrice(price) + seatsSuffix(n) + "@" + at
 	}
 	return out
 }
@@ -129,12 +145,14 @@ func (c *sweepConsent) ambiguous(writes []stripepaytest.Write, reads []time.Time
 // shownState is the state a proposal showed and the state it asked to
 // agree to.
 func shownState(p proposal) (from, to sweepState) {
-	from, to = sweepState{plan: p.Details.From}, sweepState{plan: p.Details.To}
-	if c := p.Details.CancelsScheduledChange; c != nil {
-		from.scheduled = c.To + "@" + c.At.UTC().Format(time.RFC3339)
+	d := p.Details
+	from, to = sweepState{plan: d.From, seats: d.QuantityFrom}, sweepState{plan: d.To, seats: d.QuantityTo}
+	if c := d.CancelsScheduledChange; c != nil {
+		from.scheduled = c.To + seatsSuffix(d.QuantityFrom) + "@" + c.At.UTC().Format(time.RFC3339)
 	}
-	if p.Details.At == "period_end" {
-		to = sweepState{plan: p.Details.From, scheduled: p.Details.To + "@" + p.Details.EffectiveAt.UTC().Format(time.RFC3339)}
+	if d.At == "period_end" {
+		to = sweepState{plan: d.From, seats: d.QuantityFrom,
+			scheduled: d.To + seatsSuffix(d.QuantityTo) + "@" + d.EffectiveAt.UTC().Format(time.RFC3339)}
 	}
 	return from, to
 }
@@ -329,6 +347,7 @@ type change struct {
 }
 
 func (ch change) plan() bool     { return ch.before.plan != ch.after.plan }
+func (ch change) seats() bool    { return ch.before.seats != ch.after.seats }
 func (ch change) schedule() bool { return ch.before.scheduled != ch.after.scheduled }
 
 // fits reports whether a write is part of the change c agreed to: every
@@ -338,9 +357,12 @@ func (ch change) schedule() bool { return ch.before.scheduled != ch.after.schedu
 // schedule.
 func (c *sweepConsent) fits(ch change) bool {
 	if c.standing() {
-		return ch.plan() && ch.after.plan == c.to.plan && !ch.schedule()
+		return ch.plan() && ch.after.plan == c.to.plan && !ch.schedule() && !ch.seats()
 	}
 	if ch.plan() && (ch.seen.plan != c.from.plan || ch.after.plan != c.to.plan) {
+		return false
+	}
+	if ch.seats() && (ch.seen.seats != c.from.seats || ch.after.seats != c.to.seats) {
 		return false
 	}
 	if ch.schedule() && (ch.seen.scheduled != c.from.scheduled || ch.after.scheduled != c.to.scheduled) {
@@ -355,7 +377,8 @@ func (c *sweepConsent) fits(ch change) bool {
 func (c *sweepConsent) spent(ch change, mandate *sweepMandateGiven) bool {
 	for _, w := range c.writes {
 		b, a := stateAtStripe(w.Before), stateAtStripe(w.After)
-		if (b.plan != a.plan && ch.plan()) || (b.scheduled != a.scheduled && ch.schedule() && w.At.After(ch.restored)) {
+		if (b.plan != a.plan && ch.plan()) || (b.seats != a.seats && ch.seats()) ||
+			(b.scheduled != a.scheduled && ch.schedule() && w.At.After(ch.restored)) {
 			return true
 		}
 	}

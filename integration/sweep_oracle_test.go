@@ -211,9 +211,9 @@ func (sw *sweep) disagreement(sc *sweepCase) string {
 	if v := view.ScheduledChange; v != nil {
 		scheduled = v.To + " at " + v.At.UTC().Format(time.RFC3339)
 	}
-	if view.Plan != stripePlan || scheduled != stripeScheduled {
-		return fmt.Sprintf("billingd shows %s (scheduled: %q), Stripe %s (scheduled: %q)", view.Plan, scheduled,
-			stripePlan, stripeScheduled)
+	if view.Plan != stripePlan || scheduled != stripeScheduled || view.Quantity != sub.Items[0].Quantity {
+		return fmt.Sprintf("billingd shows %s ×%d (scheduled: %q), Stripe %s ×%d (scheduled: %q)", view.Plan, view.Quantity,
+			scheduled, stripePlan, sub.Items[0].Quantity, stripeScheduled)
 	}
 	return ""
 }

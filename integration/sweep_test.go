@@ -665,6 +665,8 @@ func (sw *sweep) scheduleThrough(sc *sweepCase, to string) {
 func sweepOps() []sweepOp {
 	return []sweepOp{
 		{name: "upgrade", plan: "pro", run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "upgrade", "scale", "") }},
+		{name: "upgrade with 5 seats", plan: "pro", setup: func(sw *sweep, sc *sweepCase) { sw.h.withSeats(sc.sub, 5) },
+			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "upgrade", "scale", "") }},
 		{name: "downgrade now", plan: "scale", run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "downgrade", "pro", "") }},
 		{name: "downgrade at period end", plan: "scale",
 			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "downgrade", "pro", "period_end") }},

@@ -116,7 +116,7 @@ func (e *env) pgbenchVars(clients int) []string {
 		{"at_period_end", "false"}, {"no_renewal", "null"}, {"no_cancels", "null"}, {"no_scheduled", "null"},
 		{"consent", `{"method":"agent_relayed","human_present":"none"}`},
 		{"lock_wait", "50ms"}, {"reason", "-"}, {"approval", billing.ApprovalGranted}, {"agent", false}, {"verify_required", false}, {"livemode", false}, {"attempt", 0},
-		{"approvals_required", 1}, {"person_required", billing.ReasonPersonRequired},
+		{"approvals_required", 1}, {"quantity", 1}, {"person_required", billing.ReasonPersonRequired},
 		{"result", fmt.Sprintf(`{"ok":true,"subscription":{"plan":"scale","status":"active","current_period_end":%q}}`, periodEnd.Format(time.RFC3339))},
 	}
 	out := make([]string, len(vars))

@@ -26,8 +26,9 @@ func (p *Provider) PreviewPlanChange(ctx context.Context, change billing.PlanCha
 		Subscription: stripe.String(change.SubscriptionID),
 		SubscriptionDetails: &stripe.InvoiceCreatePreviewSubscriptionDetailsParams{
 			Items: []*stripe.InvoiceCreatePreviewSubscriptionDetailsItemParams{{
-				ID:    stripe.String(change.ItemID),
-				Price: stripe.String(change.NewPriceID),
+				ID:       stripe.String(change.ItemID),
+				Price:    stripe.String(change.NewPriceID),
+				Quantity: stripe.Int64(seats(change)),
 			}},
 			ProrationBehavior: stripe.String(prorationBehavior(change.ChargeNow)),
 			ProrationDate:     unixParam(change.ProrationDate),
@@ -50,8 +51,9 @@ func (p *Provider) previewRenewal(ctx context.Context, change billing.PlanChange
 		Subscription: stripe.String(change.SubscriptionID),
 		SubscriptionDetails: &stripe.InvoiceCreatePreviewSubscriptionDetailsParams{
 			Items: []*stripe.InvoiceCreatePreviewSubscriptionDetailsItemParams{{
-				ID:    stripe.String(change.ItemID),
-				Price: stripe.String(change.NewPriceID),
+				ID:       stripe.String(change.ItemID),
+				Price:    stripe.String(change.NewPriceID),
+				Quantity: stripe.Int64(seats(change)),
 			}},
 			ProrationBehavior: stripe.String("none"),
 		},
@@ -162,6 +164,7 @@ func (p *Provider) afterRelease(ctx context.Context, subscriptionID string) (bil
 	if sub.Items != nil && len(sub.Items.Data) > 0 && sub.Items.Data[0].Price != nil {
 		applied.ItemID, applied.PriceID = sub.Items.Data[0].ID, sub.Items.Data[0].Price.ID
 	}
+	applied.Quantity = firstItemQuantity(sub)
 	return applied, nil
 }
 
@@ -169,8 +172,9 @@ func (p *Provider) afterRelease(ctx context.Context, subscriptionID string) (bil
 func (p *Provider) updateSubscription(ctx context.Context, change billing.PlanChange, idempotencyKey string) (billing.AppliedChange, error) {
 	params := &stripe.SubscriptionParams{
 		Items: []*stripe.SubscriptionItemsParams{{
-			ID:    stripe.String(change.ItemID),
-			Price: stripe.String(change.NewPriceID),
+			ID:       stripe.String(change.ItemID),
+			Price:    stripe.String(change.NewPriceID),
+			Quantity: stripe.Int64(seats(change)), // a new price alone resets it to one
 		}},
 		ProrationBehavior: stripe.String(prorationBehavior(change.ChargeNow)),
 		ProrationDate:     unixParam(change.ProrationDate),
@@ -196,6 +200,7 @@ func (p *Provider) updateSubscription(ctx context.Context, change billing.PlanCh
 		Status:           string(sub.Status),
 		CurrentPeriodEnd: unixTime(sub.CurrentPeriodEnd),
 		ItemID:           itemID,
+		Quantity:         firstItemQuantity(sub),
 	}
 	if change.ChargeNow { // always_invoice: the latest invoice is the one this update made
 		applied.Invoice = invoiceOf(sub.LatestInvoice)
@@ -289,13 +294,13 @@ func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange
 		Phases: []*stripe.SubscriptionSchedulePhaseParams{
 			{
 				Items: []*stripe.SubscriptionSchedulePhaseItemParams{{
-					Price: stripe.String(change.FromPriceID), Quantity: stripe.Int64(1)}},
+					Price: stripe.String(change.FromPriceID), Quantity: stripe.Int64(seats(change))}},
 				StartDate: unixParam(phaseStart), // the current phase's: Stripe refuses another
 				EndDate:   stripe.Int64(change.PeriodEnd.Unix()),
 			},
 			{
 				Items: []*stripe.SubscriptionSchedulePhaseItemParams{{
-					Price: stripe.String(change.NewPriceID), Quantity: stripe.Int64(1)}},
+					Price: stripe.String(change.NewPriceID), Quantity: stripe.Int64(seats(change))}},
 				Iterations: stripe.Int64(1),
 			},
 		},
@@ -431,6 +436,7 @@ func scheduleOf(sch *stripe.SubscriptionSchedule) *billing.ProviderSchedule {
 		return out
 	}
 	out.PhaseStart = unixTime(sch.CurrentPhase.StartDate)
+	seatsNow := phaseQuantity(phaseAt(sch, out.PhaseStart))
 	future := 0
 	for _, ph := range sch.Phases {
 		if ph == nil || ph.StartDate < sch.CurrentPhase.EndDate {
@@ -443,9 +449,9 @@ func scheduleOf(sch *stripe.SubscriptionSchedule) *billing.ProviderSchedule {
 			continue
 		}
 		out.NextPriceID, out.NextAt = ph.Items[0].Price.ID, unixTime(ph.StartDate)
-		// billingd states a plan change only: one item, quantity one, no
-		// trial.
-		out.Opaque = out.Opaque || len(ph.Items) != 1 || ph.Items[0].Quantity != 1 || ph.TrialEnd != 0
+		// billingd states a plan change only: one item, the seats of the
+		// current phase, no trial.
+		out.Opaque = out.Opaque || len(ph.Items) != 1 || ph.Items[0].Quantity != seatsNow || ph.TrialEnd != 0
 	}
 	return out
 }
@@ -723,6 +729,15 @@ func checkIdempotencyKey(key string) error {
 	return nil
 }
 
+// firstItemQuantity is the quantity of the subscription's first item, 0
+// when the answer has none.
+func firstItemQuantity(sub *stripe.Subscription) int64 {
+	if sub.Items == nil || len(sub.Items.Data) == 0 || sub.Items.Data[0] == nil {
+		return 0
+	}
+	return sub.Items.Data[0].Quantity
+}
+
 func firstItemID(sub *stripe.Subscription) (string, bool) {
 	if sub.Items == nil || len(sub.Items.Data) == 0 || sub.Items.Data[0].ID == "" {
 		return "", false
@@ -744,4 +759,17 @@ func unixTime(sec int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(sec, 0).UTC()
+}
+
+// seats is the quantity a plan change keeps: the subscription's, one when
+// the change does not say.
+func seats(change billing.PlanChange) int64 { return max(change.Quantity, 1) }
+
+// phaseQuantity is the quantity of a phase's one item; 1 when the phase is
+// unknown or has none (a schedule billingd made before it counted seats).
+func phaseQuantity(ph *stripe.SubscriptionSchedulePhase) int64 {
+	if ph == nil || len(ph.Items) == 0 || ph.Items[0].Quantity < 1 {
+		return 1
+	}
+	return ph.Items[0].Quantity
 }

@@ -404,7 +404,7 @@ func TestFakeApplyThenDowngradePreview(t *testing.T) {
 		t.Fatalf("invoice %+v, want %d usd as quoted", got.Invoice, quoted.AmountDueNowCents)
 	}
 	got.Invoice = nil
-	want := billing.AppliedChange{Status: "active", CurrentPeriodEnd: periodStart.Add(30 * 24 * time.Hour), ItemID: env.cust.ItemID}
+	want := billing.AppliedChange{Status: "active", CurrentPeriodEnd: periodStart.Add(30 * 24 * time.Hour), ItemID: env.cust.ItemID, Quantity: 1}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}

@@ -228,7 +228,7 @@ func TestLostResponseThenRetry(t *testing.T) {
 			if err != nil {
 				t.Fatalf("retry: %v", err)
 			}
-			want := billing.AppliedChange{Status: "active", CurrentPeriodEnd: start.Add(30 * 24 * time.Hour), ItemID: e.org.ItemID}
+			want := billing.AppliedChange{Status: "active", CurrentPeriodEnd: start.Add(30 * 24 * time.Hour), ItemID: e.org.ItemID, Quantity: 1}
 			got.Invoice = nil // the invoice is TestFakeApplyThenDowngradePreview's to check
 			if got != want {
 				t.Errorf("retry got %+v, want %+v", got, want)

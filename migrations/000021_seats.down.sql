@@ -1,0 +1,2 @@
+ALTER TABLE confirmations DROP COLUMN quantity;
+ALTER TABLE subscriptions DROP COLUMN quantity;
