@@ -169,7 +169,7 @@ func (s *Service) recordProviderState(ctx context.Context, tx Tx, acct Account, 
 	if !seen.IsZero() {
 		sub.SyncedAt = seen
 	}
-	if sub.Plan == old.Plan && sub.Status == old.Status && sub.StripeItemID == old.StripeItemID && sub.Quantity == old.Quantity &&
+	if sub.Plan == old.Plan && sub.Status == old.Status && sub.StripeItemID == old.StripeItemID && seats(sub.Quantity) == seats(old.Quantity) &&
 		sub.CurrentPeriodEnd.Equal(old.CurrentPeriodEnd) && sameScheduled(sub.Scheduled, old.Scheduled) &&
 		scheduleID(sub.Scheduled) == scheduleID(old.Scheduled) {
 		if seen.IsZero() {

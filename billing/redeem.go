@@ -36,6 +36,11 @@ func replayOf(c Confirmation, acct Account) ChangeResult {
 	r := ChangeResult{OK: true, Subscription: viewOf(acct.Subscription)}
 	if c.Result != nil {
 		r = *c.Result
+		if v := r.Subscription; v != nil && v.Quantity < 1 { // an answer recorded before seats were counted
+			view := *v
+			view.Quantity = seats(v.Quantity)
+			r.Subscription = &view
+		}
 	}
 	r.Replayed = true
 	return r

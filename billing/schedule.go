@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -354,6 +355,7 @@ func (s *Service) restoreScheduled(ctx context.Context, c Confirmation, acct Acc
 	sc := c.Terms.Cancels
 	change := PlanChange{CustomerID: acct.Org.StripeCustomerID, SubscriptionID: acct.Subscription.StripeSubscriptionID,
 		ItemID: acct.Subscription.StripeItemID, FromPriceID: state.PriceID, NewPriceID: sc.PriceID,
+		Quantity:    seats(cmp.Or(state.Quantity, c.Terms.Quantity)), // the seats Stripe has: both phases keep them
 		AtPeriodEnd: true, PeriodEnd: sc.At, ConfirmationID: sc.ConfirmationID, Attached: state.Schedule}
 	s.at(ctx, StepRestore, &c)
 	callCtx, cancel := context.WithTimeout(ctx, s.execTimeout)

@@ -59,7 +59,7 @@ func changeSummary(orgName string, op Operation, from, to Plan, t Terms) string 
 
 // keepSummary: keeping the current plan cancels the scheduled change.
 func keepSummary(plan Plan, t Terms, cancelled string) string {
-	return fmt.Sprintf("Keep %s: cancel the change to %s scheduled for %s. Nothing is charged now; %s (%s%s)%s continues, next charge on %s.",
+	return fmt.Sprintf("Keep %s: cancel the change to %s scheduled for %s. Nothing is charged now; %s (%s%s%s) continues, next charge on %s.",
 		plan.Name, cancelled, day(t.Cancels.At), plan.Name, formatPrice(plan), perSeat(t), seatsPhrase(t), day(t.NextChargeAt))
 }
 

@@ -287,8 +287,18 @@ func (sw *sweep) seenBefore(w stripepaytest.Write, earlier []stripepaytest.Write
 // to after puts back the change that was scheduled when the case began,
 // which a change not made had released: it undoes, and needs no consent.
 func (sc *sweepCase) restores(before, after sweepState) bool {
-	return sc.scheduledBefore != "" && before.plan == after.plan && before.scheduled == "" &&
-		after.scheduled == stateScheduled(sc.scheduledBefore)
+	return sc.scheduledBefore != "" && before.plan == after.plan && before.seats == after.seats && before.scheduled == "" &&
+		after.scheduled == scheduledWithSeats(stateScheduled(sc.scheduledBefore), after.seats)
+}
+
+// scheduledWithSeats is a scheduled change "pro@…" as the oracle writes it
+// for a subscription of n seats, which the change keeps ("pro×5@…").
+func scheduledWithSeats(scheduled string, n int64) string {
+	plan, at, ok := strings.Cut(scheduled, "@")
+	if !ok {
+		return scheduled
+	}
+	return plan + seatsSuffix(n) + "@" + at
 }
 
 // stateScheduled turns the harness's "pro at <RFC 3339>" into the

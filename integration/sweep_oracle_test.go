@@ -496,7 +496,7 @@ func (sw *sweep) judgeScheduled(sc *sweepCase) {
 	sc.mu.Lock()
 	cancelled := false
 	for _, c := range sc.consents {
-		cancelled = cancelled || c.from.scheduled == stateScheduled(sc.scheduledBefore) && c.madeAll()
+		cancelled = cancelled || c.from.scheduled == scheduledWithSeats(stateScheduled(sc.scheduledBefore), c.from.seats) && c.madeAll()
 	}
 	sc.mu.Unlock()
 	if !cancelled {

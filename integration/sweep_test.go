@@ -681,6 +681,12 @@ func sweepOps() []sweepOp {
 				sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.DeclineCard)
 				sw.handshake(sc, "upgrade", "scale", "")
 			}},
+		{name: "declined upgrade of 5 seats cancelling a scheduled downgrade", plan: "pro",
+			setup: func(sw *sweep, sc *sweepCase) { sw.h.withSeats(sc.sub, 5); sw.scheduleThrough(sc, "free") },
+			run: func(sw *sweep, sc *sweepCase) {
+				sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.DeclineCard)
+				sw.handshake(sc, "upgrade", "scale", "")
+			}},
 		{name: "upgrade cancelling a scheduled downgrade, Stripe 5xx, settled by a replica", plan: "pro",
 			setup: func(sw *sweep, sc *sweepCase) { sw.scheduleThrough(sc, "free") },
 			run: func(sw *sweep, sc *sweepCase) {
