@@ -99,6 +99,7 @@ type Verifier struct {
 	orgClaim string
 	keys     keyfunc.Keyfunc
 	options  []jwt.ParserOption
+	leeway   time.Duration // Config.Leeway, also in options
 	stop     context.CancelFunc
 	verified verifiedCache
 }
@@ -131,6 +132,7 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 		orgClaim: cfg.OrgClaim,
 		keys:     keys,
 		options:  parserOptions(cfg),
+		leeway:   cfg.Leeway,
 		stop:     stop,
 	}, nil
 }

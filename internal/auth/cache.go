@@ -32,11 +32,16 @@ const cacheBytes = 16 << 20
 const entryOverhead = 320
 
 type cachedIdentity struct {
-	id    Identity
-	kid   string
-	key   crypto.PublicKey
-	until time.Time
-	size  int
+	id  Identity
+	kid string
+	key crypto.PublicKey
+	// from is the token's nbf less the leeway (zero without nbf), until
+	// its exp: a hit counts only inside [from, until), checked on every
+	// request, so that the cache accepts no token at a moment the full
+	// check would refuse it as expired or not yet valid, even after the
+	// clock is set back.
+	from, until time.Time
+	size        int
 }
 
 // verifiedCache maps the SHA-256 of a raw token to the identity it proved.
@@ -59,6 +64,9 @@ func (c *verifiedCache) get(raw string, now time.Time) (cachedIdentity, bool) {
 		c.removeLocked(key)
 		return cachedIdentity{}, false
 	}
+	if now.Before(e.from) {
+		return cachedIdentity{}, false // the full check answers "not valid yet"
+	}
 	return e, true
 }
 
@@ -76,13 +84,14 @@ func (c *verifiedCache) removeLocked(key [sha256.Size]byte) {
 	}
 }
 
-// put remembers id, proved by raw's signature with key (kid), until the
+// put remembers id, proved by raw's signature with key (kid), from
+// notBefore (the token's nbf less the leeway; zero: none) until the
 // token's exp.
-func (c *verifiedCache) put(raw, kid string, key crypto.PublicKey, id Identity, now time.Time) {
+func (c *verifiedCache) put(raw, kid string, key crypto.PublicKey, id Identity, notBefore, now time.Time) {
 	if kid == "" || key == nil || !now.Before(id.Expiry) {
 		return
 	}
-	e := cachedIdentity{id: id, kid: kid, key: key, until: id.Expiry, size: entrySize(id, kid)}
+	e := cachedIdentity{id: id, kid: kid, key: key, from: notBefore, until: id.Expiry, size: entrySize(id, kid)}
 	limit := c.maxBytes
 	if limit == 0 {
 		limit = cacheBytes

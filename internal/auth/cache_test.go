@@ -106,9 +106,9 @@ func TestVerifiedCacheNeverOutlivesTheToken(t *testing.T) {
 	now := time.Now()
 	var c verifiedCache
 	key := &newKey(t).PublicKey
-	c.put("short", "k1", key, Identity{Subject: "a", Expiry: now.Add(time.Second)}, now)
-	c.put("long", "k1", key, Identity{Subject: "b", Expiry: now.Add(time.Hour)}, now)
-	c.put("expired", "k1", key, Identity{Subject: "c", Expiry: now}, now)
+	c.put("short", "k1", key, Identity{Subject: "a", Expiry: now.Add(time.Second)}, time.Time{}, now)
+	c.put("long", "k1", key, Identity{Subject: "b", Expiry: now.Add(time.Hour)}, time.Time{}, now)
+	c.put("expired", "k1", key, Identity{Subject: "c", Expiry: now}, time.Time{}, now)
 	if len(c.entries) != 2 {
 		t.Fatalf("%d entries, want 2: an expired token is not stored", len(c.entries))
 	}
@@ -131,6 +131,55 @@ func TestVerifiedCacheNeverOutlivesTheToken(t *testing.T) {
 	}
 }
 
+// A remembered token counts only from its nbf (less the leeway) on, checked
+// at every lookup: after the clock is set back before nbf, the cache
+// answers a miss and the full check refuses the token as not valid yet.
+func TestVerifiedCacheKeepsNotBefore(t *testing.T) {
+	now := time.Now()
+	var c verifiedCache
+	key := &newKey(t).PublicKey
+	c.put("nbf", "k1", key, Identity{Subject: "a", Expiry: now.Add(time.Hour)}, now.Add(-time.Minute), now)
+	for _, tc := range []struct {
+		at   time.Duration
+		want bool
+	}{{0, true}, {-time.Minute, true}, {-time.Minute - time.Second, false}, {-time.Hour, false}, {time.Minute, true}} {
+		if _, ok := c.get("nbf", now.Add(tc.at)); ok != tc.want {
+			t.Errorf("get at %s = %v, want %v", tc.at, ok, tc.want)
+		}
+	}
+	// A miss before nbf does not forget the token.
+	if _, ok := c.get("nbf", now); !ok {
+		t.Error("the token was forgotten")
+	}
+}
+
+// Verify remembers a token's nbf, less the configured leeway.
+func TestVerifyRemembersNotBefore(t *testing.T) {
+	v, keys := cacheVerifier(t)
+	v.leeway = 30 * time.Second
+	priv := newKey(t)
+	keys.publish("k1", priv)
+	now := time.Now().Truncate(time.Second)
+	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{
+		"iss": testIssuer, "aud": "https://billing.test", "sub": "user-1", "org_id": "org-1",
+		"exp": float64(now.Add(time.Hour).Unix()), "nbf": float64(now.Unix()),
+	})
+	tok.Header["kid"] = "k1"
+	raw, err := tok.SignedString(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(context.Background(), raw); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v.verified.get(raw, now.Add(-29*time.Second)); !ok {
+		t.Error("not remembered within the leeway before nbf")
+	}
+	if _, ok := v.verified.get(raw, now.Add(-31*time.Second)); ok {
+		t.Error("remembered as valid before nbf less the leeway")
+	}
+}
+
 // The cache never holds more than its byte budget, however many tokens
 // come by; and the estimate it counts by is not below what an entry really
 // costs.
@@ -144,7 +193,7 @@ func TestVerifiedCacheMemoryBound(t *testing.T) {
 	t.Run("bounded", func(t *testing.T) {
 		c := verifiedCache{maxBytes: 64 << 10}
 		for i := range 10_000 {
-			c.put(fmt.Sprintf("token-%d", i), "k1", key, id(i), now)
+			c.put(fmt.Sprintf("token-%d", i), "k1", key, id(i), time.Time{}, now)
 			if c.bytes > c.maxBytes {
 				t.Fatalf("after %d tokens: %d bytes, bound %d", i+1, c.bytes, c.maxBytes)
 			}
@@ -169,7 +218,7 @@ func TestVerifiedCacheMemoryBound(t *testing.T) {
 		c := verifiedCache{maxBytes: 1 << 30}
 		before := heapInUse()
 		for i := range n {
-			c.put(raws[i], "k1", key, id(i), now)
+			c.put(raws[i], "k1", key, id(i), time.Time{}, now)
 		}
 		grew := heapInUse() - before
 		runtime.KeepAlive(&c)

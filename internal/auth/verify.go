@@ -101,9 +101,19 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (Identity, error) {
 	}
 	id, err := v.identity(claims)
 	if err == nil {
-		v.verified.put(raw, kid, key, id, now)
+		v.verified.put(raw, kid, key, id, v.notBefore(claims), now)
 	}
 	return id, err
+}
+
+// notBefore is the earliest moment jwt accepts claims' nbf at (nbf less
+// the leeway), zero when the token has none.
+func (v *Verifier) notBefore(claims jwt.MapClaims) time.Time {
+	nbf, err := claims.GetNotBefore()
+	if err != nil || nbf == nil {
+		return time.Time{}
+	}
+	return nbf.Add(-v.leeway)
 }
 
 // stillServed reports whether the issuer's key set, as billingd last
