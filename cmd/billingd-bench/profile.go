@@ -44,14 +44,23 @@ func (e *env) profileRun(ctx context.Context, w workload, clients, round int, le
 		return nil, err
 	}
 	seconds := int(math.Ceil(length.Seconds()))
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.metricsAddr, seconds)
-	done := make(chan error, 1)
-	go func() { done <- download(ctx, url, filepath.Join(e.opts.profile, "billingd-"+name)) }()
+	base := fmt.Sprintf("http://%s/debug/pprof/", e.metricsAddr)
+	done := make(chan error, 2)
+	go func() {
+		done <- download(ctx, fmt.Sprintf("%sprofile?seconds=%d", base, seconds), filepath.Join(e.opts.profile, "billingd-"+name))
+	}()
+	// The allocations over the same run (a delta profile): what feeds
+	// billingd's garbage collector. Read with go tool pprof -sample_index=alloc_space.
+	go func() {
+		done <- download(ctx, fmt.Sprintf("%sallocs?seconds=%d", base, seconds), filepath.Join(e.opts.profile, "billingd-allocs-"+name))
+	}()
 	return func() error {
 		pprof.StopCPUProfile()
 		err := self.Close()
-		if derr := <-done; derr != nil {
-			return fmt.Errorf("billingd's CPU profile: %w", derr)
+		for range 2 {
+			if derr := <-done; derr != nil && err == nil {
+				err = fmt.Errorf("billingd's profiles: %w", derr)
+			}
 		}
 		return err
 	}, nil
