@@ -56,6 +56,7 @@ type backendCPU struct {
 	done chan struct{}
 	mu   sync.Mutex
 	seen map[int][2]time.Duration // pid → first, last
+	stat statReader               // under mu
 }
 
 const backendPoll = 100 * time.Millisecond
@@ -100,7 +101,7 @@ func (b *backendCPU) poll(ctx context.Context, pool *pgxpool.Pool, app string, s
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, pid := range pids {
-		cpu, err := processCPU(pid)
+		cpu, err := b.stat.cpu(pid)
 		if err != nil {
 			continue // gone already, or not on this machine
 		}
@@ -122,6 +123,7 @@ func (b *backendCPU) total() time.Duration {
 	<-b.done
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.stat.close()
 	var sum time.Duration
 	for _, r := range b.seen {
 		sum += r[1] - r[0]
