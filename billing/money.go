@@ -3,6 +3,7 @@ package billing
 import (
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 
 	"golang.org/x/text/currency"
@@ -63,16 +64,35 @@ var (
 // (golang.org/x/text's own formatter is not used for the number: it goes
 // through float64 and writes "$ 17.67" and "$ -3.00", not as people write
 // them; and Stripe's minor units differ from ISO's for a few currencies.)
+//
+// CLDR's answer depends on the code alone, and asking x/text's printer for
+// it cost about 1% of a first call's CPU (every quote formats amounts), so
+// each code's answer is kept: ISO codes only (ParseISO refuses the rest),
+// so the map stays as small as ISO 4217.
 func symbol(code string) (string, bool) {
+	if e, ok := symbols.Load(code); ok {
+		e := e.(symbolEntry)
+		return e.sym, e.ok
+	}
 	unit, err := currency.ParseISO(code)
 	if err != nil {
 		return "", false
 	}
-	sym := symbolPrinter.Sprint(currency.Symbol(unit))
-	if strings.IndexFunc(sym, func(r rune) bool { return !unicode.IsLetter(r) }) < 0 {
-		return "", false
+	e := symbolEntry{sym: symbolPrinter.Sprint(currency.Symbol(unit))}
+	e.ok = strings.IndexFunc(e.sym, func(r rune) bool { return !unicode.IsLetter(r) }) >= 0
+	if !e.ok {
+		e.sym = ""
 	}
-	return sym, true
+	symbols.Store(code, e)
+	return e.sym, e.ok
+}
+
+// symbols maps a currency code symbol has been asked about to its answer.
+var symbols sync.Map // string → symbolEntry
+
+type symbolEntry struct {
+	sym string
+	ok  bool
 }
 
 var symbolPrinter = message.NewPrinter(language.English)

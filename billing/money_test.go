@@ -1,6 +1,9 @@
 package billing
 
-import "testing"
+import (
+	"sync"
+	"testing"
+)
 
 func TestFormatMoney(t *testing.T) {
 	tests := []struct {
@@ -130,5 +133,50 @@ func TestDigitsOf(t *testing.T) {
 				t.Errorf("DigitsOf(%q) = %+v, want %+v", code, got, tt.want)
 			}
 		}
+	}
+}
+
+// symbol keeps each code's answer: the second answer, and one asked for
+// from many goroutines at once, is the first, for codes with a symbol, codes
+// CLDR writes with letters only, and strings that are no ISO code (never
+// kept).
+func TestSymbolRemembered(t *testing.T) {
+	codes := []string{"usd", "eur", "jpy", "krw", "cad", "hkd", "chf", "sek", "xaf", "USD", "zzz", "", "not a code"}
+	type answer struct {
+		sym string
+		ok  bool
+	}
+	first := map[string]answer{}
+	for _, c := range codes {
+		sym, ok := symbol(c)
+		first[c] = answer{sym, ok}
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, c := range codes {
+				if sym, ok := symbol(c); (answer{sym, ok}) != first[c] {
+					t.Errorf("symbol(%q) = %q, %v; first %+v", c, sym, ok, first[c])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first["usd"] != (answer{"$", true}) || first["chf"].ok || first["zzz"].ok {
+		t.Errorf("answers %+v", first)
+	}
+	for _, c := range []string{"zzz", "", "not a code"} {
+		if _, kept := symbols.Load(c); kept {
+			t.Errorf("%q, no ISO code, was kept", c)
+		}
+	}
+}
+
+func BenchmarkFormatMoney(b *testing.B) {
+	for b.Loop() {
+		formatMoney(1742, "usd")
+		formatMoney(1250, "chf")
 	}
 }
