@@ -62,9 +62,6 @@ type ProviderSchedule struct {
 	// when the schedule changes nothing more.
 	NextPriceID string
 	NextAt      time.Time
-	// NextQuantity is the next phase's seats (0 when there is no next
-	// phase).
-	NextQuantity int64
 	// Opaque: the schedule changes something billingd neither shows nor
 	// may undo (it cancels the subscription at its end, or its next phase
 	// has another quantity or more items). A change is never sent over

@@ -450,7 +450,7 @@ func scheduleOf(sch *stripe.SubscriptionSchedule) *billing.ProviderSchedule {
 			out.Opaque = true
 			continue
 		}
-		out.NextPriceID, out.NextAt, out.NextQuantity = ph.Items[0].Price.ID, unixTime(ph.StartDate), ph.Items[0].Quantity
+		out.NextPriceID, out.NextAt = ph.Items[0].Price.ID, unixTime(ph.StartDate)
 		// billingd states a plan change only: one item, the seats of the
 		// current phase, no trial.
 		out.Opaque = out.Opaque || len(ph.Items) != 1 || ph.Items[0].Quantity != seatsNow || ph.TrialEnd != 0
@@ -536,11 +536,6 @@ func (p *Provider) ReadSubscription(ctx context.Context, subscriptionID string) 
 		if item.Price != nil {
 			state.PriceID = item.Price.ID
 		}
-	}
-	if sch := state.Schedule; sch.Scheduled() && sch.NextQuantity != max(state.Quantity, 1) {
-		// The renewal would change the seats too (phases made before the
-		// seats changed): a change billingd neither shows nor may undo.
-		sch.Opaque = true
 	}
 	return state, nil
 }
