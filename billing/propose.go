@@ -99,11 +99,6 @@ func (s *Service) quote(ctx context.Context, acct Account, from, to Plan, req Ch
 	if err != nil {
 		return Terms{}, providerError("preview plan change", err)
 	}
-	if preview.FromQuantity > 0 && preview.FromQuantity != change.Quantity {
-		// The seats changed at the provider and no webhook has told
-		// billingd yet: the preview priced seats nobody has.
-		return Terms{}, s.refreshSeats(ctx, acct)
-	}
 	if preview.Currency != "" && preview.Currency != to.Currency {
 		return Terms{}, wrapErr(CodeInternal, "internal error",
 			fmt.Errorf("preview currency %q differs from catalog %q", preview.Currency, to.Currency))

@@ -101,10 +101,6 @@ type Preview struct {
 	// AtRenewal is what the renewal invoice at the new price will charge,
 	// as the provider previews it today (PlanChange.AtPeriodEnd only).
 	AtRenewal *Amounts
-	// FromQuantity is the seats the provider credits unused time for: the
-	// subscription's seats as it has them now (0 when the preview does
-	// not say). Other than the change's, billingd's copy is out of date.
-	FromQuantity int64
 }
 
 // AppliedChange is the subscription after a plan change.

@@ -54,8 +54,24 @@ func (s *Service) ReconcileSubscription(ctx context.Context, ev SubscriptionEven
 			outcome = ReconcileDuplicate
 			return err
 		}
-		outcome, err = s.syncFromProvider(ctx, tx, ev)
-		return err
+		acct, err := tx.LockSubscription(ctx, ev.SubscriptionID)
+		if errors.Is(err, ErrNotFound) {
+			outcome = ReconcileUnknown
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		s.atAccount(ctx, StepWebhookRead, &acct)
+		state, err := s.stateAfter(ctx, ev)
+		if err != nil {
+			return err
+		}
+		if outcome, err = s.applyProviderState(ctx, tx, acct, state, ev.Created); err != nil {
+			return err
+		}
+		s.atAccount(ctx, StepWebhookCommit, &acct)
+		return nil
 	})
 	if busy { // 503: Stripe delivers the event again later
 		return "", errBusy(true)
@@ -64,46 +80,6 @@ func (s *Service) ReconcileSubscription(ctx context.Context, ev SubscriptionEven
 		return "", storeError("reconcile subscription", err)
 	}
 	return outcome, nil
-}
-
-// syncFromProvider records, under the subscription's lock, the subscription
-// ev is about as the provider has it now.
-func (s *Service) syncFromProvider(ctx context.Context, tx Tx, ev SubscriptionEvent) (ReconcileOutcome, error) {
-	acct, err := tx.LockSubscription(ctx, ev.SubscriptionID)
-	if errors.Is(err, ErrNotFound) {
-		return ReconcileUnknown, nil
-	}
-	if err != nil {
-		return "", err
-	}
-	s.atAccount(ctx, StepWebhookRead, &acct)
-	state, err := s.stateAfter(ctx, ev)
-	if err != nil {
-		return "", err
-	}
-	outcome, err := s.applyProviderState(ctx, tx, acct, state, ev.Created)
-	if err != nil {
-		return "", err
-	}
-	s.atAccount(ctx, StepWebhookCommit, &acct)
-	return outcome, nil
-}
-
-// refreshSeats is the answer to a first call whose preview showed other
-// seats than billingd's copy of acct's subscription (Stripe's dashboard
-// changed them and no webhook said so yet): nothing is issued, the copy is
-// brought to the provider's subscription as a webhook would, and the
-// caller is told to retry, which then quotes the seats there are.
-func (s *Service) refreshSeats(ctx context.Context, acct Account) error {
-	s.log.WarnContext(ctx, "seats changed at the provider; billingd's copy refreshed", "org", acct.Org.ID)
-	busy, err := s.admittedExecutionTx(ctx, func(tx Tx) error {
-		_, err := s.syncFromProvider(ctx, tx, SubscriptionEvent{SubscriptionID: acct.Subscription.StripeSubscriptionID})
-		return err
-	})
-	if err != nil && !busy {
-		s.log.WarnContext(ctx, "refresh of the subscription failed", "org", acct.Org.ID, "err", err)
-	}
-	return errQuoteOutdated(err)
 }
 
 // stateAfter reads the subscription an event is about, as the provider has

@@ -40,9 +40,7 @@ func (p *Provider) PreviewPlanChange(ctx context.Context, change billing.PlanCha
 	if err != nil {
 		return billing.Preview{}, err
 	}
-	preview, err := previewFromInvoice(inv, change.ChargeNow)
-	preview.FromQuantity = unusedQuantity(inv, change.FromPriceID)
-	return preview, err
+	return previewFromInvoice(inv, change.ChargeNow)
 }
 
 // previewRenewal previews change.NewPriceID on the subscription's next
@@ -716,21 +714,6 @@ func prorationCents(inv *stripe.Invoice, chargeNow bool) (int64, error) {
 		return inv.Subtotal, nil
 	}
 	return 0, fmt.Errorf("stripe preview invoice: %w", errLinesIncomplete)
-}
-
-// unusedQuantity is the quantity of the preview's credit for unused time
-// on price: the seats the subscription has at Stripe now, whatever the
-// preview was asked for; 0 when the preview has no such line.
-func unusedQuantity(inv *stripe.Invoice, price string) int64 {
-	if inv.Lines == nil {
-		return 0
-	}
-	for _, l := range inv.Lines.Data {
-		if l != nil && l.Proration && l.Amount < 0 && l.Price != nil && l.Price.ID == price {
-			return l.Quantity
-		}
-	}
-	return 0
 }
 
 // checkIdempotencyKey refuses keys Stripe cannot use, before anything is

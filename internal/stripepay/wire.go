@@ -48,7 +48,6 @@ type wireInvoice struct {
 		Data    []struct {
 			Amount    int64          `json:"amount"`
 			Proration bool           `json:"proration"`
-			Quantity  int64          `json:"quantity"`
 			Period    *stripe.Period `json:"period"`
 			Price     *wireRef       `json:"price"`
 		} `json:"data"`
@@ -84,7 +83,7 @@ func (w *wireInvoice) invoice() *stripe.Invoice {
 			Data: make([]*stripe.InvoiceLineItem, len(w.Lines.Data))}
 		for i, l := range w.Lines.Data {
 			inv.Lines.Data[i] = &stripe.InvoiceLineItem{Amount: l.Amount, Proration: l.Proration, Period: l.Period,
-				Quantity: l.Quantity, Price: l.Price.price()}
+				Price: l.Price.price()}
 		}
 	}
 	return inv
