@@ -15,11 +15,7 @@ import (
 // current phase at once: the customer was left with one seat).
 func TestDeclinedUpgradePutsBackScheduleWithSeats(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
-	acct := h.createOrg("putback", "Put back", "pro")
-	subID := acct.Subscription.StripeSubscriptionID
-	h.withSeats(subID, 5)
-	tok := h.user("putback", "rv")
+	h, subID, tok := seatsOrg(t, "putback", "pro", 5)
 	p := h.proposeAt(tok, "downgrade", "free", "period_end")
 	h.confirmAt(tok, "downgrade", "free", "period_end", p.ConfirmToken)
 	up := h.propose(tok, "upgrade", "scale")

@@ -17,6 +17,16 @@ func (h *harness) withSeats(subscriptionID string, n int64) {
 	wantStatus(h.t, h.deliver(events[len(events)-1]), http.StatusOK, "")
 }
 
+// seatsOrg is a harness with an org on plan whose subscription has n seats
+// (billingd told by Stripe's event), and a person's token of the org.
+func seatsOrg(t *testing.T, org, plan string, n int64) (h *harness, subscriptionID, token string) {
+	t.Helper()
+	h = newHarness(t, withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
+	subscriptionID = h.createOrg(org, org, plan).Subscription.StripeSubscriptionID
+	h.withSeats(subscriptionID, n)
+	return h, subscriptionID, h.user(org, "person-of-"+org)
+}
+
 // seatsAtStripe is the quantity of the subscription's item at the fake.
 func (h *harness) seatsAtStripe(subscriptionID string) int64 {
 	h.t.Helper()
@@ -36,11 +46,7 @@ func (h *harness) seatsAtStripe(subscriptionID string) int64 {
 // have reset the subscription to one seat).
 func TestPlanChangeKeepsSeats(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
-	acct := h.createOrg("seats", "Seats", "pro")
-	sub := acct.Subscription.StripeSubscriptionID
-	h.withSeats(sub, 5)
-	tok := h.user("seats", "sally")
+	h, sub, tok := seatsOrg(t, "seats", "pro", 5)
 	if r := h.do("GET", "/api/billing/subscription", tok, nil); !strings.Contains(string(r.Body), `"quantity":5`) {
 		t.Fatalf("billingd's subscription after Stripe's event: %s", r.Body)
 	}
@@ -86,11 +92,7 @@ func TestPlanChangeKeepsSeats(t *testing.T) {
 // had one seat, which billingd reads as a schedule it may not show).
 func TestScheduledDowngradeKeepsSeats(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
-	acct := h.createOrg("seatsdown", "Seats down", "scale")
-	sub := acct.Subscription.StripeSubscriptionID
-	h.withSeats(sub, 5)
-	tok := h.user("seatsdown", "dora")
+	h, sub, tok := seatsOrg(t, "seatsdown", "scale", 5)
 	r := h.do("POST", "/api/billing/downgrade", tok, `{"to":"pro","at":"period_end"}`)
 	wantStatus(t, r, http.StatusAccepted, "")
 	var p proposal
