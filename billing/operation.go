@@ -97,9 +97,9 @@ func Operations() []Operation {
 // operationList names every operation, for an error message:
 // "upgrade_plan or downgrade_plan".
 func operationList() string {
-	names := make([]string, len(operations))
-	for i, o := range operations {
-		names[i] = string(o.name)
+	var names []string
+	for _, op := range Operations() {
+		names = append(names, string(op))
 	}
 	return strings.Join(names, " or ")
 }

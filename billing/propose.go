@@ -210,7 +210,7 @@ func planChangeFor(acct Account, t Terms, op Operation) PlanChange {
 		NewPriceID:     t.ToPriceID,
 		Quantity:       seats(t.Quantity),
 		ProrationDate:  t.ProrationDate,
-		ChargeNow:      mustOperation(op).chargesNow && !keepsPlan(t),
+		ChargeNow:      mustOperation(op).chargesNowFor(t),
 		KeepPlan:       keepsPlan(t),
 	}
 	if t.AtPeriodEnd && !keepsPlan(t) {
