@@ -35,11 +35,7 @@ func (s *Service) ChangeOf(ctx context.Context, caller Caller, id string) (Pendi
 	case err != nil:
 		return PendingChange{}, storeError("read confirmation", err)
 	}
-	req := ChangeRequest{Operation: c.Operation, To: c.Terms.ToPlan}
-	if c.Terms.AtPeriodEnd {
-		req.At = AtPeriodEnd
-	}
-	return PendingChange{Request: req, Status: c.Status}, nil
+	return PendingChange{Request: requestOf(c), Status: c.Status}, nil
 }
 
 // errNotYours answers a confirmation id the caller cannot redeem in the words

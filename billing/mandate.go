@@ -180,6 +180,7 @@ type mandateFacts struct {
 	to                     string
 	atPeriodEnd            bool
 	cancels                bool // the change cancels a scheduled change (a keep, or an upgrade over a scheduled downgrade)
+	seats                  bool // the change changes the seats
 	amountDueCents         int64
 }
 
@@ -199,6 +200,10 @@ func (m Mandate) covers(f mandateFacts, now time.Time) string {
 		// A change at the period's end charges later, at a price the
 		// person's bounds were not set against.
 		return "at period end"
+	case f.seats:
+		// A mandate bounds the seats it may add only with max_quantity,
+		// which mandates do not have yet: none covers a change of seats.
+		return "seats"
 	case f.cancels:
 		// Cancelling a scheduled change (the person's downgrade, say)
 		// costs nothing now and the higher price at every renewal after:
@@ -239,7 +244,8 @@ func (s *Service) coveringMandate(ctx context.Context, caller Caller, acct Accou
 // through which client, and the change.
 func mandateFactsOf(caller Caller, op Operation, t Terms) mandateFacts {
 	return mandateFacts{org: caller.Org, principal: caller.Principal, client: caller.Client,
-		op: op, to: t.ToPlan, atPeriodEnd: t.AtPeriodEnd, cancels: t.Cancels != nil, amountDueCents: t.AmountDueCents}
+		op: op, to: t.ToPlan, atPeriodEnd: t.AtPeriodEnd, cancels: t.Cancels != nil, seats: t.seatsTo() != t.seatsFrom(),
+		amountDueCents: t.AmountDueCents}
 }
 
 // errMandateNoLongerCovers: between the first call's look and the locks,

@@ -88,8 +88,11 @@ func (s *Service) mandateOf(caller Caller, req MandateRequest, now time.Time, cu
 		return bad("too many operations or to_plans")
 	}
 	for _, op := range req.Operations {
-		if _, ok := operationOf(op); !ok {
+		switch _, ok := operationOf(op); {
+		case !ok:
 			return bad("operations must be " + operationList())
+		case op == OpSeats:
+			return bad("a mandate cannot cover change_seats: seats are changed with a person's consent each time")
 		}
 	}
 	for _, id := range req.ToPlans {

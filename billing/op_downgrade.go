@@ -5,10 +5,5 @@ package billing
 // schedule (schedule.go).
 const OpDowngrade Operation = "downgrade_plan"
 
-var downgradePlan = &operation{
-	name:        OpDowngrade,
-	verb:        "Downgrade",
-	direction:   -1,
-	wrongWay:    "that plan is more expensive than the current one: use upgrade",
-	schedulable: true,
-}
+var downgradePlan = planMove(OpDowngrade, "Downgrade", -1,
+	"that plan is more expensive than the current one: use upgrade", true)

@@ -4,10 +4,5 @@ package billing
 // is invoiced at once, and a declined card means nothing changed.
 const OpUpgrade Operation = "upgrade_plan"
 
-var upgradePlan = &operation{
-	name:       OpUpgrade,
-	verb:       "Upgrade",
-	direction:  +1,
-	wrongWay:   "that plan is cheaper than the current one: use downgrade",
-	chargesNow: true,
-}
+var upgradePlan = planMove(OpUpgrade, "Upgrade", +1,
+	"that plan is cheaper than the current one: use downgrade", false)

@@ -1,18 +1,19 @@
 package billing
 
 import (
-	"fmt"
 	"strings"
 )
 
 // Operations as data. Every change the handshake gates is one operation
-// value in a file of its own (op_upgrade.go, op_downgrade.go), listed once
-// in operations below. The handshake's machinery (propose, consume, the
-// recovery point, send, record, settle, replay) asks the value what differs
-// and names no operation: adding one is its file, its tests and a line here.
+// value in a file of its own (op_upgrade.go, op_downgrade.go,
+// op_seats.go), listed once in operations below. The value says what a
+// request asks for and how the change is written for a person; the
+// handshake's machinery (propose, consume, the recovery point, send,
+// record, settle, replay) works on the terms it yields and names no
+// operation: adding one is its file, its tests and a line here.
 
 // operations are the gated operations, in the order clients list them.
-var operations = []*operation{upgradePlan, downgradePlan}
+var operations = []*operation{upgradePlan, downgradePlan, changeSeats}
 
 // operationsByName finds them by name.
 var operationsByName = byName(operations)
@@ -20,19 +21,19 @@ var operationsByName = byName(operations)
 // operation is what one kind of change is to the handshake.
 type operation struct {
 	name Operation
-	// verb begins its summary ("Upgrade", "Downgrade").
-	verb string
-	// direction is where the plan it changes to must lie from the current
-	// one in the catalog: +1 above, -1 below (or the same plan, which keeps
-	// it); wrongWay is the answer to a plan on the other side.
-	direction int
-	wrongWay  string
-	// schedulable: it may wait for the end of the period ("at":
-	// "period_end").
-	schedulable bool
-	// chargesNow: made now, the provider invoices it at once, and a
-	// declined payment means nothing was changed.
-	chargesNow bool
+	// check checks the request's own fields before anything is read.
+	check func(req ChangeRequest) error
+	// target is what the request asks the subscription sub to become:
+	// the plan and the seats after the change. It refuses a request the
+	// operation does not make (a cheaper plan for an upgrade).
+	target func(c Catalog, sub Subscription, req ChangeRequest) (to Plan, seats int64, err error)
+	// fields are the request's own fields that ask for the plan to with n
+	// seats after the change: a second call must name what its first call
+	// did (asksFor), and a transport redeeming a proposal for its caller
+	// names it so (ChangeResult.SecondCall).
+	fields func(to string, n int64) (reqTo string, reqQuantity int64)
+	// words is the summary of a change (not a keep) for a person.
+	words func(orgName string, from, to Plan, t Terms) string
 }
 
 // Danger says what kind of change a confirmation is (contract §15), for
@@ -53,18 +54,30 @@ const (
 // dangers are the kinds of change, for checking a policy's rules.
 var dangers = []Danger{DangerReversible, DangerCharges, DangerIrreversible}
 
-// danger is the kind of change the terms t of o are.
-func (o *operation) danger(t Terms) Danger {
+// danger is the kind of change the terms t are.
+func (t Terms) danger() Danger {
 	if t.AtPeriodEnd || keepsPlan(t) {
 		return DangerReversible
 	}
 	return DangerCharges
 }
 
-// chargesNowFor reports whether the change t of o is invoiced at once: o
-// charges and t is made now, not one that only keeps the plan.
-func (o *operation) chargesNowFor(t Terms) bool {
-	return o.chargesNow && !keepsPlan(t) && !t.AtPeriodEnd
+// chargesNow reports whether the change t is invoiced at once: made now,
+// and what recurs goes up (a dearer plan, more seats). The provider then
+// charges the prorated difference at once, and a declined payment means
+// nothing was changed; a change that lowers it is credited on the next
+// invoice.
+func (t Terms) chargesNow() bool {
+	return !keepsPlan(t) && !t.AtPeriodEnd && t.ToAmountCents*t.seatsTo() > t.FromAmountCents*t.seatsFrom()
+}
+
+// seatsFrom and seatsTo are the seats before and after the change.
+func (t Terms) seatsFrom() int64 { return seats(t.Quantity) }
+func (t Terms) seatsTo() int64 {
+	if t.ToQuantity > 0 {
+		return t.ToQuantity
+	}
+	return t.seatsFrom()
 }
 
 // operationOf is the operation named op; ok is false for a name that is
@@ -72,17 +85,6 @@ func (o *operation) chargesNowFor(t Terms) bool {
 func operationOf(op Operation) (o *operation, ok bool) {
 	o, ok = operationsByName[op]
 	return o, ok
-}
-
-// mustOperation is the operation of a stored confirmation, whose name was
-// checked when it was issued (and the database's CHECK on the column holds
-// only names of operations).
-func mustOperation(op Operation) *operation {
-	o, ok := operationsByName[op]
-	if !ok {
-		panic(fmt.Sprintf("billing: confirmation of unknown operation %q", op))
-	}
-	return o
 }
 
 // Operations lists the names of the gated operations.
@@ -95,13 +97,17 @@ func Operations() []Operation {
 }
 
 // operationList names every operation, for an error message:
-// "upgrade_plan or downgrade_plan".
+// "upgrade_plan, downgrade_plan or change_seats".
 func operationList() string {
 	var names []string
 	for _, op := range Operations() {
 		names = append(names, string(op))
 	}
-	return strings.Join(names, " or ")
+	last := len(names) - 1
+	if last < 1 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:last], ", ") + " or " + names[last]
 }
 
 func byName(ops []*operation) map[Operation]*operation {

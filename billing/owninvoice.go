@@ -29,5 +29,5 @@ func (s *Service) ownInvoice(ctx context.Context, c Confirmation, subscriptionID
 // chargesNow reports whether c's change is invoiced at once: an upgrade
 // made now, not one that only keeps the plan.
 func chargesNow(c Confirmation) bool {
-	return mustOperation(c.Operation).chargesNowFor(c.Terms)
+	return c.Terms.chargesNow()
 }

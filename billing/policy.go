@@ -261,7 +261,7 @@ func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op O
 // it (refuseEarly took the other denials before the quote).
 func (s *Service) gate(ctx context.Context, caller Caller, p Policy, op Operation, t Terms) (Action, error) {
 	action, reason := ruling(p, changeFacts{op: op, to: t.ToPlan, amountDueCents: t.AmountDueCents,
-		danger: mustOperation(op).danger(t), agent: s.people.isAgent(p, caller)})
+		danger: t.danger(), agent: s.people.isAgent(p, caller)})
 	if action == ActionDeny {
 		return "", s.denyFirstCall(ctx, caller, op, reason)
 	}

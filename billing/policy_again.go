@@ -68,7 +68,7 @@ func (s *Service) policyNow(ctx context.Context, tx Tx, c Confirmation, p Policy
 // it was issued to or redeemed by one, or agentNow.
 func factsOf(c Confirmation, agentNow bool) changeFacts {
 	return changeFacts{op: c.Operation, to: c.Terms.ToPlan, amountDueCents: c.Terms.AmountDueCents,
-		danger: mustOperation(c.Operation).danger(c.Terms), agent: c.Agent || agentNow}
+		danger: c.Terms.danger(), agent: c.Agent || agentNow}
 }
 
 // policyAgainBeforeSend decides the org's policy once more, as the

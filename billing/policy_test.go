@@ -117,8 +117,11 @@ func TestOperationDanger(t *testing.T) {
 		{"downgrade now", OpDowngrade, Terms{FromPlan: "scale", ToPlan: "pro"}, DangerCharges},
 		{"downgrade at period end", OpDowngrade, Terms{FromPlan: "scale", ToPlan: "pro", AtPeriodEnd: true}, DangerReversible},
 		{"keep the plan", OpUpgrade, Terms{FromPlan: "pro", ToPlan: "pro", Cancels: keep}, DangerReversible},
+		{"more seats", OpSeats, Terms{FromPlan: "pro", ToPlan: "pro", Quantity: 2, ToQuantity: 5}, DangerCharges},
+		{"fewer seats now", OpSeats, Terms{FromPlan: "pro", ToPlan: "pro", Quantity: 5, ToQuantity: 2}, DangerCharges},
+		{"more seats over a schedule", OpSeats, Terms{FromPlan: "pro", ToPlan: "pro", Quantity: 2, ToQuantity: 3, Cancels: keep}, DangerCharges},
 	} {
-		if got := mustOperation(c.op).danger(c.t); got != c.want {
+		if got := c.t.danger(); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
 	}

@@ -20,18 +20,19 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	if s.renewalDue(acct.Subscription, req.atPeriodEnd(), now) {
 		return ChangeResult{}, errRenewalDue()
 	}
-	from, to, err := s.planChange(acct.Subscription, req)
+	op, _ := operationOf(req.Operation) // validateRequest checked it
+	from, to, n, err := s.target(op, acct.Subscription, req)
 	if err != nil {
 		return ChangeResult{}, err
 	}
-	if req.atPeriodEnd() && acct.Subscription.Status != "active" && from.ID != to.ID {
+	if req.atPeriodEnd() && acct.Subscription.Status != "active" && (from.ID != to.ID || n != seats(acct.Subscription.Quantity)) {
 		// A trial or an unpaid period ends otherwise than by a renewal at
 		// the price billingd quotes.
 		return ChangeResult{}, Errorf(CodeInvalidPlanChange,
-			"a downgrade at the end of the period needs an active subscription; this one is %s: downgrade now instead",
+			"a change at the end of the period needs an active subscription; this one is %s: make the change now instead",
 			acct.Subscription.Status)
 	}
-	if alreadyThere(acct.Subscription, to, req) {
+	if alreadyThere(acct.Subscription, to, n, req) {
 		no := false
 		return ChangeResult{OK: true, ConfirmRequired: &no, Noop: true, Subscription: viewOf(acct.Subscription)}, nil
 	}
@@ -42,7 +43,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 		return ChangeResult{}, err
 	}
 	s.atAccount(ctx, StepQuote, &acct)
-	terms, err := s.quote(ctx, acct, from, to, req, now)
+	terms, err := s.quote(ctx, acct, from, to, n, req, now)
 	if err != nil {
 		return ChangeResult{}, err
 	}
@@ -66,7 +67,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	if action == ActionAllow {
 		// The org's policy lets this change (nothing due now) run at once.
 		caller.viaAllow = true
-		return s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, At: req.At,
+		return s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, Quantity: req.Quantity, At: req.At,
 			ConfirmToken: token, TokenWithheld: true})
 	}
 	if mandate != nil {
@@ -76,25 +77,25 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 }
 
 // alreadyThere reports whether the request asks for what the subscription
-// already is or will be: its plan with no change scheduled, or the change
-// already scheduled.
-func alreadyThere(sub Subscription, to Plan, req ChangeRequest) bool {
-	if sub.Scheduled == nil {
-		return sub.Plan == to.ID
+// already is or will be: its plan and seats with no change scheduled, or
+// the change already scheduled.
+func alreadyThere(sub Subscription, to Plan, n int64, req ChangeRequest) bool {
+	if sc := sub.Scheduled; sc != nil {
+		return req.atPeriodEnd() && sc.ToPlan == to.ID && sc.PriceID == to.StripePriceID && scheduledSeats(sub) == n
 	}
-	return req.atPeriodEnd() && sub.Scheduled.ToPlan == to.ID && sub.Scheduled.PriceID == to.StripePriceID
+	return sub.Plan == to.ID && seats(sub.Quantity) == n
 }
 
 // quote asks the provider what the change costs and returns the terms the
 // summary will state. Keeping the plan (cancelling the scheduled change)
 // costs nothing and needs no preview.
-func (s *Service) quote(ctx context.Context, acct Account, from, to Plan, req ChangeRequest, now time.Time) (Terms, error) {
-	terms := termsFor(acct.Subscription, from, to, req, now.Truncate(time.Second))
+func (s *Service) quote(ctx context.Context, acct Account, from, to Plan, n int64, req ChangeRequest, now time.Time) (Terms, error) {
+	terms := termsFor(acct.Subscription, from, to, n, req, now.Truncate(time.Second))
 	terms.Livemode = s.livemode
 	if keepsPlan(terms) {
 		return terms, nil
 	}
-	change := planChangeFor(acct, terms, req.Operation)
+	change := planChangeFor(acct, terms)
 	preview, err := s.payments.PreviewPlanChange(ctx, change)
 	if err != nil {
 		return Terms{}, providerError("preview plan change", err)
@@ -143,7 +144,7 @@ func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Ope
 		ID: newConfirmationID(), TokenHash: hash,
 		Org: caller.Org, Principal: caller.Principal, Client: caller.Client, Agent: s.people.isAgent(acct.Policy, caller),
 		Operation: op, Terms: terms, Status: StatusPending,
-		Summary: summarize(displayNameOr(acct.Org), op, from, to, terms, s.planName(terms.Cancels)),
+		Summary: summarize(displayNameOr(acct.Org), op, from, to, terms, s.scheduledWords(terms.Cancels)),
 	}
 	ttl := s.ttl
 	switch action {
@@ -178,21 +179,17 @@ func errQuoteOutdated(cause error) *Error {
 			"nothing was issued: retry shortly"}
 }
 
-// planChange resolves the plans of a request and checks its direction.
-func (s *Service) planChange(sub Subscription, req ChangeRequest) (from, to Plan, err error) {
+// target is what req asks of the subscription, as op reads it: the plan it
+// is on, and the plan and seats after the change.
+func (s *Service) target(op *operation, sub Subscription, req ChangeRequest) (from, to Plan, n int64, err error) {
 	from, ok := s.catalog.Plan(sub.Plan)
 	if !ok {
-		return Plan{}, Plan{}, wrapErr(CodeInternal, "internal error", fmt.Errorf("subscription of %s is on unknown plan %q", sub.Org, sub.Plan))
+		return Plan{}, Plan{}, 0, wrapErr(CodeInternal, "internal error", fmt.Errorf("subscription of %s is on unknown plan %q", sub.Org, sub.Plan))
 	}
-	to, ok = s.catalog.Plan(req.To)
-	if !ok {
-		return Plan{}, Plan{}, Errorf(CodeUnknownPlan, "no such plan")
+	if to, n, err = op.target(s.catalog, sub, req); err != nil {
+		return Plan{}, Plan{}, 0, err
 	}
-	op := mustOperation(req.Operation)
-	if way := s.catalog.rank(to.ID) - s.catalog.rank(from.ID); way*op.direction < 0 {
-		return Plan{}, Plan{}, Errorf(CodeInvalidPlanChange, "%s", op.wrongWay)
-	}
-	return from, to, nil
+	return from, to, n, nil
 }
 
 // planChangeFor is the provider request a proposal quotes and its
@@ -201,16 +198,17 @@ func (s *Service) planChange(sub Subscription, req ChangeRequest) (from, to Plan
 // if the catalog changed). Upgrades charge the prorated difference now and
 // fail if the payment fails; downgrades credit it on the next invoice, or
 // wait for the period's end.
-func planChangeFor(acct Account, t Terms, op Operation) PlanChange {
+func planChangeFor(acct Account, t Terms) PlanChange {
 	change := PlanChange{
 		CustomerID:     acct.Org.StripeCustomerID,
 		SubscriptionID: acct.Subscription.StripeSubscriptionID,
 		ItemID:         acct.Subscription.StripeItemID,
 		FromPriceID:    t.FromPriceID,
 		NewPriceID:     t.ToPriceID,
-		Quantity:       seats(t.Quantity),
+		FromQuantity:   t.seatsFrom(),
+		Quantity:       t.seatsTo(),
 		ProrationDate:  t.ProrationDate,
-		ChargeNow:      mustOperation(op).chargesNowFor(t),
+		ChargeNow:      t.chargesNow(),
 		KeepPlan:       keepsPlan(t),
 	}
 	if t.AtPeriodEnd && !keepsPlan(t) {
@@ -219,23 +217,28 @@ func planChangeFor(acct Account, t Terms, op Operation) PlanChange {
 	return change
 }
 
-// termsFor are the terms of a change from one plan to another, before the
-// provider priced it.
-func termsFor(sub Subscription, from, to Plan, req ChangeRequest, prorationDate time.Time) Terms {
-	return Terms{
+// termsFor are the terms of a change from one plan to another, with n
+// seats after it, before the provider priced it.
+func termsFor(sub Subscription, from, to Plan, n int64, req ChangeRequest, prorationDate time.Time) Terms {
+	t := Terms{
 		FromPlan: from.ID, ToPlan: to.ID,
 		FromPriceID: from.StripePriceID, ToPriceID: to.StripePriceID,
 		FromAmountCents: from.AmountCents, ToAmountCents: to.AmountCents, Quantity: seats(sub.Quantity),
 		Currency: to.Currency, ProrationDate: prorationDate,
 		SubscriptionVer: sub.Version, NextChargeAt: sub.CurrentPeriodEnd, FromStatus: sub.Status,
-		AtPeriodEnd: req.atPeriodEnd() && from.ID != to.ID, Cancels: sub.Scheduled,
+		Cancels: sub.Scheduled,
 	}
+	if n != t.Quantity {
+		t.ToQuantity = n
+	}
+	t.AtPeriodEnd = req.atPeriodEnd() && (from.ID != to.ID || n != t.Quantity)
+	return t
 }
 
-func detailsOf(op Operation, t Terms) Details {
+func detailsOf(t Terms) Details {
 	d := Details{
-		Danger: mustOperation(op).danger(t),
-		From:   t.FromPlan, To: t.ToPlan, QuantityFrom: seats(t.Quantity), QuantityTo: seats(t.Quantity),
+		Danger: t.danger(),
+		From:   t.FromPlan, To: t.ToPlan, QuantityFrom: t.seatsFrom(), QuantityTo: t.seatsTo(),
 		AmountDueNowCents: t.AmountDueCents, CreditCents: t.CreditCents, Currency: t.Currency,
 		CurrencyDigits: DigitsOf(t.Currency),
 		SubtotalCents:  t.SubtotalCents, DiscountCents: t.DiscountCents, TaxCents: t.TaxCents,
@@ -252,7 +255,7 @@ func detailsOf(op Operation, t Terms) Details {
 func (s *Service) proposal(c Confirmation, token string) ChangeResult {
 	yes := true
 	expires := c.ExpiresAt.UTC()
-	details := detailsOf(c.Operation, c.Terms)
+	details := detailsOf(c.Terms)
 	details.ApprovalProgress = progressOf(c)
 	r := ChangeResult{
 		ConfirmRequired: &yes, ConfirmToken: token, ConfirmationID: c.ID,
@@ -274,16 +277,21 @@ func (s *Service) approvalURL(id string) string {
 	return s.publicBaseURL + "/approvals/" + id
 }
 
-// planName is the name of the plan a scheduled change goes to ("" for
-// none; its id outside the catalog).
-func (s *Service) planName(sc *ScheduledChange) string {
+// scheduledWords names what a scheduled change changes to ("" for none):
+// its plan's name (its id outside the catalog), with its seats when it
+// schedules some ("Pro with 3 seats").
+func (s *Service) scheduledWords(sc *ScheduledChange) string {
 	if sc == nil {
 		return ""
 	}
+	name := sc.ToPlan
 	if p, ok := s.catalog.Plan(sc.ToPlan); ok {
-		return p.Name
+		name = p.Name
 	}
-	return sc.ToPlan
+	if sc.Quantity > 0 {
+		name += " with " + seatCount(sc.Quantity)
+	}
+	return name
 }
 
 func displayNameOr(o Org) string {

@@ -11,10 +11,11 @@ type PlanChange struct {
 	SubscriptionID string
 	ItemID         string
 	NewPriceID     string
-	// Quantity is the item's quantity before and after: a plan change
-	// keeps the seats (Stripe would reset them to one with a new price
-	// sent alone).
-	Quantity int64
+	// FromQuantity and Quantity are the item's quantity before and after
+	// (change_seats); a plan change keeps the seats (Stripe would reset
+	// them to one with a new price sent alone). FromQuantity 0: Quantity.
+	FromQuantity int64
+	Quantity     int64
 	// ProrationDate pins the proration: the preview quotes it and execution
 	// sends the same value, so the amount shown is the amount charged.
 	ProrationDate time.Time
@@ -62,10 +63,12 @@ type ProviderSchedule struct {
 	// when the schedule changes nothing more.
 	NextPriceID string
 	NextAt      time.Time
+	// NextQuantity is the seats of that phase (1 at least when it is set).
+	NextQuantity int64
 	// Opaque: the schedule changes something billingd neither shows nor
 	// may undo (it cancels the subscription at its end, or its next phase
-	// has another quantity or more items). A change is never sent over
-	// one: it is drift.
+	// has more items or a trial). A change is never sent over one: it is
+	// drift.
 	Opaque bool
 }
 

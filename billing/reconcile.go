@@ -180,7 +180,7 @@ func (s *Service) recordProviderState(ctx context.Context, tx Tx, acct Account, 
 	if err := tx.Record(ctx, Record{Subscription: &sub}); err != nil {
 		return false, err
 	}
-	if scheduledApplied(old, sub, state.PriceID) {
+	if scheduledApplied(old, sub, state) {
 		if err := s.recordScheduledApplied(ctx, tx, old.Org, old.Scheduled, "renewal"); err != nil {
 			return false, err
 		}

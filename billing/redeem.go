@@ -13,7 +13,7 @@ import (
 // sameRequest reports whether a second call repeats the one c was issued
 // for: only then may it see c's outcome.
 func sameRequest(c Confirmation, req ChangeRequest) bool {
-	return asksFor(req, c.Operation, c.Terms.ToPlan, c.Terms.AtPeriodEnd, keepsPlan(c.Terms))
+	return asksFor(req, c.Operation, c.Terms.ToPlan, c.Terms.seatsTo(), c.Terms.AtPeriodEnd, keepsPlan(c.Terms))
 }
 
 // Asks reports whether req asks for the change the proposal p states, by
@@ -21,14 +21,46 @@ func sameRequest(c Confirmation, req ChangeRequest) bool {
 // the proposal (MCP's sealed request state) checks a later call with it.
 func (p ChangeResult) Asks(req ChangeRequest) bool {
 	d := p.Details
-	return d != nil && asksFor(req, p.Operation, d.To, d.At == AtPeriodEnd, d.From == d.To && d.CancelsScheduledChange != nil)
+	return d != nil && asksFor(req, p.Operation, d.To, d.QuantityTo, d.At == AtPeriodEnd,
+		d.From == d.To && d.QuantityFrom == d.QuantityTo && d.CancelsScheduledChange != nil)
 }
 
-// asksFor is the one rule: the same operation, plan and time. Keeping the
-// plan is the same request whatever "at" it names: it cancels the
-// scheduled change now.
-func asksFor(req ChangeRequest, op Operation, to string, atPeriodEnd, keep bool) bool {
-	return req.Operation == op && req.To == to && (req.atPeriodEnd() == atPeriodEnd || keep)
+// asksFor is the one rule: the same operation, naming the same plan or
+// seats (as the operation reads its request), and time. Keeping the plan
+// is the same request whatever "at" it names: it cancels the scheduled
+// change now.
+func asksFor(req ChangeRequest, op Operation, to string, seats int64, atPeriodEnd, keep bool) bool {
+	o, ok := operationOf(op)
+	if !ok || req.Operation != op {
+		return false
+	}
+	wantTo, wantQuantity := o.fields(to, seats)
+	return req.To == wantTo && req.Quantity == wantQuantity && (req.atPeriodEnd() == atPeriodEnd || keep)
+}
+
+// requestOf is the request c was issued for (without its token).
+func requestOf(c Confirmation) ChangeRequest {
+	req := ChangeRequest{Operation: c.Operation}
+	if o, ok := operationOf(c.Operation); ok {
+		req.To, req.Quantity = o.fields(c.Terms.ToPlan, c.Terms.seatsTo())
+	}
+	if c.Terms.AtPeriodEnd {
+		req.At = AtPeriodEnd
+	}
+	return req
+}
+
+// SecondCall is the second call of the proposal p, made for its caller by
+// a transport that showed the person the summary itself (an MCP
+// elicitation): the fields p's operation asks with, and the token, which
+// the caller never held.
+func (p ChangeResult) SecondCall() ChangeRequest {
+	req := ChangeRequest{Operation: p.Operation, ConfirmToken: p.ConfirmToken, TokenWithheld: true}
+	if o, ok := operationOf(p.Operation); ok && p.Details != nil {
+		req.To, req.Quantity = o.fields(p.Details.To, p.Details.QuantityTo)
+		req.At = p.Details.At
+	}
+	return req
 }
 
 // replayOf is the answer to the owner repeating an executed second call.

@@ -188,7 +188,7 @@ func (s *Service) restoreMoot(ctx context.Context, tx Tx, c Confirmation, acct A
 		return restoreOpaque, nil
 	case s.scheduledFrom(state) != nil:
 		return restoreScheduledAgain, nil
-	case state.PriceID != c.Terms.FromPriceID:
+	case !state.on(c.Terms.FromPriceID, c.Terms.seatsFrom()):
 		return restorePlanMoved, nil
 	case !s.restorable(c.Terms.Cancels, now):
 		return restoreDatePassed, nil

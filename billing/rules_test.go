@@ -206,7 +206,8 @@ func TestPlanChange(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sub := Subscription{Org: "org_vb", Plan: tt.current}
-			from, to, err := svc.planChange(sub, ChangeRequest{Operation: tt.op, To: tt.to})
+			op, _ := operationOf(tt.op)
+			from, to, _, err := svc.target(op, sub, ChangeRequest{Operation: tt.op, To: tt.to})
 			wantCode(t, err, tt.wantCode)
 			if tt.wantCode != "" {
 				if from != (Plan{}) || to != (Plan{}) {

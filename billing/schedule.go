@@ -31,32 +31,67 @@ import (
 // The schedule is part of "the subscription the quote assumed": a schedule
 // made or released elsewhere since the quote (Stripe's dashboard) is drift.
 
-// keepsPlan reports whether t only cancels a scheduled change.
-func keepsPlan(t Terms) bool { return t.FromPlan == t.ToPlan && t.Cancels != nil }
+// keepsPlan reports whether t only cancels a scheduled change: it keeps
+// the plan and the seats.
+func keepsPlan(t Terms) bool {
+	return t.FromPlan == t.ToPlan && t.seatsTo() == t.seatsFrom() && t.Cancels != nil
+}
 
-// scheduledFrom is the plan change the provider's subscription has
-// scheduled, nil if none: a schedule whose next phase keeps the price
-// changes no plan. A price outside the catalog is named by its id.
+// scheduledSeats is the seats sub will have after its scheduled change.
+func scheduledSeats(sub Subscription) int64 {
+	if sc := sub.Scheduled; sc != nil && sc.Quantity > 0 {
+		return sc.Quantity
+	}
+	return seats(sub.Quantity)
+}
+
+// scheduledFrom is the change of plan or seats the provider's subscription
+// has scheduled, nil if none: a schedule whose next phase keeps the price
+// and the seats changes nothing. A price outside the catalog is named by
+// its id; the seats are named only when they change.
 func (s *Service) scheduledFrom(state ProviderSubscription) *ScheduledChange {
 	sched := state.Schedule
-	if !sched.Scheduled() || sched.NextPriceID == state.PriceID {
+	if !scheduleChanges(state) {
 		return nil
 	}
 	to := sched.NextPriceID
 	if plan, ok := s.catalog.planByPrice(sched.NextPriceID); ok {
 		to = plan.ID
 	}
-	return &ScheduledChange{ToPlan: to, At: sched.NextAt.UTC(), ConfirmationID: sched.ConfirmationID,
+	sc := &ScheduledChange{ToPlan: to, At: sched.NextAt.UTC(), ConfirmationID: sched.ConfirmationID,
 		ScheduleID: sched.ID, PriceID: sched.NextPriceID}
+	if n := seats(sched.NextQuantity); n != seats(state.Quantity) {
+		sc.Quantity = n
+	}
+	return sc
+}
+
+// scheduleChanges reports whether the provider's schedule will still
+// change the subscription's price or seats.
+func scheduleChanges(state ProviderSubscription) bool {
+	sched := state.Schedule
+	return sched.Scheduled() && !state.on(sched.NextPriceID, sched.NextQuantity)
+}
+
+// on reports whether the provider's subscription is on price with n seats.
+func (state ProviderSubscription) on(price string, n int64) bool {
+	return state.PriceID == price && seats(state.Quantity) == seats(n)
 }
 
 // sameScheduled reports whether two scheduled changes are the same change:
-// the same price at the same time (ids aside).
+// the same price and seats at the same time (ids aside).
 func sameScheduled(a, b *ScheduledChange) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.PriceID == b.PriceID && a.At.Equal(b.At)
+	return a.PriceID == b.PriceID && a.Quantity == b.Quantity && a.At.Equal(b.At)
+}
+
+// cancelledOn reports whether state is where the change t cancels would
+// have put it: on its price with its seats (the renewal made it).
+func cancelledOn(t Terms, state ProviderSubscription) bool {
+	sc := t.Cancels
+	return sc != nil && sc.PriceID != "" && state.on(sc.PriceID, cmp.Or(sc.Quantity, t.seatsFrom()))
 }
 
 // scheduleHolds reports whether the provider's schedule is still the one
@@ -85,8 +120,7 @@ func appliedAtProvider(c Confirmation, state ProviderSubscription) bool {
 	case keepsPlan(c.Terms):
 		// Still on the plan kept: a renewal that made the scheduled change
 		// first leaves nothing scheduled too, on the other plan.
-		return state.PriceID == c.Terms.FromPriceID &&
-			(!state.Schedule.Scheduled() || state.Schedule.NextPriceID == state.PriceID)
+		return state.on(c.Terms.FromPriceID, c.Terms.seatsFrom()) && !scheduleChanges(state)
 	case c.Terms.AtPeriodEnd:
 		return state.Schedule != nil && state.Schedule.ConfirmationID == c.ID
 	default:
@@ -115,13 +149,14 @@ func subscriptionAfter(c Confirmation, sub Subscription, applied AppliedChange) 
 	case keepsPlan(t):
 		sub.Scheduled = nil
 	case t.AtPeriodEnd:
-		sc := &ScheduledChange{ToPlan: t.ToPlan, At: t.NextChargeAt.UTC(), ConfirmationID: c.ID, PriceID: t.ToPriceID}
+		sc := &ScheduledChange{ToPlan: t.ToPlan, At: t.NextChargeAt.UTC(), ConfirmationID: c.ID, PriceID: t.ToPriceID,
+			Quantity: t.ToQuantity}
 		if applied.Schedule != nil {
 			sc.ScheduleID = applied.Schedule.ID
 		}
 		sub.Scheduled = sc
 	default:
-		sub.Plan, sub.Scheduled = t.ToPlan, nil
+		sub.Plan, sub.Scheduled, sub.Quantity = t.ToPlan, nil, t.seatsTo()
 	}
 	if applied.Status != "" {
 		sub.Status = applied.Status
@@ -158,17 +193,19 @@ func (s *Service) recordScheduledApplied(ctx context.Context, tx Tx, org string,
 	return tx.Record(ctx, Record{Events: []AuditEvent{ev}})
 }
 
-// scheduledApplied reports whether the provider's subscription, now on
-// price, made old's scheduled change: nothing is scheduled any more and
-// the price is the one that was.
-func scheduledApplied(old, sub Subscription, price string) bool {
-	return old.Scheduled != nil && sub.Scheduled == nil && price == old.Scheduled.PriceID && old.Scheduled.PriceID != ""
+// scheduledApplied reports whether the provider's subscription (state)
+// made old's scheduled change: nothing is scheduled any more and the price
+// and seats are the ones that were.
+func scheduledApplied(old, sub Subscription, state ProviderSubscription) bool {
+	sc := old.Scheduled
+	return sc != nil && sub.Scheduled == nil && sc.PriceID != "" && state.on(sc.PriceID, scheduledSeats(old))
 }
 
 // renewedFirst reports whether the provider's renewal made the change a
-// keep of c was to cancel before the keep was made.
-func renewedFirst(c Confirmation, price string) bool {
-	return keepsPlan(c.Terms) && price != "" && price == c.Terms.Cancels.PriceID
+// keep of c was to cancel before the keep was made: the subscription
+// (state) is where that change would have put it.
+func renewedFirst(c Confirmation, state ProviderSubscription) bool {
+	return keepsPlan(c.Terms) && state.PriceID != "" && cancelledOn(c.Terms, state)
 }
 
 // renewalMargin is how long before a renewal billingd stops sending what
@@ -332,7 +369,7 @@ func mayHaveReleased(refusal error, stands string) error {
 // released, once c was not made: scheduled again, owed (billingd puts it
 // back shortly), or lost.
 func (s *Service) scheduledStands(c Confirmation, restored restoreOutcome) string {
-	what := fmt.Sprintf("the change to %s scheduled for %s", s.planName(c.Terms.Cancels), day(c.Terms.Cancels.At))
+	what := fmt.Sprintf("the change to %s scheduled for %s", s.scheduledWords(c.Terms.Cancels), day(c.Terms.Cancels.At))
 	switch restored {
 	case restoreRestored:
 		return what + " stays scheduled (billingd scheduled it again after this change's first step had cancelled it)"
@@ -353,9 +390,10 @@ func (s *Service) scheduledStands(c Confirmation, restored restoreOutcome) strin
 func (s *Service) restoreScheduled(ctx context.Context, c Confirmation, acct Account, state *ProviderSubscription,
 	key string) error {
 	sc := c.Terms.Cancels
+	now := seats(cmp.Or(state.Quantity, c.Terms.Quantity)) // the seats Stripe has
 	change := PlanChange{CustomerID: acct.Org.StripeCustomerID, SubscriptionID: acct.Subscription.StripeSubscriptionID,
 		ItemID: acct.Subscription.StripeItemID, FromPriceID: state.PriceID, NewPriceID: sc.PriceID,
-		Quantity:    seats(cmp.Or(state.Quantity, c.Terms.Quantity)), // the seats Stripe has: both phases keep them
+		FromQuantity: now, Quantity: cmp.Or(sc.Quantity, now), // a change of seats puts its seats back
 		AtPeriodEnd: true, PeriodEnd: sc.At, ConfirmationID: sc.ConfirmationID, Attached: state.Schedule}
 	s.at(ctx, StepRestore, &c)
 	callCtx, cancel := context.WithTimeout(ctx, s.execTimeout)

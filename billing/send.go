@@ -37,7 +37,7 @@ const recordTimeout = 10 * time.Second
 // apply sends c's change to the provider under the idempotency key of c's
 // current attempt, releasing the attached schedule first.
 func (s *Service) apply(ctx context.Context, c Confirmation, acct Account, attached *ProviderSchedule) (AppliedChange, error) {
-	change := planChangeFor(acct, c.Terms, c.Operation)
+	change := planChangeFor(acct, c.Terms)
 	change.ConfirmationID, change.Attached = c.ID, attached
 	callCtx, cancel := context.WithTimeout(ctx, s.execTimeout)
 	defer cancel()
@@ -49,10 +49,11 @@ func (s *Service) apply(ctx context.Context, c Confirmation, acct Account, attac
 func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account, now time.Time,
 	applied AppliedChange, err error, auditUnknown bool) (redemption, error) {
 	switch {
-	case err == nil && keepsPlan(c.Terms) && applied.PriceID != "" && applied.PriceID != c.Terms.FromPriceID:
-		// The subscription is not on the plan kept: the renewal made the
-		// scheduled change before the release (renewed_first), or its
-		// price was changed elsewhere. The plan was not kept.
+	case err == nil && keepsPlan(c.Terms) && applied.PriceID != "" &&
+		(applied.PriceID != c.Terms.FromPriceID || applied.Quantity > 0 && applied.Quantity != c.Terms.seatsFrom()):
+		// The subscription is not on the plan and seats kept: the renewal
+		// made the scheduled change before the release (renewed_first),
+		// or they were changed elsewhere. Nothing was kept.
 		state, rerr := s.readBack(ctx, acct)
 		if rerr != nil {
 			return redemption{}, rerr

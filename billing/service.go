@@ -122,18 +122,21 @@ func NewService(cfg Config) (*Service, error) {
 	}, nil
 }
 
-// ChangeRequest is a call to upgrade_plan or downgrade_plan: without a token
-// it is the first call, with one the second.
+// ChangeRequest is a call of a gated operation (operation.go): without a
+// token it is the first call, with one the second.
 type ChangeRequest struct {
-	Operation    Operation
+	Operation Operation
+	// To is the plan a plan change moves to; Quantity the seats
+	// change_seats asks for.
 	To           string
+	Quantity     int64
 	ConfirmToken string
 	// TokenWithheld: the caller never held ConfirmToken (an allow policy
 	// executing at once, an MCP elicitation redeeming it for the agent), so
 	// no answer may tell it to retry "with the same token".
 	TokenWithheld bool
 	// At is when the change is made: AtNow ("" too) or AtPeriodEnd
-	// (downgrades only).
+	// (downgrades and fewer seats only).
 	At string
 }
 
@@ -218,9 +221,11 @@ type SubscriptionView struct {
 
 // ScheduledChangeView is a scheduled change as clients see it.
 type ScheduledChangeView struct {
-	To             string    `json:"to"`
-	At             time.Time `json:"at"`
-	ConfirmationID string    `json:"confirmation_id,omitempty"`
+	To string    `json:"to"`
+	At time.Time `json:"at"`
+	// Quantity is the seats from At, when the change changes them.
+	Quantity       int64  `json:"quantity,omitempty"`
+	ConfirmationID string `json:"confirmation_id,omitempty"`
 }
 
 func viewOf(s Subscription) *SubscriptionView {
@@ -232,13 +237,12 @@ func scheduledView(sc *ScheduledChange) *ScheduledChangeView {
 	if sc == nil {
 		return nil
 	}
-	return &ScheduledChangeView{To: sc.ToPlan, At: sc.At.UTC(), ConfirmationID: sc.ConfirmationID}
+	return &ScheduledChangeView{To: sc.ToPlan, At: sc.At.UTC(), Quantity: sc.Quantity, ConfirmationID: sc.ConfirmationID}
 }
 
 var planIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
-// ChangePlan is both calls of the handshake for upgrade_plan and
-// downgrade_plan.
+// ChangePlan is both calls of the handshake for every gated operation.
 func (s *Service) ChangePlan(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
 	if err := validateRequest(req); err != nil {
 		return ChangeResult{}, err
@@ -257,16 +261,10 @@ func validateRequest(req ChangeRequest) error {
 	if !ok {
 		return Errorf(CodeInvalidRequest, "unknown operation")
 	}
-	if !planIDPattern.MatchString(req.To) {
-		return Errorf(CodeInvalidRequest, `"to" must be a plan id`)
-	}
-	switch {
-	case req.At != "" && req.At != AtNow && req.At != AtPeriodEnd:
+	if req.At != "" && req.At != AtNow && req.At != AtPeriodEnd {
 		return Errorf(CodeInvalidRequest, `"at" must be "now" or "period_end"`)
-	case req.At == AtPeriodEnd && !op.schedulable:
-		return Errorf(CodeInvalidRequest, `"at": "period_end" applies to downgrades only`)
 	}
-	return nil
+	return op.check(req)
 }
 
 // account reads an org with its subscription, and the database's now.

@@ -210,7 +210,7 @@ func TestChangePlanProposeUpgrade(t *testing.T) {
 
 	// The preview asked for exactly the change the confirmation will execute.
 	wantChange := billing.PlanChange{CustomerID: "cus_1", SubscriptionID: "sub_1", ItemID: "si_1", FromPriceID: "price_billingd_pro", NewPriceID: "price_billingd_scale",
-		Quantity: 1, ProrationDate: dbNow.Truncate(time.Second), ChargeNow: true}
+		FromQuantity: 1, Quantity: 1, ProrationDate: dbNow.Truncate(time.Second), ChargeNow: true}
 	if len(f.provider.Previews()) != 1 || f.provider.Previews()[0] != wantChange {
 		t.Errorf("previews = %+v, want [%+v]", f.provider.Previews(), wantChange)
 	}

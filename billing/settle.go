@@ -188,7 +188,7 @@ func appliedFrom(c Confirmation, state ProviderSubscription) AppliedChange {
 func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Confirmation, acct Account,
 	now time.Time, state ProviderSubscription) (redemption, error) {
 	reason := reasonNotApplied
-	if renewedFirst(c, state.PriceID) {
+	if renewedFirst(c, state) {
 		reason = reasonRenewedFirst
 	}
 	failed := s.event(caller, c.Operation, EventOperationFailed, c.ID, reason)
@@ -201,11 +201,11 @@ func (s *Service) recordNotMade(ctx context.Context, tx Tx, caller Caller, c Con
 	sc := c.Terms.Cancels
 	switch {
 	case sc == nil || c.Terms.AtPeriodEnd || s.scheduledFrom(state) != nil || reason == reasonRenewedFirst:
-	case state.PriceID == sc.PriceID:
+	case cancelledOn(c.Terms, state):
 		answer.Message = strings.TrimSuffix(answer.Message, ".") + fmt.Sprintf("; the change to %s scheduled for %s "+
-			"took effect at the renewal.", s.planName(sc), day(sc.At))
-	case state.PriceID != c.Terms.FromPriceID:
-		// On a price other than the one quoted (changed elsewhere), the
+			"took effect at the renewal.", s.scheduledWords(sc), day(sc.At))
+	case !state.on(c.Terms.FromPriceID, c.Terms.seatsFrom()):
+		// On a price (or seats) other than the ones quoted (changed elsewhere), the
 		// change scheduled from it is not the one agreed to: not made again.
 		answer.Message = strings.TrimSuffix(answer.Message, ".") + "; " + s.scheduledStands(c, restoreLost) + "."
 	default:

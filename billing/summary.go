@@ -18,7 +18,8 @@ func summarize(orgName string, op Operation, from, to Plan, t Terms, cancelled s
 	if keepsPlan(t) {
 		text = keepSummary(from, t, cancelled)
 	} else {
-		text = changeSummary(orgName, op, from, to, t)
+		o, _ := operationOf(op) // the request's, checked before
+		text = o.words(orgName, from, to, t)
 	}
 	if t.Cancels != nil && !keepsPlan(t) {
 		text += fmt.Sprintf(" This cancels the change to %s scheduled for %s.", cancelled, day(t.Cancels.At))
@@ -27,34 +28,6 @@ func summarize(orgName string, op Operation, from, to Plan, t Terms, cancelled s
 		text += " " + TestModeNotice
 	}
 	return text
-}
-
-func changeSummary(orgName string, op Operation, from, to Plan, t Terms) string {
-	o := mustOperation(op)
-	each := perSeat(t)
-	head := fmt.Sprintf("%s %s from %s (%s%s) to %s (%s%s)%s",
-		o.verb, orgName, from.Name, formatPrice(from), each, to.Name, formatPrice(to), each, seatsPhrase(t))
-	date := day(t.NextChargeAt)
-	next := fmt.Sprintf("first full %s charge on %s.", to.Name, date)
-	if to.AmountCents == 0 {
-		next = fmt.Sprintf("no charges from %s.", date)
-	}
-	switch {
-	case t.AtPeriodEnd:
-		then := fmt.Sprintf("on %s the plan becomes %s and %s.", date, to.Name,
-			amountPhrase(*t.AtRenewal, t.Currency, "will be charged then"))
-		if to.AmountCents == 0 {
-			then = fmt.Sprintf("on %s the plan becomes %s, with no charges from then.", date, to.Name)
-		}
-		return fmt.Sprintf("%s at the end of the current period. Nothing changes or is charged now; %s", head, then)
-	case o.chargesNow:
-		return fmt.Sprintf("%s. Pro-rated to today: %s; %s", head, dueNowPhrase(t), next)
-	case t.CreditCents > 0:
-		return fmt.Sprintf("%s. Nothing is charged now; a pro-rated credit of %s goes to the next invoice; %s",
-			head, formatMoney(t.CreditCents, t.Currency), next)
-	default:
-		return fmt.Sprintf("%s. Nothing is charged now; %s", head, next)
-	}
 }
 
 // keepSummary: keeping the current plan cancels the scheduled change.

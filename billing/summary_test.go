@@ -106,6 +106,7 @@ func TestSummarize(t *testing.T) {
 			if tt.edit != nil {
 				tt.edit(&from, &to)
 			}
+			tt.terms.FromAmountCents, tt.terms.ToAmountCents = from.AmountCents, to.AmountCents // as termsFor sets them
 			got := summarize(tt.org, tt.op, from, to, tt.terms, "")
 			if got != tt.want {
 				t.Errorf("summarize =\n  %q\nwant\n  %q", got, tt.want)

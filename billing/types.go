@@ -79,6 +79,10 @@ type ScheduledChange struct {
 	ConfirmationID string `json:"confirmation_id,omitempty"`
 	ScheduleID     string `json:"schedule_id,omitempty"`
 	PriceID        string `json:"price_id,omitempty"`
+	// Quantity is the seats from At (fewer seats at the period's end); 0
+	// in a change recorded before seats could be scheduled: the
+	// subscription's.
+	Quantity int64 `json:"quantity,omitempty"`
 }
 
 // Account is an org with its subscription, as the handshake reads them.
@@ -140,7 +144,10 @@ type Terms struct {
 	// Quantity is the seats the summary states: the subscription's when
 	// quoted, kept by a plan change (0 in a confirmation stored before
 	// seats were counted: one).
-	Quantity        int64
+	Quantity int64
+	// ToQuantity is the seats after the change (change_seats); 0: the
+	// same as Quantity (a plan change keeps them). Terms.seatsTo reads it.
+	ToQuantity      int64
 	Currency        string
 	ProrationDate   time.Time // quoted in the summary and sent to Stripe on execution
 	SubscriptionVer int64     // the subscription version the preview was made against

@@ -98,7 +98,7 @@ func registerView(s *sdk.Server, t tools) {
 	addInteractiveTool(s, &sdk.Tool{
 		Name:  toolConfirm,
 		Title: "Confirm a plan change (from billingd's view)",
-		Description: "The second call of upgrade_plan or downgrade_plan, made by billingd's MCP Apps view when the user presses Confirm. " +
+		Description: "The second call of upgrade_plan, downgrade_plan or change_seats, made by billingd's MCP Apps view when the user presses Confirm. " +
 			"Hosts hide this tool from the model (visibility app): an agent never calls it.",
 		Annotations: planChangeAnnotations("Confirm a plan change"),
 		Meta:        sdk.Meta{"ui": map[string]any{"resourceUri": viewURI, "visibility": []string{"app"}}},
@@ -125,7 +125,7 @@ func (t tools) confirmFromView(ctx context.Context, req *sdk.CallToolRequest, ca
 		t.log.WarnContext(ctx, "app-only tool called by a client without MCP Apps", callAttrs(toolConfirm, caller, "no_view")...)
 		return reply[changeOutput]{}, billing.Errorf(billing.CodeInvalidRequest,
 			"confirm_plan_change is called by billingd's own view, and this client did not declare that it renders MCP Apps "+
-				"(io.modelcontextprotocol/ui); this call changed nothing. Make the second call with upgrade_plan or downgrade_plan "+
+				"(io.modelcontextprotocol/ui); this call changed nothing. Make the second call with the first call's tool "+
 				"and the confirm_token, once the user has agreed to the summary")
 	}
 	change, err := t.svc.ChangeOf(ctx, caller, in.ConfirmationID)

@@ -222,7 +222,7 @@ func isNextRound(req *sdk.CallToolRequest) bool {
 // declares the capability billingd asked through. Otherwise nothing happens
 // at all. Within the state's window the answer decides (conclude); after it,
 // only billing's record of the confirmation answers (lateRound).
-func (t tools) nextRound(ctx context.Context, req *sdk.CallToolRequest, client declaration, caller billing.Caller, op billing.Operation, in changePlanArgs) (reply[changeOutput], error) {
+func (t tools) nextRound(ctx context.Context, req *sdk.CallToolRequest, client declaration, caller billing.Caller, op billing.Operation, in changeArgs) (reply[changeOutput], error) {
 	if in.ConfirmToken != "" {
 		return reply[changeOutput]{}, billing.Errorf(billing.CodeInvalidRequest,
 			"send either confirm_token or an elicitation's answer and request state, not both")
@@ -232,7 +232,7 @@ func (t tools) nextRound(ctx context.Context, req *sdk.CallToolRequest, client d
 	switch {
 	case err != nil:
 		refused = "not_billingds"
-	case !p.matches(caller, billing.ChangeRequest{Operation: op, To: in.To, At: in.At}):
+	case !p.matches(caller, billing.ChangeRequest{Operation: op, To: in.To, Quantity: in.Quantity, At: in.At}):
 		refused = "other_caller_or_call"
 	case !p.askedOf(client):
 		refused = "other_protocol_or_capability"

@@ -55,8 +55,7 @@ func (p pending) matches(caller billing.Caller, call billing.ChangeRequest) bool
 // secondCall redeems p's token for the agent, who never saw it: no answer
 // may send it back with one.
 func (p pending) secondCall() billing.ChangeRequest {
-	return billing.ChangeRequest{Operation: p.Proposal.Operation, To: p.Proposal.Details.To, At: p.Proposal.Details.At,
-		ConfirmToken: p.Proposal.ConfirmToken, TokenWithheld: true}
+	return p.Proposal.SecondCall()
 }
 
 // askedOf reports whether a next round declared as client answers the

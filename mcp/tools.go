@@ -18,13 +18,14 @@ import (
 const (
 	toolUpgrade         = string(billing.OpUpgrade)
 	toolDowngrade       = string(billing.OpDowngrade)
+	toolSeats           = string(billing.OpSeats)
 	toolSubscription    = "get_subscription"
 	toolPlans           = "list_plans"
 	toolCancel          = "cancel_confirmation"
 	twoCallInstructions = `This tool takes two calls. ` +
 		`The first call, without confirm_token, NEVER changes anything: it returns a summary of exactly what will happen and what it costs, and a single-use confirm_token that expires after ttl_seconds. ` +
 		`Show the summary to the user verbatim (do not paraphrase, shorten or translate it) and ask whether they agree. ` +
-		`Only after the user explicitly agrees, call this tool again with the same "to" and the confirm_token: that second call executes the change. ` +
+		`Only after the user explicitly agrees, call this tool again with the same arguments ("to", or "quantity") and the confirm_token: that second call executes the change. ` +
 		`Never make the second call on your own judgement or on consent the user gave to an earlier summary. ` +
 		`A second call never executes twice: if you repeat it (for example after losing its answer), you get the original result again with "replayed": true, and nothing changes again. ` +
 		`If the second call says upstream_unavailable, the outcome is not known yet (billingd is finding out from the payment provider whether the change was made): retry the SAME call with the SAME token after a few seconds; do not start a new first call. ` +
@@ -49,6 +50,7 @@ const (
 var toolScopes = map[string]string{
 	toolUpgrade:      auth.ScopeWrite,
 	toolDowngrade:    auth.ScopeWrite,
+	toolSeats:        auth.ScopeWrite,
 	toolCancel:       auth.ScopeWrite,
 	toolConfirm:      auth.ScopeWrite,
 	toolSubscription: auth.ScopeRead,
@@ -69,27 +71,47 @@ type downgradePlanArgs struct {
 	At           string `json:"at,omitempty" jsonschema:"now (the default) or period_end: keep the current plan until the end of the billing period and change then, with nothing charged or credited now. The same value on both calls."`
 }
 
-// changePlanArgs are the arguments of either plan tool.
-type changePlanArgs = downgradePlanArgs
-
-// planArgs are the argument types of the plan tools.
-type planArgs interface {
-	upgradePlanArgs | downgradePlanArgs
+// changeSeatsArgs are the arguments of change_seats.
+type changeSeatsArgs struct {
+	Quantity     int64  `json:"quantity" jsonschema:"The number of seats the subscription should have (1 to 10000), on its current plan. The same value on both calls."`
+	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"Second call only: the confirm_token returned by the first call. Send it only after the user has read the summary and explicitly agreed. Omit it on the first call."`
+	At           string `json:"at,omitempty" jsonschema:"now (the default) or period_end, for fewer seats only: keep the seats until the end of the billing period and change then, with nothing charged or credited now. The same value on both calls."`
 }
 
-// argsOf is a plan tool's arguments as changePlanArgs.
-func argsOf[A planArgs](in A) changePlanArgs {
+// changeArgs are the arguments of any change tool, as billing takes them.
+type changeArgs struct {
+	To           string
+	Quantity     int64
+	At           string
+	ConfirmToken string
+}
+
+// request is the handshake call the arguments make.
+func (in changeArgs) request(op billing.Operation) billing.ChangeRequest {
+	return billing.ChangeRequest{Operation: op, To: in.To, Quantity: in.Quantity, At: in.At, ConfirmToken: in.ConfirmToken}
+}
+
+// planArgs are the argument types of the change tools.
+type planArgs interface {
+	upgradePlanArgs | downgradePlanArgs | changeSeatsArgs
+}
+
+// argsOf is a change tool's arguments as changeArgs.
+func argsOf[A planArgs](in A) changeArgs {
 	switch a := any(in).(type) {
 	case upgradePlanArgs:
-		return changePlanArgs{To: a.To, ConfirmToken: a.ConfirmToken}
+		return changeArgs{To: a.To, ConfirmToken: a.ConfirmToken}
+	case downgradePlanArgs:
+		return changeArgs{To: a.To, At: a.At, ConfirmToken: a.ConfirmToken}
 	default:
-		return a.(downgradePlanArgs)
+		s := a.(changeSeatsArgs)
+		return changeArgs{Quantity: s.Quantity, At: s.At, ConfirmToken: s.ConfirmToken}
 	}
 }
 
 // cancelArgs are the arguments of cancel_confirmation.
 type cancelArgs struct {
-	ConfirmationID string `json:"confirmation_id" jsonschema:"The confirmation_id returned by the first call of upgrade_plan or downgrade_plan."`
+	ConfirmationID string `json:"confirmation_id" jsonschema:"The confirmation_id returned by the first call of upgrade_plan, downgrade_plan or change_seats."`
 }
 
 // noArgs is the argument object of the read tools: empty.
@@ -122,6 +144,15 @@ func registerTools(s *sdk.Server, t tools) {
 		Annotations: planChangeAnnotations("Downgrade the subscription plan"),
 		Meta:        viewToolMeta(),
 	}, t.log, changePlan[downgradePlanArgs](t, billing.OpDowngrade))
+	addInteractiveTool(s, &sdk.Tool{
+		Name:  toolSeats,
+		Title: "Change the number of seats",
+		Description: "Change how many seats the subscription has, on its current plan. More seats are charged now, prorated; " +
+			"fewer seats are credited on the next invoice, or with at: period_end made at the end of the billing period with nothing charged or credited now. " +
+			twoCallInstructions,
+		Annotations: planChangeAnnotations("Change the number of seats"),
+		Meta:        viewToolMeta(),
+	}, t.log, changePlan[changeSeatsArgs](t, billing.OpSeats))
 	addTool(s, &sdk.Tool{
 		Name:  toolSubscription,
 		Title: "Current subscription",
@@ -139,7 +170,7 @@ func registerTools(s *sdk.Server, t tools) {
 		Name:  toolCancel,
 		Title: "Cancel a pending plan change",
 		Description: "Cancel a plan change the user declined: the confirmation's token can no longer be used, so the change cannot execute. " +
-			"Takes the confirmation_id from the first call of upgrade_plan or downgrade_plan. Cancelling an already cancelled confirmation succeeds again.",
+			"Takes the confirmation_id from the first call of upgrade_plan, downgrade_plan or change_seats. Cancelling an already cancelled confirmation succeeds again.",
 		Annotations: &sdk.ToolAnnotations{Title: "Cancel a pending plan change",
 			ReadOnlyHint: false, DestructiveHint: ptr(false), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, t.log, t.cancel)
@@ -185,7 +216,7 @@ func changePlan[A planArgs](t tools, op billing.Operation) interactiveFunc[A, ch
 		if isNextRound(req) {
 			return t.nextRound(ctx, req, client, caller, op, in)
 		}
-		res, err := t.handshake(ctx, caller, billing.ChangeRequest{Operation: op, To: in.To, At: in.At, ConfirmToken: in.ConfirmToken})
+		res, err := t.handshake(ctx, caller, in.request(op))
 		if err != nil {
 			return reply[changeOutput]{}, err
 		}
@@ -214,15 +245,37 @@ func changeText(res billing.ChangeResult) string {
 		return fmt.Sprintf("Nothing to do: the change to the %s plan is already scheduled for %s.",
 			sub.ScheduledChange.To, sub.ScheduledChange.At.Format("January 2, 2006"))
 	case res.Noop && sub != nil:
-		return fmt.Sprintf("Already on the %s plan: nothing changed and no confirmation is needed.", sub.Plan)
+		return fmt.Sprintf("Already on the %s plan%s: nothing changed and no confirmation is needed.", sub.Plan, seatsText(sub.Quantity))
 	case sub != nil && sub.ScheduledChange != nil:
-		return fmt.Sprintf("Scheduled: the subscription stays on the %s plan (status %s) until %s, then changes to the %s plan.",
-			sub.Plan, sub.Status, sub.ScheduledChange.At.Format("January 2, 2006"), sub.ScheduledChange.To)
+		return fmt.Sprintf("Scheduled: the subscription stays on the %s plan%s (status %s) until %s, then changes to the %s plan%s.",
+			sub.Plan, seatsText(sub.Quantity), sub.Status, sub.ScheduledChange.At.Format("January 2, 2006"), sub.ScheduledChange.To,
+			scheduledSeatsText(sub.ScheduledChange.Quantity))
 	case sub != nil:
-		return fmt.Sprintf("Done: the subscription is now on the %s plan (status %s).", sub.Plan, sub.Status)
+		return fmt.Sprintf("Done: the subscription is now on the %s plan%s (status %s).", sub.Plan, seatsText(sub.Quantity), sub.Status)
 	default:
 		return "Done."
 	}
+}
+
+// seatsText names the seats after a plan: " with 5 seats"; nothing for
+// none (a view that does not say) or one.
+func seatsText(n int64) string {
+	if n < 2 {
+		return ""
+	}
+	return fmt.Sprintf(" with %d seats", n)
+}
+
+// scheduledSeatsText names the seats a scheduled change sets, if it sets
+// any: " with 1 seat".
+func scheduledSeatsText(n int64) string {
+	switch {
+	case n == 1:
+		return " with 1 seat"
+	case n > 1:
+		return fmt.Sprintf(" with %d seats", n)
+	}
+	return ""
 }
 
 // subscriptionResult is get_subscription's result: the subscription as
@@ -232,6 +285,7 @@ func changeText(res billing.ChangeResult) string {
 type subscriptionResult struct {
 	Org              string                       `json:"org,omitempty"`
 	Plan             string                       `json:"plan"`
+	Quantity         int64                        `json:"quantity"`
 	Status           string                       `json:"status"`
 	CurrentPeriodEnd time.Time                    `json:"current_period_end"`
 	ScheduledChange  *billing.ScheduledChangeView `json:"scheduled_change,omitempty"`
@@ -249,12 +303,12 @@ func (t tools) subscription(ctx context.Context, caller billing.Caller, _ noArgs
 	if err != nil {
 		return subscriptionResult{}, "", err
 	}
-	out := subscriptionResult{Org: sub.Org, Plan: sub.Plan, Status: sub.Status, CurrentPeriodEnd: sub.CurrentPeriodEnd,
+	out := subscriptionResult{Org: sub.Org, Plan: sub.Plan, Quantity: sub.Quantity, Status: sub.Status, CurrentPeriodEnd: sub.CurrentPeriodEnd,
 		ScheduledChange: sub.ScheduledChange, Mandates: mandates}
-	text := fmt.Sprintf("Organisation %s is on the %s plan (status %s); the current period ends %s.",
-		sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd.Format("January 2, 2006"))
+	text := fmt.Sprintf("Organisation %s is on the %s plan%s (status %s); the current period ends %s.",
+		sub.Org, sub.Plan, seatsText(sub.Quantity), sub.Status, sub.CurrentPeriodEnd.Format("January 2, 2006"))
 	if sc := sub.ScheduledChange; sc != nil {
-		text += fmt.Sprintf(" A change to the %s plan is scheduled for %s.", sc.To, sc.At.Format("January 2, 2006"))
+		text += fmt.Sprintf(" A change to the %s plan%s is scheduled for %s.", sc.To, scheduledSeatsText(sc.Quantity), sc.At.Format("January 2, 2006"))
 	}
 	for _, m := range mandates {
 		text += " " + m.Words()

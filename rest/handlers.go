@@ -28,11 +28,14 @@ func (s *server) subscription(c echo.Context) error {
 	return c.JSON(http.StatusOK, sub)
 }
 
-// changeBody is the body of both handshake calls.
+// changeBody is the body of both handshake calls of every gated
+// operation: a plan change names "to", change_seats "quantity" (billing
+// refuses the other's field).
 type changeBody struct {
 	To           string `json:"to"`
+	Quantity     int64  `json:"quantity"`
 	ConfirmToken string `json:"confirm_token"`
-	At           string `json:"at"` // "now" (default) or "period_end" (downgrades)
+	At           string `json:"at"` // "now" (default) or "period_end" (downgrades, fewer seats)
 }
 
 func (s *server) changePlan(op billing.Operation) echo.HandlerFunc {
@@ -53,14 +56,14 @@ func (s *server) changePlan(op billing.Operation) echo.HandlerFunc {
 	}
 }
 
-// handshake decodes a call of upgrade_plan or downgrade_plan and makes it.
+// handshake decodes a call of a gated operation and makes it.
 func (s *server) handshake(c echo.Context, op billing.Operation) (billing.ChangeResult, error) {
 	var body changeBody
 	if err := decodeStrict(c.Request().Body, &body); err != nil {
 		return billing.ChangeResult{}, err
 	}
 	return s.Service.ChangePlan(c.Request().Context(), callerOf(c),
-		billing.ChangeRequest{Operation: op, To: body.To, At: body.At, ConfirmToken: body.ConfirmToken})
+		billing.ChangeRequest{Operation: op, To: body.To, Quantity: body.Quantity, At: body.At, ConfirmToken: body.ConfirmToken})
 }
 
 func (s *server) confirmations(c echo.Context) error {

@@ -107,6 +107,7 @@ func New(cfg Config) *echo.Echo {
 	api.GET("/subscription", s.subscription, read)
 	api.POST("/upgrade", s.changePlan(billing.OpUpgrade), write)
 	api.POST("/downgrade", s.changePlan(billing.OpDowngrade), write)
+	api.POST("/seats", s.changePlan(billing.OpSeats), write)
 	api.GET("/confirmations", s.confirmations, read)
 	api.POST("/confirmations/:id/cancel", s.cancel, write)
 	api.GET("/audit", s.audit, admin)

@@ -161,12 +161,12 @@ WITH quotable AS (
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
 		approval, agent, verify_required, livemode,
 		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status,
-		approvals_required, quantity)
+		approvals_required, quantity, quantity_to)
 	SELECT $1, $6, $2, $3, $4, $5, 'pending',
 		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond',
 		NULLIF($24, ''), $25, $26, $27,
 		$28, $29, $30, $31, $32, $33, $34, $35,
-		$36, $37
+		$36, $37, $38
 	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -198,7 +198,7 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome, string(c.Approval), c.Agent,
 		c.VerifyRequired, t.Livemode,
 		t.SubtotalCents, t.DiscountCents, t.TaxCents, t.CreditAppliedCents, t.AtPeriodEnd, t.AtRenewal, t.Cancels, t.FromStatus,
-		c.ApprovalsRequired, max(t.Quantity, 1)}
+		c.ApprovalsRequired, max(t.Quantity, 1), t.ToQuantity}
 	// Concurrent first calls of one caller must supersede one another in
 	// turn: each takes a transaction-scoped advisory lock on (org, principal,
 	// operation) first. Statements of one batch share an implicit transaction

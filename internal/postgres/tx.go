@@ -129,7 +129,7 @@ const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c
 	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent,
 	c.at_period_end, c.at_renewal, c.cancels, c.from_status,
 	c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''),
-	c.approvals_required, c.approvers, c.quantity, ` + verificationColumns
+	c.approvals_required, c.approvers, c.quantity, c.quantity_to, ` + verificationColumns
 
 // verificationColumns are the verify level's columns of a confirmation c.
 const verificationColumns = `c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
@@ -146,7 +146,7 @@ func scanConfirmation(c *billing.Confirmation) []any {
 		&t.SubtotalCents, &t.DiscountCents, &t.TaxCents, &t.CreditAppliedCents, &c.Consent,
 		&t.AtPeriodEnd, &t.AtRenewal, &t.Cancels, &t.FromStatus,
 		&c.Restore.Owed, &c.Restore.Tries, optionalTime{&c.Restore.Since}, &c.Restore.Settled,
-		&c.ApprovalsRequired, &c.Approvers, &t.Quantity}, scanVerification(c)...)
+		&c.ApprovalsRequired, &c.Approvers, &t.Quantity, &t.ToQuantity}, scanVerification(c)...)
 }
 
 // scanVerification scans verificationColumns; Verification stays nil until

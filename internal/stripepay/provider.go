@@ -294,7 +294,7 @@ func (p *Provider) scheduleChange(ctx context.Context, change billing.PlanChange
 		Phases: []*stripe.SubscriptionSchedulePhaseParams{
 			{
 				Items: []*stripe.SubscriptionSchedulePhaseItemParams{{
-					Price: stripe.String(change.FromPriceID), Quantity: stripe.Int64(seats(change))}},
+					Price: stripe.String(change.FromPriceID), Quantity: stripe.Int64(seatsFrom(change))}},
 				StartDate: unixParam(phaseStart), // the current phase's: Stripe refuses another
 				EndDate:   stripe.Int64(change.PeriodEnd.Unix()),
 			},
@@ -436,7 +436,6 @@ func scheduleOf(sch *stripe.SubscriptionSchedule) *billing.ProviderSchedule {
 		return out
 	}
 	out.PhaseStart = unixTime(sch.CurrentPhase.StartDate)
-	seatsNow := phaseQuantity(phaseAt(sch, out.PhaseStart))
 	future := 0
 	for _, ph := range sch.Phases {
 		if ph == nil || ph.StartDate < sch.CurrentPhase.EndDate {
@@ -448,10 +447,10 @@ func scheduleOf(sch *stripe.SubscriptionSchedule) *billing.ProviderSchedule {
 			out.Opaque = true
 			continue
 		}
-		out.NextPriceID, out.NextAt = ph.Items[0].Price.ID, unixTime(ph.StartDate)
-		// billingd states a plan change only: one item, the seats of the
-		// current phase, no trial.
-		out.Opaque = out.Opaque || len(ph.Items) != 1 || ph.Items[0].Quantity != seatsNow || ph.TrialEnd != 0
+		out.NextPriceID, out.NextAt, out.NextQuantity = ph.Items[0].Price.ID, unixTime(ph.StartDate), phaseQuantity(ph)
+		// billingd states a change of plan or seats only: one item, no
+		// trial.
+		out.Opaque = out.Opaque || len(ph.Items) != 1 || ph.TrialEnd != 0
 	}
 	return out
 }
@@ -764,6 +763,14 @@ func unixTime(sec int64) time.Time {
 // seats is the quantity a plan change keeps: the subscription's, one when
 // the change does not say.
 func seats(change billing.PlanChange) int64 { return max(change.Quantity, 1) }
+
+// seatsFrom is the item's quantity before the change.
+func seatsFrom(change billing.PlanChange) int64 {
+	if change.FromQuantity > 0 {
+		return change.FromQuantity
+	}
+	return seats(change)
+}
 
 // phaseQuantity is the quantity of a phase's one item; 1 when the phase is
 // unknown or has none (a schedule billingd made before it counted seats).

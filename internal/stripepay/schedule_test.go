@@ -124,7 +124,7 @@ func TestFakeApplyAtPeriodEnd(t *testing.T) {
 		t.Fatalf("%d schedules, want 1", len(scheds))
 	}
 	wantSched := &billing.ProviderSchedule{ID: scheds[0].ID, ConfirmationID: "cfm_1", PhaseStart: periodStart,
-		NextPriceID: priceStarter, NextAt: firstPeriodEnd}
+		NextPriceID: priceStarter, NextAt: firstPeriodEnd, NextQuantity: 1}
 	want := billing.AppliedChange{Status: "active", CurrentPeriodEnd: firstPeriodEnd, ItemID: env.cust.ItemID, Schedule: wantSched}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v (schedule %+v), want %+v (%+v)", got, got.Schedule, want, wantSched)
