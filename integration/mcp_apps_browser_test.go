@@ -134,6 +134,44 @@ func TestMCPAppViewInBrowser(t *testing.T) {
 	b.wantNoScriptErrors()
 }
 
+// TestMCPAppViewSeatsInBrowser: change_seats in billingd's own view, in
+// Chromium: the view says what Confirm does in the words of seats (its
+// title, the seats from → to, the plan kept, what is due now), and Confirm
+// adds the seats at Stripe.
+func TestMCPAppViewSeatsInBrowser(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withEnv("CONFIRM_TTL", "5m"), withEnv("STRIPE_WEBHOOK_SECRET", webhookSecret))
+	acct := h.createOrg("appseats", "Vector Build", "pro")
+	sub := acct.Subscription.StripeSubscriptionID
+	h.withSeats(sub, 2)
+	host := startAppHost(t, h)
+	token := h.mcpToken("appseats", "alice", "chat-host", auth.ScopeRead, auth.ScopeWrite)
+	b := newBrowser(t)
+
+	view := b.openViewWith(host, token, "change_seats", url.Values{"quantity": {"5"}}, "")
+	view.waitState("pending")
+	if title := view.text("title"); title != "Confirm adding seats" {
+		t.Errorf("title %q", title)
+	}
+	if amounts := view.text("amounts"); !strings.Contains(amounts, "2 → 5") || !strings.Contains(amounts, "Due now") ||
+		strings.Contains(amounts, "From") {
+		t.Errorf("amounts %q", amounts)
+	}
+	if summary := view.text("summary"); !strings.HasPrefix(summary, "Add 3 seats to Vector Build's Pro plan") {
+		t.Errorf("summary %q", summary)
+	}
+	b.screenshotViewAs(t, "mcp-app-view-seats.png")
+	view.click("confirm")
+	view.waitState("done")
+	if got := h.seatsAtStripe(sub); got != 5 {
+		t.Fatalf("Stripe has %d seats after Confirm, want 5", got)
+	}
+	if outcome := view.text("outcome"); !strings.Contains(outcome, "5 seats") {
+		t.Errorf("outcome %q", outcome)
+	}
+	b.wantNoScriptErrors()
+}
+
 // TestMCPAppViewExpiresInBrowser: when the countdown runs out the view says
 // the proposal expired and offers no button; nothing changes.
 func TestMCPAppViewExpiresInBrowser(t *testing.T) {
@@ -204,7 +242,17 @@ func (b *browser) openView(host, token, tool, to string) *viewFrame {
 // (downgrade_plan's "now" or "period_end"), unless at is empty.
 func (b *browser) openViewAt(host, token, tool, to, at string) *viewFrame {
 	b.t.Helper()
-	q := url.Values{"token": {token}, "tool": {tool}, "to": {to}}
+	return b.openViewWith(host, token, tool, url.Values{"to": {to}}, at)
+}
+
+// openViewWith is openView for a first call with the arguments args (to,
+// or quantity) and at, unless empty.
+func (b *browser) openViewWith(host, token, tool string, args url.Values, at string) *viewFrame {
+	b.t.Helper()
+	q := url.Values{"token": {token}, "tool": {tool}}
+	for k, v := range args {
+		q[k] = v
+	}
 	if at != "" {
 		q.Set("at", at)
 	}
@@ -285,9 +333,15 @@ func (b *browser) waitModelContext(want string) {
 // directory, or to docs/images/mcp-app-view.png with MCP_APP_SCREENSHOT=1.
 func (b *browser) screenshotView(t *testing.T) {
 	t.Helper()
-	path := filepath.Join(screenshotDir(t), "mcp-app-view.png")
+	b.screenshotViewAs(t, "mcp-app-view.png")
+}
+
+// screenshotViewAs keeps a screenshot of the view under name.
+func (b *browser) screenshotViewAs(t *testing.T, name string) {
+	t.Helper()
+	path := filepath.Join(screenshotDir(t), name)
 	if os.Getenv("MCP_APP_SCREENSHOT") == "1" {
-		path = filepath.Join("..", "docs", "images", "mcp-app-view.png")
+		path = filepath.Join("..", "docs", "images", name)
 	}
 	png, err := chromedp.Run(b.ctx, chromedp.Screenshot(chromedp.ID("app-frame")))
 	if err != nil {

@@ -96,22 +96,23 @@ func (c *sweepConsent) madeAll() bool {
 	if c.standing() {
 		return len(c.writes) > 0
 	}
-	planMade, scheduleMade := c.from.plan == c.to.plan, c.from.scheduled == c.to.scheduled
+	planMade, seatsMade, scheduleMade := c.from.plan == c.to.plan, c.from.seats == c.to.seats, c.from.scheduled == c.to.scheduled
 	for _, w := range c.writes {
 		before, after := stateAtStripe(w.Before), stateAtStripe(w.After)
 		planMade = planMade || after.plan == c.to.plan && (before.plan != after.plan || !w.Changed())
+		seatsMade = seatsMade || after.seats == c.to.seats && (before.seats != after.seats || !w.Changed())
 		// The schedule agreed to stands after one of its writes (a change
 		// in the dashboard may have made the scheduled change moot
 		// already). Keeping the plan is made only on the plan kept: a
 		// release after the dashboard moved the price keeps nothing.
-		scheduleMade = scheduleMade || after.scheduled == c.to.scheduled && (!c.keeps() || after.plan == c.to.plan)
+		scheduleMade = scheduleMade || after.scheduled == c.to.scheduled && (!c.keeps() || after.plan == c.to.plan && after.seats == c.to.seats)
 	}
-	return planMade && scheduleMade
+	return planMade && seatsMade && scheduleMade
 }
 
 // keeps reports whether c only cancels a scheduled change (a keep).
 func (c *sweepConsent) keeps() bool {
-	return !c.standing() && c.from.plan == c.to.plan && c.from.scheduled != "" && c.to.scheduled == ""
+	return !c.standing() && c.from.plan == c.to.plan && c.from.seats == c.to.seats && c.from.scheduled != "" && c.to.scheduled == ""
 }
 
 // ambiguous reports whether billingd cannot know if c's keep was made: its
@@ -148,7 +149,11 @@ func shownState(p proposal) (from, to sweepState) {
 	d := p.Details
 	from, to = sweepState{plan: d.From, seats: d.QuantityFrom}, sweepState{plan: d.To, seats: d.QuantityTo}
 	if c := d.CancelsScheduledChange; c != nil {
-		from.scheduled = c.To + seatsSuffix(d.QuantityFrom) + "@" + c.At.UTC().Format(time.RFC3339)
+		seats := d.QuantityFrom // a plan change scheduled keeps them
+		if c.Quantity > 0 {
+			seats = c.Quantity
+		}
+		from.scheduled = c.To + seatsSuffix(seats) + "@" + c.At.UTC().Format(time.RFC3339)
 	}
 	if d.At == "period_end" {
 		to = sweepState{plan: d.From, seats: d.QuantityFrom,
@@ -288,22 +293,8 @@ func (sw *sweep) seenBefore(w stripepaytest.Write, earlier []stripepaytest.Write
 // which a change not made had released: it undoes, and needs no consent.
 func (sc *sweepCase) restores(before, after sweepState) bool {
 	return sc.scheduledBefore != "" && before.plan == after.plan && before.seats == after.seats && before.scheduled == "" &&
-		after.scheduled == scheduledWithSeats(stateScheduled(sc.scheduledBefore), after.seats)
+		after.scheduled == sc.scheduledBefore
 }
-
-// scheduledWithSeats is a scheduled change "pro@…" as the oracle writes it
-// for a subscription of n seats, which the change keeps ("pro×5@…").
-func scheduledWithSeats(scheduled string, n int64) string {
-	plan, at, ok := strings.Cut(scheduled, "@")
-	if !ok {
-		return scheduled
-	}
-	return plan + seatsSuffix(n) + "@" + at
-}
-
-// stateScheduled turns the harness's "pro at <RFC 3339>" into the
-// oracle's "pro@<RFC 3339>".
-func stateScheduled(s string) string { return strings.Replace(s, " at ", "@", 1) }
 
 // consentFor is the consent that explains a write from before to after:
 // the one whose change it is part of, given before the write reached
@@ -417,9 +408,11 @@ type sweepAnswerClaims struct {
 	Confirmation string `json:"confirmation_id"`
 	Subscription *struct {
 		Plan            string `json:"plan"`
+		Quantity        int64  `json:"quantity"`
 		ScheduledChange *struct {
-			To string    `json:"to"`
-			At time.Time `json:"at"`
+			To       string    `json:"to"`
+			At       time.Time `json:"at"`
+			Quantity int64     `json:"quantity"`
 		} `json:"scheduled_change"`
 	} `json:"subscription"`
 }

@@ -205,17 +205,24 @@ func jwsPayload(jws string) string {
 // when they agree.
 func (sw *sweep) disagreement(sc *sweepCase) string {
 	sub, _ := sw.h.fake.Subscription(sc.sub)
-	stripePlan, stripeScheduled := planOfPrice(sub.Items[0].PriceID), sw.scheduledAtStripe(sc.sub)
-	view := sw.view(sc)
-	scheduled := ""
-	if v := view.ScheduledChange; v != nil {
-		scheduled = v.To + " at " + v.At.UTC().Format(time.RFC3339)
-	}
-	if view.Plan != stripePlan || scheduled != stripeScheduled || view.Quantity != sub.Items[0].Quantity {
-		return fmt.Sprintf("billingd shows %s ×%d (scheduled: %q), Stripe %s ×%d (scheduled: %q)", view.Plan, view.Quantity,
-			scheduled, stripePlan, sub.Items[0].Quantity, stripeScheduled)
+	stripe, view := sw.stripeNow(sub), sw.view(sc)
+	shows := sweepState{plan: view.Plan, seats: view.Quantity, scheduled: scheduledShown(view.ScheduledChange, view.Quantity)}
+	if shows != stripe {
+		return fmt.Sprintf("billingd shows %s, Stripe %s", shows, stripe)
 	}
 	return ""
+}
+
+// scheduledShown is a scheduled change billingd shows, in the oracle's
+// terms, on a subscription of n seats ("" for none).
+func scheduledShown(v *billing.ScheduledChangeView, n int64) string {
+	if v == nil {
+		return ""
+	}
+	if v.Quantity > 0 { // a change of plan keeps the seats
+		n = v.Quantity
+	}
+	return v.To + seatsSuffix(n) + "@" + v.At.UTC().Format(time.RFC3339)
 }
 
 // view is the subscription as billingd shows it, asked again while a
@@ -234,14 +241,11 @@ func (sw *sweep) view(sc *sweepCase) billing.SubscriptionView {
 	return view
 }
 
-// scheduledAtStripe is the change the subscription's schedule will make,
-// "plan at time", or "" for none.
+// scheduledAtStripe is the change of plan or seats the subscription's
+// schedule will make ("pro×5@<RFC 3339>"), or "" for none.
 func (sw *sweep) scheduledAtStripe(subscriptionID string) string {
 	sub, _ := sw.h.fake.Subscription(subscriptionID)
-	if s := sw.h.scheduledAtStripe(sub); s != "none" {
-		return s
-	}
-	return ""
+	return sw.stripeNow(sub).scheduled
 }
 
 // confirmations lists the org's confirmations.
@@ -496,7 +500,7 @@ func (sw *sweep) judgeScheduled(sc *sweepCase) {
 	sc.mu.Lock()
 	cancelled := false
 	for _, c := range sc.consents {
-		cancelled = cancelled || c.from.scheduled == scheduledWithSeats(stateScheduled(sc.scheduledBefore), c.from.seats) && c.madeAll()
+		cancelled = cancelled || c.from.scheduled == sc.scheduledBefore && c.madeAll()
 	}
 	sc.mu.Unlock()
 	if !cancelled {
@@ -523,9 +527,13 @@ func (sw *sweep) judgeAnswers(sc *sweepCase) {
 		}
 		if c != nil && a.executed() {
 			claims, _ := a.claims()
-			shows := sweepState{plan: claims.Subscription.Plan}
+			shows := sweepState{plan: claims.Subscription.Plan, seats: claims.Subscription.Quantity}
 			if v := claims.Subscription.ScheduledChange; v != nil {
-				shows.scheduled = v.To + "@" + v.At.UTC().Format(time.RFC3339)
+				seats := shows.seats // a change of plan keeps them
+				if v.Quantity > 0 {
+					seats = v.Quantity
+				}
+				shows.scheduled = v.To + seatsSuffix(seats) + "@" + v.At.UTC().Format(time.RFC3339)
 			}
 			switch {
 			case !c.madeAll() && !(c.standing() && a.stripe.plan == c.to.plan):
@@ -609,6 +617,9 @@ func (sw *sweep) judgeQuote(sc *sweepCase, a sweepAnswer) {
 	sc.mu.Unlock()
 	if !moved && p.Details.From != a.stripe.plan && p.Details.From != p.Details.To {
 		sc.violate(5, "the %s call quoted a change from %s while Stripe was on %s", a.who, p.Details.From, a.stripe.plan)
+	}
+	if !moved && a.stripe.seats > 0 && p.Details.QuantityFrom != a.stripe.seats {
+		sc.violate(5, "the %s call quoted a change from %d seats while Stripe had %d", a.who, p.Details.QuantityFrom, a.stripe.seats)
 	}
 	for _, w := range sw.caseWrites(sc) {
 		// A write that reached Stripe before the first call was made, and

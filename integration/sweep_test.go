@@ -477,6 +477,21 @@ func (sw *sweep) retry(what string, fn func() error) {
 	sw.t.Fatalf("%s: %v", what, err)
 }
 
+// withSeats gives the case's subscription n seats in Stripe's dashboard and
+// delivers Stripe's event to the in-process replica, again after a 503
+// (the fault of the case before may have restarted PostgreSQL) (setup).
+func (sw *sweep) withSeats(sc *sweepCase, n int64) {
+	sw.h.changeInDashboard(sc.sub, func(s *stripepaytest.Subscription) { s.Items[0].Quantity = n })
+	events := sw.h.fake.Events()
+	ev := events[len(events)-1]
+	sw.retry("deliver the seats' event", func() error {
+		if r := sw.h.deliver(ev); r.Status != http.StatusOK {
+			return fmt.Errorf("status %d: %s", r.Status, r.Body)
+		}
+		return nil
+	})
+}
+
 // setupCall is a call of a case's setup to the in-process replica (no
 // failpoints), made again after a 503; into, if not nil, gets its answer.
 func (sw *sweep) setupCall(method, path, token string, body, into any) {
@@ -545,11 +560,24 @@ func (sc *sweepCase) violate(oracle int, format string, args ...any) {
 	sc.violations = append(sc.violations, fmt.Sprintf("oracle %d: ", oracle)+fmt.Sprintf(format, args...))
 }
 
+// stripeNow is Stripe's subscription sub in the oracle's terms: its plan,
+// its seats, and the change of plan or seats its schedule will make.
+func (sw *sweep) stripeNow(sub stripepaytest.Subscription) sweepState {
+	now := sweepState{plan: planOfPrice(sub.Items[0].PriceID), seats: sub.Items[0].Quantity}
+	if sch, ok := sw.h.fake.Schedule(sub.Schedule); ok && sch.Current+1 < len(sch.Phases) {
+		next := sch.Phases[sch.Current+1]
+		if it := next.Items[0]; it.PriceID != sub.Items[0].PriceID || it.Quantity != sub.Items[0].Quantity {
+			now.scheduled = planOfPrice(it.PriceID) + seatsSuffix(it.Quantity) + "@" + next.Start.UTC().Format(time.RFC3339)
+		}
+	}
+	return now
+}
+
 // record keeps an answer, with Stripe's plan as it is the moment it arrived.
 func (sw *sweep) record(sc *sweepCase, a sweepAnswer) sweepAnswer {
 	a.at = time.Now()
 	if sub, ok := sw.h.fake.Subscription(sc.sub); ok {
-		a.stripe = sweepState{plan: planOfPrice(sub.Items[0].PriceID), scheduled: stateScheduled(sw.scheduledAtStripe(sc.sub))}
+		a.stripe = sw.stripeNow(sub)
 	}
 	sc.mu.Lock()
 	sc.answers = append(sc.answers, a)
@@ -606,12 +634,23 @@ func (sw *sweep) send(sc *sweepCase, a sweepAnswer, base, method, path, token st
 	return sw.record(sc, a)
 }
 
-// firstCall is a first call by the payer to replica A.
-func (sw *sweep) firstCall(sc *sweepCase, op, to, at string) (proposal, bool) {
-	body := map[string]string{"to": to}
+// askBody is the body of a call of op asking for to: a plan id, or for
+// "seats" the number of seats.
+func askBody(op, to, at string) map[string]any {
+	body := map[string]any{"to": to}
+	if op == "seats" {
+		n, _ := strconv.ParseInt(to, 10, 64)
+		body = map[string]any{"quantity": n}
+	}
 	if at != "" {
 		body["at"] = at
 	}
+	return body
+}
+
+// firstCall is a first call by the payer to replica A.
+func (sw *sweep) firstCall(sc *sweepCase, op, to, at string) (proposal, bool) {
+	body := askBody(op, to, at)
 	a := sw.call(sc, "first", sw.replicas[0].url, "POST", "/api/billing/"+op, sc.payer, body, "", false)
 	var p proposal
 	if a.status != http.StatusAccepted || json.Unmarshal(a.body, &p) != nil {
@@ -628,10 +667,8 @@ func (sw *sweep) firstCall(sc *sweepCase, op, to, at string) (proposal, bool) {
 // does: after no answer (the process died: once it is back) and as long as
 // billingd answers 503 with Retry-After, a few times.
 func (sw *sweep) secondCall(sc *sweepCase, op, to, at string, p proposal) {
-	body := map[string]string{"to": to, "confirm_token": p.ConfirmToken}
-	if at != "" {
-		body["at"] = at
-	}
+	body := askBody(op, to, at)
+	body["confirm_token"] = p.ConfirmToken
 	for try := 0; try < 4; try++ {
 		a := sw.call(sc, "second", sw.replicas[0].url, "POST", "/api/billing/"+op, sc.payer, body, p.ConfirmationID, true)
 		switch {
@@ -652,22 +689,37 @@ func (sw *sweep) handshake(sc *sweepCase, op, to, at string) {
 	}
 }
 
-// scheduleThrough schedules a change at the period's end through the
+// scheduleThrough schedules a downgrade at the period's end through the
 // in-process replica (setup).
-func (sw *sweep) scheduleThrough(sc *sweepCase, to string) {
+func (sw *sweep) scheduleThrough(sc *sweepCase, to string) { sw.scheduleOf(sc, "downgrade", to) }
+
+// scheduleOf schedules op (downgrade, seats) of to at the period's end
+// through the in-process replica (setup).
+func (sw *sweep) scheduleOf(sc *sweepCase, op, to string) {
 	var p proposal
-	sw.setupCall("POST", "/api/billing/downgrade", sc.payer, map[string]string{"to": to, "at": "period_end"}, &p)
-	sw.setupCall("POST", "/api/billing/downgrade", sc.payer,
-		map[string]string{"to": to, "at": "period_end", "confirm_token": p.ConfirmToken}, nil)
+	body := askBody(op, to, "period_end")
+	sw.setupCall("POST", "/api/billing/"+op, sc.payer, body, &p)
+	body["confirm_token"] = p.ConfirmToken
+	sw.setupCall("POST", "/api/billing/"+op, sc.payer, body, nil)
 }
 
 // sweepOps are the operations: every way a change is asked for and made.
 func sweepOps() []sweepOp {
 	return []sweepOp{
 		{name: "upgrade", plan: "pro", run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "upgrade", "scale", "") }},
-		{name: "upgrade with 5 seats", plan: "pro", setup: func(sw *sweep, sc *sweepCase) { sw.h.withSeats(sc.sub, 5) },
+		{name: "upgrade with 5 seats", plan: "pro", setup: func(sw *sweep, sc *sweepCase) { sw.withSeats(sc, 5) },
 			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "upgrade", "scale", "") }},
 		{name: "downgrade now", plan: "scale", run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "downgrade", "pro", "") }},
+		{name: "more seats", plan: "pro", setup: func(sw *sweep, sc *sweepCase) { sw.withSeats(sc, 2) },
+			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "seats", "5", "") }},
+		{name: "fewer seats at period end", plan: "pro", setup: func(sw *sweep, sc *sweepCase) { sw.withSeats(sc, 5) },
+			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "seats", "2", "period_end") }},
+		{name: "more seats cancelling a scheduled downgrade", plan: "scale",
+			setup: func(sw *sweep, sc *sweepCase) { sw.withSeats(sc, 2); sw.scheduleThrough(sc, "pro") },
+			run:   func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "seats", "3", "") }},
+		{name: "keeping seats over fewer seats scheduled", plan: "pro",
+			setup: func(sw *sweep, sc *sweepCase) { sw.withSeats(sc, 5); sw.scheduleOf(sc, "seats", "2") },
+			run:   func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "seats", "5", "") }},
 		{name: "downgrade at period end", plan: "scale",
 			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "downgrade", "pro", "period_end") }},
 		{name: "keep", plan: "scale", setup: func(sw *sweep, sc *sweepCase) { sw.scheduleThrough(sc, "pro") },
@@ -682,7 +734,7 @@ func sweepOps() []sweepOp {
 				sw.handshake(sc, "upgrade", "scale", "")
 			}},
 		{name: "declined upgrade of 5 seats cancelling a scheduled downgrade", plan: "pro",
-			setup: func(sw *sweep, sc *sweepCase) { sw.h.withSeats(sc.sub, 5); sw.scheduleThrough(sc, "free") },
+			setup: func(sw *sweep, sc *sweepCase) { sw.withSeats(sc, 5); sw.scheduleThrough(sc, "free") },
 			run: func(sw *sweep, sc *sweepCase) {
 				sw.h.fake.FailNextForAt(sc.sub, stripepaytest.UpdateSubscription, stripepaytest.DeclineCard)
 				sw.handshake(sc, "upgrade", "scale", "")
