@@ -23,6 +23,13 @@ type ReceiptClaims struct {
 	Operation      Operation `json:"operation"`
 	From           string    `json:"from"`
 	To             string    `json:"to"`
+	// QuantityFrom and QuantityTo are the seats before and after the change
+	// (a plan change keeps them).
+	QuantityFrom int64 `json:"quantity_from"`
+	QuantityTo   int64 `json:"quantity_to"`
+	// CreditCents is the credit the summary stated for the next invoice
+	// (fewer seats or a cheaper plan now): credited, not refunded.
+	CreditCents int64 `json:"credit_cents,omitempty"`
 	// AmountDueNowCents is what the provider invoiced at once for the
 	// change (an upgrade's own invoice; 0 for a change that invoiced
 	// nothing at once), never only what was quoted. nil (absent) when
@@ -257,6 +264,7 @@ func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.T
 	claims := ReceiptClaims{
 		Issuer: s.publicBaseURL, Subject: c.Principal, IssuedAt: executedAt.Unix(), Org: c.Org, Client: c.Client,
 		ConfirmationID: c.ID, Operation: c.Operation, From: c.Terms.FromPlan, To: c.Terms.ToPlan,
+		QuantityFrom: c.Terms.seatsFrom(), QuantityTo: c.Terms.seatsTo(), CreditCents: c.Terms.CreditCents,
 		AmountDueNowCents: invoiced, QuotedAmountDueNowCents: c.Terms.AmountDueCents, InvoiceID: invoiceID,
 		AmountInvoicedUnknown: unknown,
 		Currency:              c.Terms.Currency, CurrencyDigits: DigitsOf(c.Terms.Currency),

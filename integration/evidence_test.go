@@ -94,7 +94,7 @@ func TestReceipts(t *testing.T) {
 	sum := sha256.Sum256([]byte(p.Summary))
 	want := billing.ReceiptClaims{
 		Issuer: h.url, Subject: "alice", Org: "vector", Client: "test-agent", ConfirmationID: p.ConfirmationID,
-		Operation: billing.OpUpgrade, From: "pro", To: "scale", AmountDueNowCents: new(p.Details.AmountDueNowCents),
+		Operation: billing.OpUpgrade, From: "pro", To: "scale", QuantityFrom: 1, QuantityTo: 1, AmountDueNowCents: new(p.Details.AmountDueNowCents),
 		QuotedAmountDueNowCents: p.Details.AmountDueNowCents, Currency: "usd", SummarySHA256: hex.EncodeToString(sum[:]),
 		CurrencyDigits:       billing.CurrencyDigits{Exponent: 2},
 		StripeSubscriptionID: acct.Subscription.StripeSubscriptionID, Livemode: false,

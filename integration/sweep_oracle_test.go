@@ -90,7 +90,9 @@ func (sw *sweep) judgeQuotedAmounts(sc *sweepCase) {
 }
 
 // misquoted lists the changes Stripe invoiced at another amount than the
-// one the person agreed to.
+// one the person agreed to, now or on the next invoice: what a write
+// prorated onto the next invoice is the credit the summary stated (a
+// charge carried there was never stated).
 func (sw *sweep) misquoted(sc *sweepCase) (wrong []string) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
@@ -106,7 +108,13 @@ func (sw *sweep) misquoted(sc *sweepCase) (wrong []string) {
 			// A write from another price than the one quoted is the
 			// dashboard's race (rule 3): what was invoiced then is what the
 			// receipt must say, and it does (judgeReceiptAmount).
-			if w.Invoice == "" || planOfPrice(w.Before.PriceID) != c.from.plan {
+			if planOfPrice(w.Before.PriceID) != c.from.plan || w.Before.Quantity != c.from.seats {
+				continue
+			}
+			if credit := shown.Details.CreditCents; w.Carried != -credit {
+				wrong = append(wrong, fmt.Sprintf("%s stated a credit of %d on the next invoice; Stripe carried %d there", c, credit, w.Carried))
+			}
+			if w.Invoice == "" {
 				continue
 			}
 			amount, _, _ := sw.h.fake.Invoice(w.Invoice)

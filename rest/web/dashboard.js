@@ -99,6 +99,10 @@ function renderSubscription() {
   const sub = state.subscription || {};
   $("sub-org").textContent = sub.org || "—";
   $("sub-plan").textContent = sub.plan ? planName(sub.plan) : "—";
+  $("sub-seats").textContent = sub.quantity ? String(sub.quantity) : "—";
+  if (sub.quantity && document.activeElement !== $("seats-quantity")) {
+    $("seats-quantity").value = String(sub.quantity);
+  }
   $("sub-status").textContent = sub.status || "—";
   $("sub-period-end").textContent = sub.current_period_end ? when(sub.current_period_end) : "—";
   // A downgrade scheduled for the period's end: what it becomes and when,
@@ -107,11 +111,18 @@ function renderSubscription() {
   $("scheduled").hidden = !change;
   if (change) {
     const current = planName(sub.plan);
-    $("scheduled-text").textContent = `Changes to ${planName(change.to)} on ${day(change.at)}.`;
+    const to = scheduledTo(change);
+    $("scheduled-text").textContent = `Changes to ${to} on ${day(change.at)}.`;
     $("keep-plan").textContent = `Keep ${current}`;
-    $("keep-plan").setAttribute("aria-label",
-      `Keep ${current}: cancel the change to ${planName(change.to)} scheduled for ${day(change.at)}`);
+    $("keep-plan").setAttribute("aria-label", `Keep ${current}: cancel the change to ${to} scheduled for ${day(change.at)}`);
   }
+}
+
+// scheduledTo names what a scheduled change changes to: its plan, with its
+// seats when it changes them ("Pro with 2 seats").
+function scheduledTo(change) {
+  const seats = change.quantity ? ` with ${change.quantity === 1 ? "1 seat" : change.quantity + " seats"}` : "";
+  return planName(change.to) + seats;
 }
 
 function renderPlans() {
@@ -343,17 +354,35 @@ async function cancelPending(id, button) {
 // the scheduled change.
 async function propose(op, plan, button, at) {
   const keep = state.subscription && plan.id === state.subscription.plan;
-  const body = { to: plan.id };
+  say(keep ? `Asking billingd what keeping ${plan.name} means…` : `Asking billingd what the change to ${plan.name} costs…`);
+  await ask(op, plan, { to: plan.id }, button, at, keep ? `No change is scheduled: the plan stays ${plan.name}.`
+    : `Already on ${plan.name}; there is nothing to confirm.`);
+}
+
+// proposeSeats is change_seats's first call: the seats of the current plan.
+async function proposeSeats(quantity, button, at) {
+  const sub = state.subscription;
+  const plan = sub && state.plans.find((p) => p.id === sub.plan);
+  if (!plan) {
+    return;
+  }
+  say(`Asking billingd what ${quantity} seats of ${plan.name} cost…`);
+  await ask("seats", plan, { quantity }, button, at, `The subscription has ${quantity} seats already; there is nothing to confirm.`);
+}
+
+// ask makes a first call of op with body (and "at": "period_end" when at
+// says so) and opens the dialog with its summary; noop is what the page
+// says when there is nothing to confirm.
+async function ask(op, plan, body, button, at, noop) {
   if (at === "period_end") {
     body.at = at;
   }
   button.disabled = true;
-  say(keep ? `Asking billingd what keeping ${plan.name} means…` : `Asking billingd what the change to ${plan.name} costs…`);
   const res = await api("POST", `/api/billing/${op}`, body);
   button.disabled = false;
   if (res.status === 200 && res.data && res.data.noop) {
     if (await refresh()) {
-      say(keep ? `No change is scheduled: the plan stays ${plan.name}.` : `Already on ${plan.name}; there is nothing to confirm.`);
+      say(noop);
     }
     return;
   }
@@ -365,10 +394,16 @@ async function propose(op, plan, button, at) {
   openDialog(op, plan, body, res.data, button.dataset.focusKey);
 }
 
-// isKeep: the proposal keeps the current plan (it only cancels the
-// scheduled change).
+// isKeep: the proposal keeps the current plan and seats (it only cancels
+// the scheduled change).
 function isKeep(details) {
-  return Boolean(details && details.from === details.to && details.cancels_scheduled_change);
+  return Boolean(details && details.from === details.to && details.quantity_from === details.quantity_to &&
+    details.cancels_scheduled_change);
+}
+
+// isSeats: the proposal changes the seats of the current plan.
+function isSeats(details) {
+  return Boolean(details && details.from === details.to && details.quantity_from !== details.quantity_to);
 }
 
 // proposalFacts are the terms of a proposal the summary states in words,
@@ -379,6 +414,9 @@ function proposalFacts(d) {
   if (!d) {
     return facts;
   }
+  if (isSeats(d)) {
+    facts.push(["Seats", `${d.quantity_from} → ${d.quantity_to}`]);
+  }
   if (d.at === "period_end") {
     facts.push(["Changes on", day(d.effective_at)], ["Due now", money(d.amount_due_now_cents, d.currency, d)]);
     if (d.next_charge) {
@@ -387,7 +425,7 @@ function proposalFacts(d) {
   }
   const cancels = d.cancels_scheduled_change;
   if (cancels) {
-    facts.push(["Cancels", `the change to ${planName(cancels.to)} scheduled for ${day(cancels.at)}`]);
+    facts.push(["Cancels", `the change to ${scheduledTo(cancels)} scheduled for ${day(cancels.at)}`]);
   }
   return facts;
 }
@@ -403,7 +441,8 @@ function openDialog(op, plan, body, proposal, focusKey) {
     busy: false,
     outcome: null, // {message, isError} to show once the page is refreshed
   };
-  $("confirm-title").textContent = isKeep(proposal.details) ? `Keep ${plan.name}?` : "Confirm the plan change";
+  $("confirm-title").textContent = isKeep(proposal.details) ? `Keep ${plan.name}?`
+    : isSeats(proposal.details) ? "Confirm the change of seats" : "Confirm the plan change";
   $("confirm-summary").textContent = proposal.summary; // verbatim
   const facts = proposalFacts(proposal.details);
   $("confirm-facts").replaceChildren(...facts.flatMap(([label, value]) => [el("dt", label), el("dd", value)]));
@@ -477,10 +516,16 @@ function doneMessage(p, data) {
   const sub = (data && data.subscription) || {};
   if (sub.scheduled_change) {
     const change = sub.scheduled_change;
-    return `Scheduled: the plan changes to ${planName(change.to)} on ${day(change.at)}. Nothing changed now.`;
+    if (change.to === sub.plan && change.quantity) {
+      return `Scheduled: the seats change to ${change.quantity} on ${day(change.at)}. Nothing changed now.`;
+    }
+    return `Scheduled: the plan changes to ${scheduledTo(change)} on ${day(change.at)}. Nothing changed now.`;
   }
   if (isKeep(p.proposal.details)) {
     return `Kept ${p.plan.name}: the scheduled change is cancelled.`;
+  }
+  if (isSeats(p.proposal.details)) {
+    return `Done: ${p.plan.name} now has ${sub.quantity} seats.`;
   }
   return `Done: the plan is now ${p.plan.name}.`;
 }
@@ -528,6 +573,15 @@ function init() {
     if (plan) {
       propose("upgrade", plan, $("keep-plan"));
     }
+  });
+  $("seats-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const quantity = Number($("seats-quantity").value);
+    if (!Number.isInteger(quantity) || quantity < 1 || quantity > 10000) {
+      fail("Seats must be a whole number from 1 to 10000.");
+      return;
+    }
+    proposeSeats(quantity, $("change-seats"), $("seats-when").value);
   });
   $("confirm-cancel").addEventListener("click", () => $("confirm-dialog").close("cancelled"));
   const dialog = $("confirm-dialog");

@@ -125,7 +125,16 @@ function receiptFacts(c) {
     facts.push(["Approved by", c.approver]);
   }
   facts.push(["How the person agreed", consentText(c.consent)]);
-  facts.push(["Change", c.from === c.to && c.cancels ? `${c.operation}: keep ${c.from}` : `${c.operation}: ${c.from} → ${c.to}`]);
+  const seats = c.quantity_from && c.quantity_to && c.quantity_from !== c.quantity_to;
+  const change = seats ? `${c.operation}: ${c.from}, ${c.quantity_from} → ${c.quantity_to} seats`
+    : c.from === c.to && c.cancels ? `${c.operation}: keep ${c.from}` : `${c.operation}: ${c.from} → ${c.to}`;
+  facts.push(["Change", change]);
+  if (!seats && c.quantity_from > 1) {
+    facts.push(["Seats", String(c.quantity_from)]);
+  }
+  if (c.credit_cents) {
+    facts.push(["Credited on the next invoice", money(c.credit_cents, c.currency, c)]);
+  }
   if (scheduled) {
     facts.push(["Takes effect", `${day(c.effective_at)} (${c.effective_at}), the end of the period: nothing changed or was charged when it was scheduled`]);
   } else if (c.effective_at) {

@@ -129,6 +129,13 @@ func (s *Server) updateSubscription(r *http.Request) (any, error) {
 		return nil, err
 	}
 	now := s.now().Truncate(time.Second)
+	if p.behavior == "create_prorations" && len(p.items) > 0 {
+		at := now
+		if p.hasProrationDate {
+			at = p.prorationDate
+		}
+		sub.PendingProrations += s.netProration(sub, changes, at)
+	}
 	if p.behavior == "always_invoice" && len(p.items) > 0 {
 		at := now
 		if p.hasProrationDate {

@@ -55,6 +55,9 @@ type Write struct {
 	Before, After SubState
 	// Invoice is the invoice the write made ("" for none).
 	Invoice string
+	// Carried is what the write prorated onto the next invoice instead
+	// (create_prorations): positive owed, negative a credit.
+	Carried int64
 	// Answered: the client got the write's own answer (not lost, replaced
 	// by a 500, cut, or held until the client gave up).
 	Answered bool
@@ -131,6 +134,7 @@ type writing struct {
 	arrived       time.Time
 	before        SubState
 	latestInvoice string
+	pending       int64 // the subscription's PendingProrations before
 }
 
 // beginWrite notes the subscription's state before a write. Callers hold
@@ -138,7 +142,7 @@ type writing struct {
 func (s *Server) beginWrite(e Endpoint, subscriptionID, key string, arrived time.Time) writing {
 	w := writing{endpoint: e, subscription: subscriptionID, key: key, arrived: arrived, before: s.stateOf(subscriptionID)}
 	if sub, ok := s.subs[subscriptionID]; ok {
-		w.latestInvoice = sub.LatestInvoice
+		w.latestInvoice, w.pending = sub.LatestInvoice, sub.PendingProrations
 	}
 	return w
 }
@@ -148,8 +152,11 @@ func (s *Server) beginWrite(e Endpoint, subscriptionID, key string, arrived time
 func (s *Server) endWrite(w writing, answered bool) int {
 	entry := Write{Endpoint: w.endpoint, Subscription: w.subscription, Key: w.key, Arrived: w.arrived,
 		At: time.Now(), Before: w.before, After: s.stateOf(w.subscription), Answered: answered}
-	if sub, ok := s.subs[w.subscription]; ok && sub.LatestInvoice != w.latestInvoice {
-		entry.Invoice = sub.LatestInvoice
+	if sub, ok := s.subs[w.subscription]; ok {
+		if sub.LatestInvoice != w.latestInvoice {
+			entry.Invoice = sub.LatestInvoice
+		}
+		entry.Carried = sub.PendingProrations - w.pending
 	}
 	s.writes = append(s.writes, entry)
 	return len(s.writes) - 1

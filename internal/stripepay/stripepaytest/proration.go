@@ -85,6 +85,20 @@ func (p itemPlan) oldAmount() int64 { return p.old.unitAmount * p.oldQty }
 func (p itemPlan) newAmount() int64 { return p.new.unitAmount * p.newQty }
 func (p itemPlan) changed() bool    { return p.old.id != p.new.id || p.oldQty != p.newQty }
 
+// netProration is what changes prorate at at: the sum of the net of every
+// changed item, as previewInvoice's lines add up. Callers hold s.mu.
+func (s *Server) netProration(sub *Subscription, changes []itemChange, at time.Time) int64 {
+	remaining := int64(sub.CurrentPeriodEnd.Sub(at) / time.Second)
+	length := int64(sub.CurrentPeriodEnd.Sub(sub.CurrentPeriodStart) / time.Second)
+	var net int64
+	for _, p := range s.itemPlans(sub, changes) {
+		if p.changed() {
+			net += prorate(p.newAmount()-p.oldAmount(), remaining, length)
+		}
+	}
+	return net
+}
+
 // itemPlans pairs every item of sub with what changes would make of it.
 func (s *Server) itemPlans(sub *Subscription, changes []itemChange) []itemPlan {
 	plans := make([]itemPlan, len(sub.Items))

@@ -80,6 +80,10 @@ type Subscription struct {
 	CanceledAt          time.Time
 	EndedAt             time.Time
 	CancellationDetails CancellationDetails
+	// PendingProrations is the net of the proration items changes made
+	// with create_prorations left for the next invoice (positive: owed,
+	// negative: a credit), as Stripe's pending invoice items.
+	PendingProrations int64
 }
 
 // CancellationDetails is why a subscription was canceled, as Stripe's
