@@ -172,6 +172,7 @@ func (s *Service) revokeAsDrift(ctx context.Context, tx Tx, caller Caller, c Con
 func (s *Service) quoteHolds(c Confirmation, sub Subscription, state ProviderSubscription) bool {
 	return state.PriceID == c.Terms.FromPriceID && state.ItemID == sub.StripeItemID &&
 		state.Items == 1 && state.Quantity == seats(c.Terms.Quantity) && state.Status == sub.Status &&
+		state.CancelAtPeriodEnd == sub.CancelAtPeriodEnd &&
 		state.CurrentPeriodEnd.Equal(sub.CurrentPeriodEnd) && s.scheduleHolds(c.Terms, sub, state)
 }
 

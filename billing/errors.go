@@ -29,9 +29,12 @@ const (
 	CodeRequestTooLarge                Code = "request_too_large"
 	CodeUnknownPlan                    Code = "unknown_plan"
 	CodeInvalidPlanChange              Code = "invalid_plan_change"
-	CodeRateLimited                    Code = "rate_limited"
-	CodeInternal                       Code = "internal"
-	CodeUpstreamUnavailable            Code = "upstream_unavailable"
+	// CodeSubscriptionInactive: the subscription was cancelled; no
+	// operation changes it any more (contract §15).
+	CodeSubscriptionInactive Code = "subscription_inactive"
+	CodeRateLimited          Code = "rate_limited"
+	CodeInternal             Code = "internal"
+	CodeUpstreamUnavailable  Code = "upstream_unavailable"
 )
 
 // Error is the one error type that crosses the service boundary. Message is

@@ -27,9 +27,17 @@ type ReceiptClaims struct {
 	// (a plan change keeps them).
 	QuantityFrom int64 `json:"quantity_from"`
 	QuantityTo   int64 `json:"quantity_to"`
-	// CreditCents is the credit the summary stated for the next invoice
-	// (fewer seats or a cheaper plan now): credited, not refunded.
-	CreditCents int64 `json:"credit_cents,omitempty"`
+	// CreditCents is the credit the summary stated: on the next invoice
+	// (fewer seats or a cheaper plan now), or to the customer's balance
+	// (cancelling now): credited, not refunded. CreditedCents is what the
+	// change's own invoice credited to the balance (cancelling now, as
+	// Stripe prorated it when made).
+	CreditCents   int64 `json:"credit_cents,omitempty"`
+	CreditedCents int64 `json:"credited_cents,omitempty"`
+	// Cancellation is what the change did to the subscription's end (now,
+	// period_end, resume), CancelAt when access ends.
+	Cancellation Cancellation `json:"cancellation,omitempty"`
+	CancelAt     *time.Time   `json:"cancel_at,omitempty"`
 	// AmountDueNowCents is what the provider invoiced at once for the
 	// change (an upgrade's own invoice; 0 for a change that invoiced
 	// nothing at once), never only what was quoted. nil (absent) when
@@ -213,7 +221,7 @@ func (s *Service) Receipt(ctx context.Context, caller Caller, confirmationID str
 // cannot identify (invoiceOf) is charged an amount unknown: never the
 // quote, nor a later invoice's.
 func chargedFor(c Confirmation, applied AppliedChange) *Charged {
-	if !chargesNow(c) {
+	if !invoicesNow(c) {
 		return nil
 	}
 	inv := applied.Invoice
@@ -223,7 +231,14 @@ func chargedFor(c Confirmation, applied AppliedChange) *Charged {
 	}
 	amount := inv.AmountDueCents
 	return &Charged{AmountDueNowCents: &amount, QuotedAmountDueNowCents: c.Terms.AmountDueCents,
-		Currency: inv.Currency, CurrencyDigits: DigitsOf(inv.Currency), InvoiceID: inv.ID}
+		Currency: inv.Currency, CurrencyDigits: DigitsOf(inv.Currency), InvoiceID: inv.ID, CreditedCents: inv.CreditedCents}
+}
+
+// invoicesNow reports whether c's change makes an invoice at once: a
+// charge (chargesNow), or a cancellation now's final invoice, which
+// credits the unused time.
+func invoicesNow(c Confirmation) bool {
+	return chargesNow(c) || c.Terms.Cancellation == CancelNow
 }
 
 // chargedNotice says, for the person, that the provider invoiced another
@@ -257,14 +272,15 @@ func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.T
 	// for a downgrade. An upgrade states its own invoice, or that its
 	// amount is unknown.
 	quoted := c.Terms.AmountDueCents
-	invoiced, invoiceID, unknown := &quoted, "", false
+	invoiced, invoiceID, unknown, credited := &quoted, "", false, int64(0)
 	if charged != nil {
 		invoiced, invoiceID, unknown = charged.AmountDueNowCents, charged.InvoiceID, charged.AmountInvoicedUnknown
+		credited = charged.CreditedCents
 	}
 	claims := ReceiptClaims{
 		Issuer: s.publicBaseURL, Subject: c.Principal, IssuedAt: executedAt.Unix(), Org: c.Org, Client: c.Client,
 		ConfirmationID: c.ID, Operation: c.Operation, From: c.Terms.FromPlan, To: c.Terms.ToPlan,
-		QuantityFrom: c.Terms.seatsFrom(), QuantityTo: c.Terms.seatsTo(), CreditCents: c.Terms.CreditCents,
+		QuantityFrom: c.Terms.seatsFrom(), QuantityTo: c.Terms.seatsTo(), CreditCents: c.Terms.CreditCents, CreditedCents: credited,
 		AmountDueNowCents: invoiced, QuotedAmountDueNowCents: c.Terms.AmountDueCents, InvoiceID: invoiceID,
 		AmountInvoicedUnknown: unknown,
 		Currency:              c.Terms.Currency, CurrencyDigits: DigitsOf(c.Terms.Currency),
@@ -282,6 +298,9 @@ func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.T
 		claims.At, claims.EffectiveAt, claims.QuotedNextCharge = AtPeriodEnd, &at, c.Terms.AtRenewal
 	}
 	claims.Cancels = scheduledView(c.Terms.Cancels)
+	if d := detailsOf(c.Terms); d.Cancellation != "" {
+		claims.Cancellation, claims.CancelAt = d.Cancellation, d.CancelAt
+	}
 	jws, err := s.receipts.SignReceipt(claims)
 	if err != nil {
 		return nil, fmt.Errorf("sign receipt: %w", err)

@@ -181,6 +181,7 @@ type mandateFacts struct {
 	atPeriodEnd            bool
 	cancels                bool // the change cancels a scheduled change (a keep, or an upgrade over a scheduled downgrade)
 	seats                  bool // the change changes the seats
+	ends                   bool // the change cancels or resumes the subscription
 	amountDueCents         int64
 }
 
@@ -200,6 +201,10 @@ func (m Mandate) covers(f mandateFacts, now time.Time) string {
 		// A change at the period's end charges later, at a price the
 		// person's bounds were not set against.
 		return "at period end"
+	case f.ends:
+		// Ending a subscription is a person's to decide each time, and
+		// cancelling now cannot be undone.
+		return "cancellation"
 	case f.seats:
 		// A mandate bounds the seats it may add only with max_quantity,
 		// which mandates do not have yet: none covers a change of seats.
@@ -244,7 +249,7 @@ func (s *Service) coveringMandate(ctx context.Context, caller Caller, acct Accou
 // through which client, and the change.
 func mandateFactsOf(caller Caller, op Operation, t Terms) mandateFacts {
 	return mandateFacts{org: caller.Org, principal: caller.Principal, client: caller.Client,
-		op: op, to: t.ToPlan, atPeriodEnd: t.AtPeriodEnd, cancels: t.Cancels != nil, seats: t.seatsTo() != t.seatsFrom(),
+		op: op, to: t.ToPlan, atPeriodEnd: t.AtPeriodEnd, cancels: t.Cancels != nil, seats: t.seatsTo() != t.seatsFrom(), ends: t.Cancellation != "",
 		amountDueCents: t.AmountDueCents}
 }
 

@@ -11,9 +11,10 @@ import "fmt"
 // lie from the current one in the catalog (+1 above, -1 below, or the same
 // plan, which keeps it), wrongWay the answer to one on the other side;
 // schedulable: it may wait for the end of the period ("at": "period_end").
-func planMove(name Operation, verb string, direction int, wrongWay string, schedulable bool) *operation {
+func planMove(name Operation, verb string, direction int, wrongWay string, schedulable bool, offered Offered) *operation {
 	return &operation{
-		name: name,
+		name:    name,
+		offered: offered,
 		check: func(req ChangeRequest) error {
 			switch {
 			case !planIDPattern.MatchString(req.To):
@@ -25,15 +26,15 @@ func planMove(name Operation, verb string, direction int, wrongWay string, sched
 			}
 			return nil
 		},
-		target: func(c Catalog, sub Subscription, req ChangeRequest) (Plan, int64, error) {
+		target: func(c Catalog, sub Subscription, req ChangeRequest) (wanted, error) {
 			to, ok := c.Plan(req.To)
 			if !ok {
-				return Plan{}, 0, Errorf(CodeUnknownPlan, "no such plan")
+				return wanted{}, Errorf(CodeUnknownPlan, "no such plan")
 			}
 			if way := c.rank(to.ID) - c.rank(sub.Plan); way*direction < 0 {
-				return Plan{}, 0, Errorf(CodeInvalidPlanChange, "%s", wrongWay)
+				return wanted{}, Errorf(CodeInvalidPlanChange, "%s", wrongWay)
 			}
-			return to, seats(sub.Quantity), nil
+			return wanted{to: to, seats: seats(sub.Quantity)}, nil
 		},
 		fields: func(to string, _ int64) (string, int64) { return to, 0 },
 		words:  func(orgName string, from, to Plan, t Terms) string { return planWords(verb, orgName, from, to, t) },

@@ -14,6 +14,13 @@ const MaxSeats = 10000
 
 var changeSeats = &operation{
 	name: OpSeats,
+	offered: Offered{
+		Path: "seats", Title: "Change the number of seats",
+		About: "Change how many seats the subscription has, on its current plan. More seats are charged now, prorated; " +
+			"fewer seats are credited on the next invoice, or with at: period_end made at the end of the billing period " +
+			"with nothing charged or credited now.",
+		Args: []string{"quantity", "at"}, Required: []string{"quantity"},
+	},
 	check: func(req ChangeRequest) error {
 		switch {
 		case req.To != "":
@@ -23,16 +30,16 @@ var changeSeats = &operation{
 		}
 		return nil
 	},
-	target: func(c Catalog, sub Subscription, req ChangeRequest) (Plan, int64, error) {
+	target: func(c Catalog, sub Subscription, req ChangeRequest) (wanted, error) {
 		plan, ok := c.Plan(sub.Plan)
 		if !ok {
-			return Plan{}, 0, Errorf(CodeInvalidPlanChange, "the subscription is on a plan outside the catalog: change its plan first")
+			return wanted{}, Errorf(CodeInvalidPlanChange, "the subscription is on a plan outside the catalog: change its plan first")
 		}
 		if req.atPeriodEnd() && req.Quantity > seats(sub.Quantity) {
-			return Plan{}, 0, Errorf(CodeInvalidRequest,
+			return wanted{}, Errorf(CodeInvalidRequest,
 				`more seats are charged now: "at": "period_end" applies to fewer seats only`)
 		}
-		return plan, req.Quantity, nil
+		return wanted{to: plan, seats: req.Quantity}, nil
 	},
 	fields: func(_ string, n int64) (string, int64) { return "", n },
 	words:  seatsWords,

@@ -13,7 +13,7 @@ import (
 // operation: adding one is its file, its tests and a line here.
 
 // operations are the gated operations, in the order clients list them.
-var operations = []*operation{upgradePlan, downgradePlan, changeSeats}
+var operations = []*operation{upgradePlan, downgradePlan, changeSeats, cancelSubscription}
 
 // operationsByName finds them by name.
 var operationsByName = byName(operations)
@@ -21,12 +21,14 @@ var operationsByName = byName(operations)
 // operation is what one kind of change is to the handshake.
 type operation struct {
 	name Operation
+	// offered is how the transports offer it.
+	offered Offered
 	// check checks the request's own fields before anything is read.
 	check func(req ChangeRequest) error
-	// target is what the request asks the subscription sub to become:
-	// the plan and the seats after the change. It refuses a request the
-	// operation does not make (a cheaper plan for an upgrade).
-	target func(c Catalog, sub Subscription, req ChangeRequest) (to Plan, seats int64, err error)
+	// target is what the request asks the subscription sub to become. It
+	// refuses a request the operation does not make (a cheaper plan for an
+	// upgrade).
+	target func(c Catalog, sub Subscription, req ChangeRequest) (wanted, error)
 	// fields are the request's own fields that ask for the plan to with n
 	// seats after the change: a second call must name what its first call
 	// did (asksFor), and a transport redeeming a proposal for its caller
@@ -34,6 +36,14 @@ type operation struct {
 	fields func(to string, n int64) (reqTo string, reqQuantity int64)
 	// words is the summary of a change (not a keep) for a person.
 	words func(orgName string, from, to Plan, t Terms) string
+}
+
+// wanted is what a request asks the subscription to become: its plan and
+// seats after the change, and what the change does to its end.
+type wanted struct {
+	to           Plan
+	seats        int64
+	cancellation Cancellation
 }
 
 // Danger says what kind of change a confirmation is (contract §15), for
@@ -56,7 +66,10 @@ var dangers = []Danger{DangerReversible, DangerCharges, DangerIrreversible}
 
 // danger is the kind of change the terms t are.
 func (t Terms) danger() Danger {
-	if t.AtPeriodEnd || keepsPlan(t) {
+	switch {
+	case t.Cancellation == CancelNow:
+		return DangerIrreversible
+	case t.AtPeriodEnd || keepsPlan(t) || t.Cancellation != "":
 		return DangerReversible
 	}
 	return DangerCharges
@@ -68,7 +81,8 @@ func (t Terms) danger() Danger {
 // nothing was changed; a change that lowers it is credited on the next
 // invoice.
 func (t Terms) chargesNow() bool {
-	return !keepsPlan(t) && !t.AtPeriodEnd && t.ToAmountCents*t.seatsTo() > t.FromAmountCents*t.seatsFrom()
+	return !keepsPlan(t) && !t.AtPeriodEnd && t.Cancellation == "" &&
+		t.ToAmountCents*t.seatsTo() > t.FromAmountCents*t.seatsFrom()
 }
 
 // seatsFrom and seatsTo are the seats before and after the change.
@@ -85,6 +99,29 @@ func (t Terms) seatsTo() int64 {
 func operationOf(op Operation) (o *operation, ok bool) {
 	o, ok = operationsByName[op]
 	return o, ok
+}
+
+// Offered is how the transports offer a gated operation: REST's POST
+// /api/billing/<Path>, and the MCP tool named after it with Title and
+// About (what it does; the tool adds the handshake's rules). Args are the
+// request fields it takes besides confirm_token, of which Required are
+// required.
+type Offered struct {
+	Name           Operation
+	Path           string
+	Title, About   string
+	Args, Required []string
+}
+
+// Offers lists the gated operations as the transports offer them, in the
+// order clients list them.
+func Offers() []Offered {
+	out := make([]Offered, len(operations))
+	for i, o := range operations {
+		out[i] = o.offered
+		out[i].Name = o.name
+	}
+	return out
 }
 
 // Operations lists the names of the gated operations.

@@ -8,7 +8,7 @@ import "context"
 // subscription's invoices since c's recovery point; nil when it cannot be
 // identified, and the amount invoiced is then unknown.
 func (s *Service) ownInvoice(ctx context.Context, c Confirmation, subscriptionID string, found *Invoice) *Invoice {
-	if found != nil || !chargesNow(c) || c.AttemptedAt.IsZero() {
+	if found != nil || !invoicesNow(c) || c.AttemptedAt.IsZero() {
 		return found
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.execTimeout)

@@ -21,29 +21,25 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 		return ChangeResult{}, errRenewalDue()
 	}
 	op, _ := operationOf(req.Operation) // validateRequest checked it
-	from, to, n, err := s.target(op, acct.Subscription, req)
+	from, w, err := s.target(op, acct.Subscription, req)
 	if err != nil {
 		return ChangeResult{}, err
 	}
-	if req.atPeriodEnd() && acct.Subscription.Status != "active" && (from.ID != to.ID || n != seats(acct.Subscription.Quantity)) {
-		// A trial or an unpaid period ends otherwise than by a renewal at
-		// the price billingd quotes.
-		return ChangeResult{}, Errorf(CodeInvalidPlanChange,
-			"a change at the end of the period needs an active subscription; this one is %s: make the change now instead",
-			acct.Subscription.Status)
+	if err := schedulable(acct.Subscription, from, w, req); err != nil {
+		return ChangeResult{}, err
 	}
-	if alreadyThere(acct.Subscription, to, n, req) {
+	if alreadyThere(acct.Subscription, w, req) {
 		no := false
 		return ChangeResult{OK: true, ConfirmRequired: &no, Noop: true, Subscription: viewOf(acct.Subscription)}, nil
 	}
 	if acct.Unsettled {
 		return ChangeResult{}, errUnsettled()
 	}
-	if err := s.refuseEarly(ctx, caller, acct.Policy, req.Operation, to.ID); err != nil {
+	if err := s.refuseEarly(ctx, caller, acct.Policy, req.Operation, w.to.ID); err != nil {
 		return ChangeResult{}, err
 	}
 	s.atAccount(ctx, StepQuote, &acct)
-	terms, err := s.quote(ctx, acct, from, to, n, req, now)
+	terms, err := s.quote(ctx, acct, from, w, req, now)
 	if err != nil {
 		return ChangeResult{}, err
 	}
@@ -76,25 +72,55 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	return s.proposal(c, token), nil
 }
 
+// schedulable refuses a change at the period's end that the renewal would
+// not make as quoted: a trial or an unpaid period ends otherwise than by a
+// renewal at the price billingd quotes, and a subscription cancelled at the
+// period's end does not renew at all.
+func schedulable(sub Subscription, from Plan, w wanted, req ChangeRequest) error {
+	if !req.atPeriodEnd() || w.cancellation != "" || from.ID == w.to.ID && w.seats == seats(sub.Quantity) {
+		return nil
+	}
+	switch {
+	case sub.CancelAtPeriodEnd:
+		return Errorf(CodeInvalidPlanChange,
+			"the subscription ends at the end of the period instead of renewing: resume it first, or make the change now")
+	case sub.Status != "active":
+		return Errorf(CodeInvalidPlanChange,
+			"a change at the end of the period needs an active subscription; this one is %s: make the change now instead",
+			sub.Status)
+	}
+	return nil
+}
+
 // alreadyThere reports whether the request asks for what the subscription
 // already is or will be: its plan and seats with no change scheduled, or
-// the change already scheduled.
-func alreadyThere(sub Subscription, to Plan, n int64, req ChangeRequest) bool {
-	if sc := sub.Scheduled; sc != nil {
-		return req.atPeriodEnd() && sc.ToPlan == to.ID && sc.PriceID == to.StripePriceID && scheduledSeats(sub) == n
+// the change already scheduled; a cancellation already pending, or a
+// resumption of a subscription that is not ending.
+func alreadyThere(sub Subscription, w wanted, req ChangeRequest) bool {
+	switch w.cancellation {
+	case CancelAtPeriodEnd:
+		return sub.CancelAtPeriodEnd && sub.Scheduled == nil
+	case Resume:
+		return !sub.CancelAtPeriodEnd
+	case CancelNow:
+		return false
 	}
-	return sub.Plan == to.ID && seats(sub.Quantity) == n
+	if sc := sub.Scheduled; sc != nil {
+		return req.atPeriodEnd() && sc.ToPlan == w.to.ID && sc.PriceID == w.to.StripePriceID && scheduledSeats(sub) == w.seats
+	}
+	return sub.Plan == w.to.ID && seats(sub.Quantity) == w.seats
 }
 
 // quote asks the provider what the change costs and returns the terms the
 // summary will state. Keeping the plan (cancelling the scheduled change)
 // costs nothing and needs no preview.
-func (s *Service) quote(ctx context.Context, acct Account, from, to Plan, n int64, req ChangeRequest, now time.Time) (Terms, error) {
-	terms := termsFor(acct.Subscription, from, to, n, req, now.Truncate(time.Second))
+func (s *Service) quote(ctx context.Context, acct Account, from Plan, w wanted, req ChangeRequest, now time.Time) (Terms, error) {
+	terms := termsFor(acct.Subscription, from, w, req, now.Truncate(time.Second))
 	terms.Livemode = s.livemode
-	if keepsPlan(terms) {
+	if !terms.prices() {
 		return terms, nil
 	}
+	to := w.to
 	change := planChangeFor(acct, terms)
 	preview, err := s.payments.PreviewPlanChange(ctx, change)
 	if err != nil {
@@ -180,16 +206,21 @@ func errQuoteOutdated(cause error) *Error {
 }
 
 // target is what req asks of the subscription, as op reads it: the plan it
-// is on, and the plan and seats after the change.
-func (s *Service) target(op *operation, sub Subscription, req ChangeRequest) (from, to Plan, n int64, err error) {
+// is on, and what it is to become. A cancelled subscription changes no
+// more.
+func (s *Service) target(op *operation, sub Subscription, req ChangeRequest) (from Plan, w wanted, err error) {
+	if sub.Status == "canceled" {
+		return Plan{}, wanted{}, Errorf(CodeSubscriptionInactive,
+			"the subscription was cancelled: it can no longer be changed, and nothing was done")
+	}
 	from, ok := s.catalog.Plan(sub.Plan)
 	if !ok {
-		return Plan{}, Plan{}, 0, wrapErr(CodeInternal, "internal error", fmt.Errorf("subscription of %s is on unknown plan %q", sub.Org, sub.Plan))
+		return Plan{}, wanted{}, wrapErr(CodeInternal, "internal error", fmt.Errorf("subscription of %s is on unknown plan %q", sub.Org, sub.Plan))
 	}
-	if to, n, err = op.target(s.catalog, sub, req); err != nil {
-		return Plan{}, Plan{}, 0, err
+	if w, err = op.target(s.catalog, sub, req); err != nil {
+		return Plan{}, wanted{}, err
 	}
-	return from, to, n, nil
+	return from, w, nil
 }
 
 // planChangeFor is the provider request a proposal quotes and its
@@ -209,6 +240,9 @@ func planChangeFor(acct Account, t Terms) PlanChange {
 		Quantity:       t.seatsTo(),
 		ProrationDate:  t.ProrationDate,
 		ChargeNow:      t.chargesNow(),
+		Cancellation:   t.Cancellation,
+		CancelReason:   t.CancelReason,
+		CancelComment:  t.CancelComment,
 		KeepPlan:       keepsPlan(t),
 	}
 	if t.AtPeriodEnd && !keepsPlan(t) {
@@ -217,22 +251,34 @@ func planChangeFor(acct Account, t Terms) PlanChange {
 	return change
 }
 
-// termsFor are the terms of a change from one plan to another, with n
-// seats after it, before the provider priced it.
-func termsFor(sub Subscription, from, to Plan, n int64, req ChangeRequest, prorationDate time.Time) Terms {
+// termsFor are the terms of the change w from the plan from, before the
+// provider priced it.
+func termsFor(sub Subscription, from Plan, w wanted, req ChangeRequest, prorationDate time.Time) Terms {
+	to, n := w.to, w.seats
 	t := Terms{
 		FromPlan: from.ID, ToPlan: to.ID,
 		FromPriceID: from.StripePriceID, ToPriceID: to.StripePriceID,
 		FromAmountCents: from.AmountCents, ToAmountCents: to.AmountCents, Quantity: seats(sub.Quantity),
 		Currency: to.Currency, ProrationDate: prorationDate,
 		SubscriptionVer: sub.Version, NextChargeAt: sub.CurrentPeriodEnd, FromStatus: sub.Status,
-		Cancels: sub.Scheduled,
+		Cancels: sub.Scheduled, FromCancelAtPeriodEnd: sub.CancelAtPeriodEnd,
+		Cancellation: w.cancellation,
+	}
+	if w.cancellation == CancelNow || w.cancellation == CancelAtPeriodEnd {
+		t.CancelReason, t.CancelComment = req.Reason, req.Comment
 	}
 	if n != t.Quantity {
 		t.ToQuantity = n
 	}
-	t.AtPeriodEnd = req.atPeriodEnd() && (from.ID != to.ID || n != t.Quantity)
+	t.AtPeriodEnd = req.atPeriodEnd() && w.cancellation == "" && (from.ID != to.ID || n != t.Quantity)
 	return t
+}
+
+// prices reports whether the provider must price t: a change that moves
+// money now or at the renewal. Keeping the plan, cancelling at the
+// period's end and resuming move none.
+func (t Terms) prices() bool {
+	return !keepsPlan(t) && t.Cancellation != CancelAtPeriodEnd && t.Cancellation != Resume
 }
 
 func detailsOf(t Terms) Details {
@@ -248,6 +294,15 @@ func detailsOf(t Terms) Details {
 	}
 	if t.AtPeriodEnd {
 		d.At, d.EffectiveAt, d.NextCharge = AtPeriodEnd, t.NextChargeAt.UTC(), t.AtRenewal
+	}
+	d.Cancellation, d.CancelReason, d.CancelComment = t.Cancellation, t.CancelReason, t.CancelComment
+	switch t.Cancellation {
+	case CancelNow:
+		at := t.ProrationDate.UTC()
+		d.CancelAt = &at
+	case CancelAtPeriodEnd:
+		at := t.NextChargeAt.UTC()
+		d.CancelAt, d.EffectiveAt = &at, at
 	}
 	return d
 }

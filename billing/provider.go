@@ -16,6 +16,13 @@ type PlanChange struct {
 	// them to one with a new price sent alone). FromQuantity 0: Quantity.
 	FromQuantity int64
 	Quantity     int64
+	// Cancellation ends the subscription now (prorated: the unused time
+	// credited to the customer's balance), at the period's end, or
+	// resumes it (cancel_at_period_end false); "" for a change of price or
+	// seats. CancelReason and CancelComment are its cancellation_details.
+	Cancellation  Cancellation
+	CancelReason  string
+	CancelComment string
 	// ProrationDate pins the proration: the preview quotes it and execution
 	// sends the same value, so the amount shown is the amount charged.
 	ProrationDate time.Time
@@ -125,13 +132,20 @@ type AppliedChange struct {
 	// provider said (0 otherwise): billingd records the seats Stripe has,
 	// not the ones it asked for.
 	Quantity int64
+	// CancelAtPeriodEnd is Stripe's after a cancellation or resumption;
+	// CanceledAt when it was cancelled, if it was.
+	CancelAtPeriodEnd bool
+	CanceledAt        time.Time
 }
 
 // Invoice is an invoice the provider made, as far as billingd states it.
 type Invoice struct {
 	ID             string
 	AmountDueCents int64 // after tax, discounts and the customer's credit: what is charged
-	Currency       string
+	// CreditedCents is what a negative total credited to the customer's
+	// balance (a cancellation's final invoice): credit, never a refund.
+	CreditedCents int64
+	Currency      string
 	// ConfirmationID is the confirmation named in the subscription's
 	// metadata when the invoice was made (Stripe's
 	// subscription_details.metadata). Only a hint: every later invoice
@@ -169,7 +183,13 @@ const invoiceSkew = 5 * time.Minute
 // after the quoted period's end), and it prorates c's prices from the
 // proration date c quoted.
 func invoiceOf(inv *Invoice, c Confirmation) *Invoice {
-	if inv == nil || inv.ConfirmationID != c.ID || inv.BillingReason != BillingReasonUpdate || inv.Created.IsZero() {
+	if inv == nil || inv.BillingReason != BillingReasonUpdate || inv.Created.IsZero() {
+		return nil
+	}
+	if c.Terms.Cancellation == CancelNow {
+		return finalInvoiceOf(inv, c)
+	}
+	if inv.ConfirmationID != c.ID {
 		return nil
 	}
 	if !c.AttemptedAt.IsZero() && inv.Created.Before(c.AttemptedAt.Add(-invoiceSkew)) {
@@ -182,6 +202,24 @@ func invoiceOf(inv *Invoice, c Confirmation) *Invoice {
 		return nil
 	}
 	return inv
+}
+
+// finalInvoiceOf is inv if it is the final invoice of c's cancellation
+// now: made after c's attempt, crediting the unused time of the price c
+// cancelled. It names no confirmation (Stripe takes no metadata on a
+// cancellation) and prorates from the moment the cancellation was made,
+// not from the quote's date; nothing follows it on a cancelled
+// subscription.
+func finalInvoiceOf(inv *Invoice, c Confirmation) *Invoice {
+	if c.AttemptedAt.IsZero() || inv.Created.Before(c.AttemptedAt.Add(-invoiceSkew)) {
+		return nil
+	}
+	for _, l := range inv.Prorations {
+		if l.PriceID == c.Terms.FromPriceID && !l.Start.Before(c.Terms.ProrationDate) {
+			return inv
+		}
+	}
+	return nil
 }
 
 // proratesChange reports whether lines prorate the change t quotes: a
@@ -223,6 +261,10 @@ type ProviderSubscription struct {
 	Items            int   // how many items the subscription has
 	Status           string
 	CurrentPeriodEnd time.Time
+	// CancelAtPeriodEnd: the subscription ends at CurrentPeriodEnd; a
+	// cancelled one has CanceledAt.
+	CancelAtPeriodEnd bool
+	CanceledAt        time.Time
 	// LatestInvoice is the subscription's latest invoice, if any.
 	LatestInvoice *Invoice
 	// ConfirmationID is the confirmation that last changed the plan, from

@@ -91,7 +91,7 @@ func (s *Service) stateAfter(ctx context.Context, ev SubscriptionEvent) (Provide
 	state, err := s.payments.ReadSubscription(readCtx, ev.SubscriptionID)
 	if err != nil && ev.Deleted && errors.Is(err, ErrProviderRejected) {
 		return ProviderSubscription{PriceID: ev.PriceID, ItemID: ev.ItemID, Items: 1,
-			Status: "canceled", CurrentPeriodEnd: ev.CurrentPeriodEnd}, nil
+			Status: "canceled", CurrentPeriodEnd: ev.CurrentPeriodEnd, CanceledAt: ev.Created}, nil
 	}
 	if err != nil {
 		return ProviderSubscription{}, fmt.Errorf("read subscription %s: %w", ev.SubscriptionID, err)
@@ -170,6 +170,7 @@ func (s *Service) recordProviderState(ctx context.Context, tx Tx, acct Account, 
 		sub.SyncedAt = seen
 	}
 	if sub.Plan == old.Plan && sub.Status == old.Status && sub.StripeItemID == old.StripeItemID && seats(sub.Quantity) == seats(old.Quantity) &&
+		sub.CancelAtPeriodEnd == old.CancelAtPeriodEnd && sub.CanceledAt.Equal(old.CanceledAt) &&
 		sub.CurrentPeriodEnd.Equal(old.CurrentPeriodEnd) && sameScheduled(sub.Scheduled, old.Scheduled) &&
 		scheduleID(sub.Scheduled) == scheduleID(old.Scheduled) {
 		if seen.IsZero() {
@@ -196,7 +197,7 @@ func (s *Service) recordProviderState(ctx context.Context, tx Tx, acct Account, 
 // for an operator.
 func (s *Service) subscriptionFrom(old Subscription, state ProviderSubscription) Subscription {
 	sub := old
-	sub.Status = state.Status
+	sub.Status, sub.CancelAtPeriodEnd, sub.CanceledAt = state.Status, state.CancelAtPeriodEnd, state.CanceledAt
 	if !state.CurrentPeriodEnd.IsZero() {
 		sub.CurrentPeriodEnd = state.CurrentPeriodEnd
 	}

@@ -13,7 +13,9 @@ import (
 // sameRequest reports whether a second call repeats the one c was issued
 // for: only then may it see c's outcome.
 func sameRequest(c Confirmation, req ChangeRequest) bool {
-	return asksFor(req, c.Operation, c.Terms.ToPlan, c.Terms.seatsTo(), c.Terms.AtPeriodEnd, keepsPlan(c.Terms))
+	t := c.Terms
+	return asksFor(req, c.Operation, t.ToPlan, t.seatsTo(), t.AtPeriodEnd || t.Cancellation == CancelAtPeriodEnd, keepsPlan(t)) &&
+		req.Reason == t.CancelReason && req.Comment == t.CancelComment
 }
 
 // Asks reports whether req asks for the change the proposal p states, by
@@ -21,8 +23,9 @@ func sameRequest(c Confirmation, req ChangeRequest) bool {
 // the proposal (MCP's sealed request state) checks a later call with it.
 func (p ChangeResult) Asks(req ChangeRequest) bool {
 	d := p.Details
-	return d != nil && asksFor(req, p.Operation, d.To, d.QuantityTo, d.At == AtPeriodEnd,
-		d.From == d.To && d.QuantityFrom == d.QuantityTo && d.CancelsScheduledChange != nil)
+	return d != nil && asksFor(req, p.Operation, d.To, d.QuantityTo, d.At == AtPeriodEnd || d.Cancellation == CancelAtPeriodEnd,
+		d.From == d.To && d.QuantityFrom == d.QuantityTo && d.Cancellation == "" && d.CancelsScheduledChange != nil) &&
+		req.Reason == d.CancelReason && req.Comment == d.CancelComment
 }
 
 // asksFor is the one rule: the same operation, naming the same plan or
@@ -41,12 +44,11 @@ func asksFor(req ChangeRequest, op Operation, to string, seats int64, atPeriodEn
 // requestOf is the request c was issued for (without its token).
 func requestOf(c Confirmation) ChangeRequest {
 	req := ChangeRequest{Operation: c.Operation}
+	t := c.Terms
 	if o, ok := operationOf(c.Operation); ok {
-		req.To, req.Quantity = o.fields(c.Terms.ToPlan, c.Terms.seatsTo())
+		req.To, req.Quantity = o.fields(t.ToPlan, t.seatsTo())
 	}
-	if c.Terms.AtPeriodEnd {
-		req.At = AtPeriodEnd
-	}
+	req.At, req.Reason, req.Comment = atOf(t.AtPeriodEnd, t.Cancellation), t.CancelReason, t.CancelComment
 	return req
 }
 
@@ -56,11 +58,26 @@ func requestOf(c Confirmation) ChangeRequest {
 // the caller never held.
 func (p ChangeResult) SecondCall() ChangeRequest {
 	req := ChangeRequest{Operation: p.Operation, ConfirmToken: p.ConfirmToken, TokenWithheld: true}
-	if o, ok := operationOf(p.Operation); ok && p.Details != nil {
-		req.To, req.Quantity = o.fields(p.Details.To, p.Details.QuantityTo)
-		req.At = p.Details.At
+	if d := p.Details; d != nil {
+		if o, ok := operationOf(p.Operation); ok {
+			req.To, req.Quantity = o.fields(d.To, d.QuantityTo)
+		}
+		req.At, req.Reason, req.Comment = atOf(d.At == AtPeriodEnd, d.Cancellation), d.CancelReason, d.CancelComment
 	}
 	return req
+}
+
+// atOf is the "at" a request names: period_end for a change scheduled for
+// the period's end or a cancellation then, now for a cancellation now
+// (which must say so), else nothing.
+func atOf(atPeriodEnd bool, c Cancellation) string {
+	switch {
+	case atPeriodEnd || c == CancelAtPeriodEnd:
+		return AtPeriodEnd
+	case c == CancelNow:
+		return AtNow
+	}
+	return ""
 }
 
 // replayOf is the answer to the owner repeating an executed second call.
@@ -147,6 +164,7 @@ func (s *Service) termsHold(t Terms, sub Subscription) bool {
 	to, okTo := s.catalog.Plan(t.ToPlan)
 	return okFrom && okTo &&
 		sub.Plan == t.FromPlan && sub.Version == t.SubscriptionVer && seats(sub.Quantity) == seats(t.Quantity) &&
+		sub.CancelAtPeriodEnd == t.FromCancelAtPeriodEnd && sub.Status != "canceled" &&
 		from.StripePriceID == t.FromPriceID && from.AmountCents == t.FromAmountCents &&
 		to.StripePriceID == t.ToPriceID && to.AmountCents == t.ToAmountCents &&
 		to.Currency == t.Currency && t.Livemode == s.livemode

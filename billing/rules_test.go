@@ -207,7 +207,8 @@ func TestPlanChange(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			sub := Subscription{Org: "org_vb", Plan: tt.current}
 			op, _ := operationOf(tt.op)
-			from, to, _, err := svc.target(op, sub, ChangeRequest{Operation: tt.op, To: tt.to})
+			from, w, err := svc.target(op, sub, ChangeRequest{Operation: tt.op, To: tt.to})
+			to := w.to
 			wantCode(t, err, tt.wantCode)
 			if tt.wantCode != "" {
 				if from != (Plan{}) || to != (Plan{}) {

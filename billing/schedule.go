@@ -32,9 +32,9 @@ import (
 // made or released elsewhere since the quote (Stripe's dashboard) is drift.
 
 // keepsPlan reports whether t only cancels a scheduled change: it keeps
-// the plan and the seats.
+// the plan, the seats and the subscription's end.
 func keepsPlan(t Terms) bool {
-	return t.FromPlan == t.ToPlan && t.seatsTo() == t.seatsFrom() && t.Cancels != nil
+	return t.FromPlan == t.ToPlan && t.seatsTo() == t.seatsFrom() && t.Cancellation == "" && t.Cancels != nil
 }
 
 // scheduledSeats is the seats sub will have after its scheduled change.
@@ -116,6 +116,17 @@ func (s *Service) scheduleHolds(t Terms, sub Subscription, state ProviderSubscri
 // does (a change scheduled for the period's end), or, for keeping the
 // plan, no change is scheduled any more.
 func appliedAtProvider(c Confirmation, state ProviderSubscription) bool {
+	switch c.Terms.Cancellation {
+	case CancelNow:
+		// Stripe names no confirmation on a cancellation made now; a
+		// subscription cancelled ends as the person agreed to, whoever
+		// made it (and nothing else can be sent any more).
+		return state.Status == "canceled"
+	case CancelAtPeriodEnd:
+		return state.CancelAtPeriodEnd && state.ConfirmationID == c.ID
+	case Resume:
+		return !state.CancelAtPeriodEnd && state.ConfirmationID == c.ID
+	}
 	switch {
 	case keepsPlan(c.Terms):
 		// Still on the plan kept: a renewal that made the scheduled change
@@ -157,6 +168,17 @@ func subscriptionAfter(c Confirmation, sub Subscription, applied AppliedChange) 
 		sub.Scheduled = sc
 	default:
 		sub.Plan, sub.Scheduled, sub.Quantity = t.ToPlan, nil, t.seatsTo()
+	}
+	switch t.Cancellation {
+	case CancelAtPeriodEnd:
+		sub.CancelAtPeriodEnd = true
+	case Resume:
+		sub.CancelAtPeriodEnd = false
+	case CancelNow:
+		sub.Status = "canceled"
+	}
+	if !applied.CanceledAt.IsZero() {
+		sub.CanceledAt = applied.CanceledAt
 	}
 	if applied.Status != "" {
 		sub.Status = applied.Status

@@ -107,6 +107,11 @@ func (s *Service) recordAttempt(ctx context.Context, tx Tx, caller Caller, c Con
 func (s *Service) recordExecuted(ctx context.Context, tx Tx, caller Caller, c Confirmation, sub Subscription,
 	now time.Time, applied AppliedChange) (redemption, error) {
 	sub = subscriptionAfter(c, sub, applied)
+	if p, ok := s.catalog.planByPrice(applied.PriceID); ok {
+		// Stripe's price, where it said: a cancellation sets none, and the
+		// price may have moved since the check (Stripe's dashboard).
+		sub.Plan = p.ID
+	}
 	sub.SyncedAt = now
 	result := ChangeResult{OK: true, Subscription: viewOf(sub), Charged: chargedFor(c, applied)}
 	if k := c.Consent; k != nil && k.Method == ConsentMandate {

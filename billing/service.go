@@ -128,9 +128,12 @@ type ChangeRequest struct {
 	Operation Operation
 	// To is the plan a plan change moves to; Quantity the seats
 	// change_seats asks for.
-	To           string
-	Quantity     int64
-	ConfirmToken string
+	To       string
+	Quantity int64
+	// Reason and Comment are a cancellation's feedback (Stripe's
+	// cancellation_details: Reason one of CancelReasons).
+	Reason, Comment string
+	ConfirmToken    string
 	// TokenWithheld: the caller never held ConfirmToken (an allow policy
 	// executing at once, an MCP elicitation redeeming it for the agent), so
 	// no answer may tell it to retry "with the same token".
@@ -201,6 +204,10 @@ type Charged struct {
 	CurrencyDigits
 	InvoiceID             string `json:"invoice_id,omitempty"`
 	AmountInvoicedUnknown bool   `json:"amount_invoiced_unknown,omitempty"`
+	// CreditedCents is what the change's final invoice credited to the
+	// customer's balance (cancelling now: the unused time, as Stripe
+	// prorated it when it was made; the summary's was as of the quote).
+	CreditedCents int64 `json:"credited_cents,omitempty"`
 }
 
 // Proposed reports whether the result is a first-call proposal.
@@ -214,6 +221,11 @@ type SubscriptionView struct {
 	Quantity         int64     `json:"quantity"`
 	Status           string    `json:"status"`
 	CurrentPeriodEnd time.Time `json:"current_period_end"`
+	// CancelAtPeriodEnd: the subscription ends at current_period_end
+	// instead of renewing (resume_subscription undoes it); CanceledAt is
+	// when it was cancelled.
+	CancelAtPeriodEnd bool       `json:"cancel_at_period_end"`
+	CanceledAt        *time.Time `json:"canceled_at,omitempty"`
 	// ScheduledChange is the change the provider will make at a later
 	// date, until it is made.
 	ScheduledChange *ScheduledChangeView `json:"scheduled_change,omitempty"`
@@ -229,8 +241,13 @@ type ScheduledChangeView struct {
 }
 
 func viewOf(s Subscription) *SubscriptionView {
-	return &SubscriptionView{Plan: s.Plan, Quantity: seats(s.Quantity), Status: s.Status, CurrentPeriodEnd: s.CurrentPeriodEnd.UTC(),
-		ScheduledChange: scheduledView(s.Scheduled)}
+	v := &SubscriptionView{Plan: s.Plan, Quantity: seats(s.Quantity), Status: s.Status, CurrentPeriodEnd: s.CurrentPeriodEnd.UTC(),
+		CancelAtPeriodEnd: s.CancelAtPeriodEnd, ScheduledChange: scheduledView(s.Scheduled)}
+	if !s.CanceledAt.IsZero() {
+		at := s.CanceledAt.UTC()
+		v.CanceledAt = &at
+	}
+	return v
 }
 
 func scheduledView(sc *ScheduledChange) *ScheduledChangeView {

@@ -175,7 +175,8 @@ func (s *Service) recordAppliedAtProvider(ctx context.Context, tx Tx, caller Cal
 // appliedFrom is c's change as the provider's subscription shows it made.
 func appliedFrom(c Confirmation, state ProviderSubscription) AppliedChange {
 	return AppliedChange{Status: state.Status, CurrentPeriodEnd: state.CurrentPeriodEnd, ItemID: state.ItemID,
-		Quantity: state.Quantity, Invoice: invoiceOf(state.LatestInvoice, c), Schedule: state.Schedule}
+		Quantity: state.Quantity, Invoice: invoiceOf(state.LatestInvoice, c), Schedule: state.Schedule,
+		CancelAtPeriodEnd: state.CancelAtPeriodEnd, CanceledAt: state.CanceledAt}
 }
 
 // recordNotMade records that c's change was not made and will not be,

@@ -60,7 +60,12 @@ type Subscription struct {
 	Quantity         int64
 	Status           string
 	CurrentPeriodEnd time.Time
-	Version          int64
+	// CancelAtPeriodEnd: the subscription ends at CurrentPeriodEnd instead
+	// of renewing (a pending cancellation, which resume_subscription
+	// undoes). CanceledAt is when it was cancelled at Stripe (zero: never).
+	CancelAtPeriodEnd bool
+	CanceledAt        time.Time
+	Version           int64
 	// SyncedAt is when the provider created the last event applied to this
 	// copy; older events are ignored.
 	SyncedAt time.Time
@@ -174,7 +179,33 @@ type Terms struct {
 	Cancels *ScheduledChange
 	// FromStatus is the subscription's status when quoted.
 	FromStatus string
+	// Cancellation is what the change does to the subscription's end
+	// (cancel_subscription, resume_subscription); "" for a change that
+	// leaves it. CancelReason and CancelComment are the customer's
+	// feedback, sent to Stripe as its cancellation_details.
+	Cancellation  Cancellation
+	CancelReason  string
+	CancelComment string
+	// FromCancelAtPeriodEnd: a cancellation at the period's end was
+	// pending when quoted.
+	FromCancelAtPeriodEnd bool
 }
+
+// Cancellation is what a change does to the subscription's end.
+type Cancellation string
+
+// The changes of a subscription's end (contract §15).
+const (
+	// CancelNow ends the subscription now: access ends, the unused time
+	// is credited to the customer's balance, and it cannot be undone.
+	CancelNow Cancellation = "now"
+	// CancelAtPeriodEnd ends it at the end of the current period instead
+	// of renewing; nothing is charged or credited, and it can be resumed
+	// until then.
+	CancelAtPeriodEnd Cancellation = "period_end"
+	// Resume undoes a pending cancellation at the period's end.
+	Resume Cancellation = "resume"
+)
 
 // Confirmation is a stored first call.
 type Confirmation struct {
@@ -286,6 +317,14 @@ type Details struct {
 	NextCharge *Amounts `json:"next_charge,omitempty"`
 	// CancelsScheduledChange is the scheduled change this one cancels.
 	CancelsScheduledChange *ScheduledChangeView `json:"cancels_scheduled_change,omitempty"`
+	// Cancellation is what the change does to the subscription's end:
+	// "now", "period_end" (cancel_subscription) or "resume"; CancelAt is
+	// when access ends (now, or the period's end), and CancelReason and
+	// CancelComment the customer's feedback, repeated by the second call.
+	Cancellation  Cancellation `json:"cancellation,omitempty"`
+	CancelAt      *time.Time   `json:"cancel_at,omitempty"`
+	CancelReason  string       `json:"cancel_reason,omitempty"`
+	CancelComment string       `json:"cancel_comment,omitempty"`
 	// ApprovalProgress, for a change that waits for approvers: how many
 	// have approved and how many are needed.
 	ApprovalProgress

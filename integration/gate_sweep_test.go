@@ -127,6 +127,8 @@ var sweptRoutes = map[string]sweptRoute{
 
 	"POST /api/billing/upgrade":   {kind: changes, scope: auth.ScopeWrite, bodies: []string{`{"to":"scale"}`}},
 	"POST /api/billing/downgrade": {kind: changes, scope: auth.ScopeWrite, bodies: []string{`{"to":"free"}`}},
+	"POST /api/billing/seats":     {kind: changes, scope: auth.ScopeWrite, bodies: []string{`{"quantity":2}`}},
+	"POST /api/billing/cancel":    {kind: changes, scope: auth.ScopeWrite, bodies: []string{`{"at":"now"}`, `{"at":"period_end"}`}},
 
 	"PUT /api/billing/policy":                               {kind: loosens, scope: auth.ScopeAdmin, bodies: loosePolicies},
 	"POST /api/billing/confirmations/:id/approve":           {kind: loosens, scope: auth.ScopeAdmin, bodies: noBody},
@@ -144,6 +146,8 @@ var sweptTools = map[string]gateKind{
 	"cancel_confirmation": takesAway,
 	"upgrade_plan":        changes,
 	"downgrade_plan":      changes,
+	"change_seats":        changes,
+	"cancel_subscription": changes,
 	"confirm_plan_change": changes,
 }
 
@@ -620,11 +624,13 @@ func (c *gateCase) tryTool(cs *sdk.ClientSession, tool *sdk.Tool) {
 	args := map[string]map[string]any{
 		"upgrade_plan":        {"to": "scale"},
 		"downgrade_plan":      {"to": "free"},
+		"change_seats":        {"quantity": 2},
+		"cancel_subscription": {"at": "now"},
 		"cancel_confirmation": {"confirmation_id": c.waiting.ConfirmationID},
 		"confirm_plan_change": {"confirmation_id": c.waiting.ConfirmationID, "confirm_token": c.waiting.ConfirmToken},
 	}[tool.Name]
 	res, err := callToolErr(cs, tool.Name, args)
-	if err != nil || res.IsError || args["to"] == nil {
+	if err != nil || res.IsError || args["confirmation_id"] != nil { // a first call's token, if any, is sent back
 		return
 	}
 	var p proposal

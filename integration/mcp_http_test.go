@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 	"github.com/billingd/billingd/internal/devissuer"
 )
@@ -31,8 +32,9 @@ func TestMCPListTools(t *testing.T) {
 	for _, tool := range res.Tools {
 		tools[tool.Name] = tool
 	}
-	if len(tools) != 6 {
-		t.Fatalf("tools %v, want the five of contract §7 and confirm_plan_change of §7.1", keysOfTools(tools))
+	if len(tools) != len(billing.Offers())+4 {
+		t.Fatalf("tools %v, want one per gated operation, the read tools and cancel_confirmation of contract §7 and §15, "+
+			"and confirm_plan_change of §7.1", keysOfTools(tools))
 	}
 	type want struct {
 		readOnly, destructive, idempotent, openWorld bool
@@ -41,6 +43,8 @@ func TestMCPListTools(t *testing.T) {
 	cases := map[string]want{
 		"upgrade_plan":        {destructive: true, openWorld: true, required: []string{"to"}, optional: []string{"confirm_token"}},
 		"downgrade_plan":      {destructive: true, openWorld: true, required: []string{"to"}, optional: []string{"confirm_token", "at"}},
+		"change_seats":        {destructive: true, openWorld: true, required: []string{"quantity"}, optional: []string{"confirm_token", "at"}},
+		"cancel_subscription": {destructive: true, openWorld: true, required: []string{"at"}, optional: []string{"reason", "comment", "confirm_token"}},
 		"get_subscription":    {readOnly: true},
 		"list_plans":          {readOnly: true},
 		"cancel_confirmation": {idempotent: true, required: []string{"confirmation_id"}},
@@ -71,7 +75,7 @@ func TestMCPListTools(t *testing.T) {
 			}
 		})
 	}
-	for _, name := range []string{"upgrade_plan", "downgrade_plan"} {
+	for _, name := range []string{"upgrade_plan", "downgrade_plan", "change_seats", "cancel_subscription"} {
 		d := tools[name].Description
 		for _, phrase := range []string{"NEVER changes anything", "verbatim", "explicitly agrees", "confirm_token"} {
 			if !strings.Contains(d, phrase) {
@@ -117,7 +121,11 @@ func wantInputSchema(t *testing.T, schema any, required, optional []string) {
 		t.Fatalf("input schema %+v, want required %v, optional %v, no others", s, required, optional)
 	}
 	for _, p := range append(append([]string(nil), required...), optional...) {
-		if prop, ok := s.Properties[p]; !ok || prop.Type != "string" || prop.Description == "" {
+		want := "string"
+		if p == "quantity" {
+			want = "integer"
+		}
+		if prop, ok := s.Properties[p]; !ok || prop.Type != want || prop.Description == "" {
 			t.Fatalf("property %s: %+v", p, prop)
 		}
 	}
@@ -190,7 +198,7 @@ func mcpPlan(t *testing.T, cs *sdk.ClientSession) string {
 	t.Helper()
 	var sub struct{ Org, Plan, Status, CurrentPeriodEnd string }
 	raw := wantSuccess(t, callTool(t, cs, "get_subscription", nil), &sub)
-	if keys := keysOf(t, raw); keys != "current_period_end,org,plan,status" || sub.Status == "" {
+	if keys := keysOf(t, raw); keys != "cancel_at_period_end,current_period_end,org,plan,quantity,status" || sub.Status == "" {
 		t.Fatalf("get_subscription %s", raw)
 	}
 	return sub.Plan

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/billingd/billingd/billing"
 )
 
 // npmClientDir holds the Node script and its pinned @modelcontextprotocol/sdk
@@ -74,7 +76,7 @@ func runNpmClient(t *testing.T, node string, h *harness, org string, env []strin
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("client output %q: %v", stdout.String(), err)
 	}
-	if out.ProtocolVersion != protocol20251125 || out.Server.Name != "billingd" || len(out.Tools) != 6 {
+	if out.ProtocolVersion != protocol20251125 || out.Server.Name != "billingd" || len(out.Tools) != len(billing.Offers())+4 {
 		t.Fatalf("session: %s", stdout.String())
 	}
 	for _, tool := range out.Tools {

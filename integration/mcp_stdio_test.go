@@ -139,7 +139,7 @@ func TestMCPTransports(t *testing.T) {
 			h.createOrg(org("hs"), "Local Dev", "pro")
 			cs := tr.connect(t, h.url, h.mcpToken(org("hs"), "alice", "claude-code", auth.ScopeRead, auth.ScopeWrite), "", nil)
 			tools, err := cs.ListTools(context.Background(), nil)
-			if err != nil || len(tools.Tools) != 6 { // contract §7 and confirm_plan_change (§7.1)
+			if err != nil || len(tools.Tools) != len(billing.Offers())+4 { // contract §7, §15 and confirm_plan_change (§7.1)
 				t.Fatalf("tools: %v %v", err, tools)
 			}
 			var p proposal

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
@@ -23,16 +24,34 @@ import (
 // sweepState is a subscription as a person is shown it and as Stripe holds
 // it: its plan, its seats, and the change scheduled for the period's end
 // ("pro@<RFC 3339>", or "pro×5@…" for several seats; "" for none). A
-// standing consent names no seats (0): it may change none.
+// standing consent names no seats (0): it may change none. ends is how the
+// subscription ends: "" renewing, "period_end" cancelled at the period's
+// end, "canceled" ended.
 type sweepState struct {
 	plan, scheduled string
 	seats           int64
+	ends            string
+}
+
+// endsOf is how a subscription of status with cancel_at_period_end ends,
+// in the oracle's terms.
+func endsOf(status string, cancelAtPeriodEnd bool) string {
+	switch {
+	case status == "canceled":
+		return "canceled"
+	case cancelAtPeriodEnd:
+		return "period_end"
+	}
+	return ""
 }
 
 func (s sweepState) String() string {
 	out := s.plan
 	if s.seats > 1 {
 		out += fmt.Sprintf(" ×%d", s.seats)
+	}
+	if s.ends != "" {
+		out += " [ends: " + s.ends + "]"
 	}
 	if s.scheduled == "" {
 		return out
@@ -50,7 +69,7 @@ func seatsSuffix(n int64) string {
 
 // stateAtStripe is a state of the fake's log in the oracle's terms.
 func stateAtStripe(st stripepaytest.SubState) sweepState {
-	out := sweepState{plan: planOfPrice(st.PriceID), seats: st.Quantity}
+	out := sweepState{plan: planOfPrice(st.PriceID), seats: st.Quantity, ends: endsOf(st.Status, st.CancelAtPeriodEnd)}
 	if price, at, ok := strings.Cut(st.Scheduled, "@"); ok {
 		price, quantity, _ := strings.Cut(price, "×")
 		n, _ := strconv.ParseInt(quantity, 10, 64)
@@ -97,8 +116,10 @@ func (c *sweepConsent) madeAll() bool {
 		return len(c.writes) > 0
 	}
 	planMade, seatsMade, scheduleMade := c.from.plan == c.to.plan, c.from.seats == c.to.seats, c.from.scheduled == c.to.scheduled
+	endsMade := c.from.ends == c.to.ends
 	for _, w := range c.writes {
 		before, after := stateAtStripe(w.Before), stateAtStripe(w.After)
+		endsMade = endsMade || after.ends == c.to.ends && (before.ends != after.ends || !w.Changed())
 		planMade = planMade || after.plan == c.to.plan && (before.plan != after.plan || !w.Changed())
 		seatsMade = seatsMade || after.seats == c.to.seats && (before.seats != after.seats || !w.Changed())
 		// The schedule agreed to stands after one of its writes (a change
@@ -107,12 +128,13 @@ func (c *sweepConsent) madeAll() bool {
 		// release after the dashboard moved the price keeps nothing.
 		scheduleMade = scheduleMade || after.scheduled == c.to.scheduled && (!c.keeps() || after.plan == c.to.plan && after.seats == c.to.seats)
 	}
-	return planMade && seatsMade && scheduleMade
+	return planMade && seatsMade && scheduleMade && endsMade
 }
 
 // keeps reports whether c only cancels a scheduled change (a keep).
 func (c *sweepConsent) keeps() bool {
-	return !c.standing() && c.from.plan == c.to.plan && c.from.seats == c.to.seats && c.from.scheduled != "" && c.to.scheduled == ""
+	return !c.standing() && c.from.plan == c.to.plan && c.from.seats == c.to.seats && c.from.ends == c.to.ends &&
+		c.from.scheduled != "" && c.to.scheduled == ""
 }
 
 // ambiguous reports whether billingd cannot know if c's keep was made: its
@@ -158,6 +180,16 @@ func shownState(p proposal) (from, to sweepState) {
 	if d.At == "period_end" {
 		to = sweepState{plan: d.From, seats: d.QuantityFrom,
 			scheduled: d.To + seatsSuffix(d.QuantityTo) + "@" + d.EffectiveAt.UTC().Format(time.RFC3339)}
+	}
+	// What the change does to the subscription's end (the proposal says
+	// it by its operation and cancellation).
+	switch d.Cancellation {
+	case billing.CancelNow:
+		to.ends = "canceled"
+	case billing.CancelAtPeriodEnd:
+		to.ends = "period_end"
+	case billing.Resume:
+		from.ends = "period_end"
 	}
 	return from, to
 }
@@ -350,6 +382,7 @@ type change struct {
 func (ch change) plan() bool     { return ch.before.plan != ch.after.plan }
 func (ch change) seats() bool    { return ch.before.seats != ch.after.seats }
 func (ch change) schedule() bool { return ch.before.scheduled != ch.after.scheduled }
+func (ch change) ends() bool     { return ch.before.ends != ch.after.ends }
 
 // fits reports whether a write is part of the change c agreed to: every
 // part of the subscription it changed goes from the state shown (as
@@ -358,7 +391,10 @@ func (ch change) schedule() bool { return ch.before.scheduled != ch.after.schedu
 // schedule.
 func (c *sweepConsent) fits(ch change) bool {
 	if c.standing() {
-		return ch.plan() && ch.after.plan == c.to.plan && !ch.schedule() && !ch.seats()
+		return ch.plan() && ch.after.plan == c.to.plan && !ch.schedule() && !ch.seats() && !ch.ends()
+	}
+	if ch.ends() && (ch.seen.ends != c.from.ends || ch.after.ends != c.to.ends) {
+		return false
 	}
 	if ch.plan() && (ch.seen.plan != c.from.plan || ch.after.plan != c.to.plan) {
 		return false
@@ -378,7 +414,7 @@ func (c *sweepConsent) fits(ch change) bool {
 func (c *sweepConsent) spent(ch change, mandate *sweepMandateGiven) bool {
 	for _, w := range c.writes {
 		b, a := stateAtStripe(w.Before), stateAtStripe(w.After)
-		if (b.plan != a.plan && ch.plan()) || (b.seats != a.seats && ch.seats()) ||
+		if (b.plan != a.plan && ch.plan()) || (b.seats != a.seats && ch.seats()) || (b.ends != a.ends && ch.ends()) ||
 			(b.scheduled != a.scheduled && ch.schedule() && w.At.After(ch.restored)) {
 			return true
 		}
@@ -407,9 +443,11 @@ type sweepAnswerClaims struct {
 	Noop         bool   `json:"noop"`
 	Confirmation string `json:"confirmation_id"`
 	Subscription *struct {
-		Plan            string `json:"plan"`
-		Quantity        int64  `json:"quantity"`
-		ScheduledChange *struct {
+		Plan              string `json:"plan"`
+		Quantity          int64  `json:"quantity"`
+		Status            string `json:"status"`
+		CancelAtPeriodEnd bool   `json:"cancel_at_period_end"`
+		ScheduledChange   *struct {
 			To       string    `json:"to"`
 			At       time.Time `json:"at"`
 			Quantity int64     `json:"quantity"`

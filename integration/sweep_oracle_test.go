@@ -73,6 +73,7 @@ func (sw *sweep) judge(sc *sweepCase) {
 	}
 	sw.judgeRecords(sc, "")
 	sw.judgeScheduled(sc)
+	sw.judgeEnds(sc)
 	sw.judgeAnswers(sc)
 	sw.judgeReceipts(sc)
 	sw.judgeQuotedAmounts(sc)
@@ -104,6 +105,9 @@ func (sw *sweep) misquoted(sc *sweepCase) (wrong []string) {
 		if c.kind != "token" || !ok {
 			continue
 		}
+		var moved bool              // a write of c changed what c agreed to change
+		var carried, credited int64 // what c's writes prorated onto the next invoice and credited
+		var last stripepaytest.Write
 		for _, w := range c.writes {
 			// A write from another price than the one quoted is the
 			// dashboard's race (rule 3): what was invoiced then is what the
@@ -111,9 +115,9 @@ func (sw *sweep) misquoted(sc *sweepCase) (wrong []string) {
 			if planOfPrice(w.Before.PriceID) != c.from.plan || w.Before.Quantity != c.from.seats {
 				continue
 			}
-			if credit := shown.Details.CreditCents; w.Carried != -credit {
-				wrong = append(wrong, fmt.Sprintf("%s stated a credit of %d on the next invoice; Stripe carried %d there", c, credit, w.Carried))
-			}
+			b, a := stateAtStripe(w.Before), stateAtStripe(w.After)
+			moved = moved || b.plan != a.plan || b.seats != a.seats || b.ends != a.ends
+			carried, credited, last = carried+w.Carried, credited+w.Credited, w
 			if w.Invoice == "" {
 				continue
 			}
@@ -122,8 +126,27 @@ func (sw *sweep) misquoted(sc *sweepCase) (wrong []string) {
 				wrong = append(wrong, fmt.Sprintf("%s was quoted %d due now; Stripe invoiced %d (%s)", c, quoted, amount, w.Invoice))
 			}
 		}
+		if moved && !creditAsStated(shown.Details, carried, credited, last.At) {
+			wrong = append(wrong, fmt.Sprintf("%s stated a credit of %d; Stripe carried %d to the next invoice and credited %d to the balance",
+				c, shown.Details.CreditCents, carried, credited))
+		}
 	}
 	return wrong
+}
+
+// creditAsStated reports whether a consent's writes (the last made at at)
+// credited what the proposal d stated: carried onto the next invoice,
+// prorated at the quote's proration date, or, for a cancellation now (which Stripe prorates to the moment it is made,
+// and the summary says "about ... as of now"), to the balance, at most
+// what was stated and less by no more than the time since the quote.
+func creditAsStated(d billing.Details, carried, credited int64, at time.Time) bool {
+	if d.Cancellation != billing.CancelNow {
+		return credited-carried == d.CreditCents
+	}
+	remaining := d.NextChargeAt.Sub(d.EffectiveAt).Seconds()
+	elapsed := at.Sub(d.EffectiveAt).Seconds() + 1 // the quote's date is truncated to the second
+	drift := int64(float64(d.CreditCents)*elapsed/remaining) + 2*d.QuantityFrom
+	return carried == 0 && credited <= d.CreditCents && credited >= d.CreditCents-drift
 }
 
 // judgeDuplicates is rule 3's "no consent produced two writes" for the
@@ -214,7 +237,8 @@ func jwsPayload(jws string) string {
 func (sw *sweep) disagreement(sc *sweepCase) string {
 	sub, _ := sw.h.fake.Subscription(sc.sub)
 	stripe, view := sw.stripeNow(sub), sw.view(sc)
-	shows := sweepState{plan: view.Plan, seats: view.Quantity, scheduled: scheduledShown(view.ScheduledChange, view.Quantity)}
+	shows := sweepState{plan: view.Plan, seats: view.Quantity, scheduled: scheduledShown(view.ScheduledChange, view.Quantity),
+		ends: endsOf(view.Status, view.CancelAtPeriodEnd)}
 	if shows != stripe {
 		return fmt.Sprintf("billingd shows %s, Stripe %s", shows, stripe)
 	}
@@ -431,6 +455,7 @@ func (sw *sweep) judgeReceiptAmount(sc *sweepCase, c *sweepConsent, receipt stri
 		AmountDueNowCents *int64 `json:"amount_due_now_cents"`
 		InvoiceID         string `json:"invoice_id"`
 		Unknown           bool   `json:"amount_invoiced_unknown"`
+		Credited          int64  `json:"credited_cents"`
 	}
 	if json.Unmarshal([]byte(jwsPayload(receipt)), &claims) != nil {
 		sc.violate(5, "the receipt of %s is not a JWS with claims", c)
@@ -463,6 +488,8 @@ func (sw *sweep) judgeReceiptAmount(sc *sweepCase, c *sweepConsent, receipt stri
 		sc.violate(5, "the receipt of %s names invoice %q; the change's own is %q", c, claims.InvoiceID, invoiced.Invoice)
 	case stated != amount:
 		sc.violate(5, "the receipt of %s states %d; the change's own invoice is %d", c, stated, amount)
+	case claims.Credited != invoiced.Credited:
+		sc.violate(5, "the receipt of %s states %d credited; the change's own invoice credited %d", c, claims.Credited, invoiced.Credited)
 	}
 }
 
@@ -516,6 +543,24 @@ func (sw *sweep) judgeScheduled(sc *sweepCase) {
 	}
 }
 
+// judgeEnds is oracle 4 for a pending cancellation: like a scheduled
+// change, it disappears only when a change that replaces it was made.
+func (sw *sweep) judgeEnds(sc *sweepCase) {
+	sub, _ := sw.h.fake.Subscription(sc.sub)
+	if sc.endsBefore != "period_end" || sc.dashboard || sc.renewed || sw.stripeNow(sub).ends == "period_end" {
+		return
+	}
+	sc.mu.Lock()
+	replaced := false
+	for _, c := range sc.consents {
+		replaced = replaced || c.from.ends == "period_end" && c.to.ends != "period_end" && c.madeAll()
+	}
+	sc.mu.Unlock()
+	if !replaced {
+		sc.violate(4, "the cancellation pending at the period's end is gone at Stripe, and no change that replaces it was made")
+	}
+}
+
 // notMade are the words of an answer saying a change was not made.
 var notMade = regexp.MustCompile(`(?i)nothing was changed|not made|nothing was sent`)
 
@@ -535,7 +580,8 @@ func (sw *sweep) judgeAnswers(sc *sweepCase) {
 		}
 		if c != nil && a.executed() {
 			claims, _ := a.claims()
-			shows := sweepState{plan: claims.Subscription.Plan, seats: claims.Subscription.Quantity}
+			shows := sweepState{plan: claims.Subscription.Plan, seats: claims.Subscription.Quantity,
+				ends: endsOf(claims.Subscription.Status, claims.Subscription.CancelAtPeriodEnd)}
 			if v := claims.Subscription.ScheduledChange; v != nil {
 				seats := shows.seats // a change of plan keeps them
 				if v.Quantity > 0 {

@@ -162,7 +162,10 @@ type sweepCase struct {
 	// scheduledBefore is the change scheduled at Stripe when the operation
 	// began ("" for none).
 	scheduledBefore string
-	violations      []string
+	// endsBefore is how the subscription ended when the operation began:
+	// "period_end" for a pending cancellation (sweepState.ends).
+	endsBefore string
+	violations []string
 
 	// The evidence (sweep_evidence_test.go): the writes to the
 	// subscription before setupWrites were the setup's; the proposals
@@ -326,6 +329,9 @@ func (sw *sweep) run(sc *sweepCase) {
 	sw.setupCall("POST", "/api/billing/"+otherOp, sc.other, map[string]string{"to": otherTo}, &sc.otherPending)
 	sc.noteShown(sc.otherPending)
 	sc.scheduledBefore = sw.scheduledAtStripe(sc.sub)
+	if sub, ok := sw.h.fake.Subscription(sc.sub); ok {
+		sc.endsBefore = sw.stripeNow(sub).ends
+	}
 	sc.setupWrites = len(h.fake.WritesFor(sc.sub))
 
 	sw.mu.Lock()
@@ -563,7 +569,8 @@ func (sc *sweepCase) violate(oracle int, format string, args ...any) {
 // stripeNow is Stripe's subscription sub in the oracle's terms: its plan,
 // its seats, and the change of plan or seats its schedule will make.
 func (sw *sweep) stripeNow(sub stripepaytest.Subscription) sweepState {
-	now := sweepState{plan: planOfPrice(sub.Items[0].PriceID), seats: sub.Items[0].Quantity}
+	now := sweepState{plan: planOfPrice(sub.Items[0].PriceID), seats: sub.Items[0].Quantity,
+		ends: endsOf(sub.Status, sub.CancelAtPeriodEnd)}
 	if sch, ok := sw.h.fake.Schedule(sub.Schedule); ok && sch.Current+1 < len(sch.Phases) {
 		next := sch.Phases[sch.Current+1]
 		if it := next.Items[0]; it.PriceID != sub.Items[0].PriceID || it.Quantity != sub.Items[0].Quantity {
@@ -634,13 +641,17 @@ func (sw *sweep) send(sc *sweepCase, a sweepAnswer, base, method, path, token st
 	return sw.record(sc, a)
 }
 
-// askBody is the body of a call of op asking for to: a plan id, or for
-// "seats" the number of seats.
+// askBody is the body of a call of op asking for to: a plan id, for
+// "seats" the number of seats, for "cancel" and "resume" nothing (cancel's
+// "at" says when).
 func askBody(op, to, at string) map[string]any {
 	body := map[string]any{"to": to}
-	if op == "seats" {
+	switch op {
+	case "seats":
 		n, _ := strconv.ParseInt(to, 10, 64)
 		body = map[string]any{"quantity": n}
+	case "cancel", "resume":
+		body = map[string]any{}
 	}
 	if at != "" {
 		body["at"] = at
@@ -717,6 +728,13 @@ func sweepOps() []sweepOp {
 		{name: "more seats cancelling a scheduled downgrade", plan: "scale",
 			setup: func(sw *sweep, sc *sweepCase) { sw.withSeats(sc, 2); sw.scheduleThrough(sc, "pro") },
 			run:   func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "seats", "3", "") }},
+		{name: "cancel at period end", plan: "pro",
+			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "cancel", "", "period_end") }},
+		{name: "cancel now", plan: "pro", setup: func(sw *sweep, sc *sweepCase) { sw.withSeats(sc, 2) },
+			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "cancel", "", "now") }},
+		{name: "cancel at period end while a downgrade is scheduled", plan: "scale",
+			setup: func(sw *sweep, sc *sweepCase) { sw.scheduleThrough(sc, "pro") },
+			run:   func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "cancel", "", "period_end") }},
 		{name: "keeping seats over fewer seats scheduled", plan: "pro",
 			setup: func(sw *sweep, sc *sweepCase) { sw.withSeats(sc, 5); sw.scheduleOf(sc, "seats", "2") },
 			run:   func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "seats", "5", "") }},

@@ -27,6 +27,7 @@ type errorDetail struct {
 // should do next, in the text block. Codes without an entry need no advice.
 var nextStep = map[billing.Code]string{
 	billing.CodeTokenExpired:                   "Nothing was changed. If the user still wants the change, make the first call again and show them the new summary.",
+	billing.CodeSubscriptionInactive:           "Nothing was changed: the subscription was cancelled and can no longer be changed. Tell the user; call get_subscription to see it.",
 	billing.CodeTokenMismatch:                  "Nothing was changed: the arguments differ from the first call, or something the summary stated has changed since. Make the first call again and show the user the new summary.",
 	billing.CodeTokenInvalid:                   "This call changed nothing: the token is unknown, superseded, cancelled or was used for another request (repeating the exact call that executed returns its result with replayed: true). Call get_subscription to see the current plan; if the user still wants a change, make the first call again.",
 	billing.CodeApprovalPending:                "Nothing was changed yet: the organisation's policy holds the change until enough other people approve it on the approval page (approvals_given of approvals_required in the first call's details). You cannot approve it. Call this tool again with the same \"to\" and confirm_token once it is approved.",

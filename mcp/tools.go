@@ -4,21 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/auth"
 )
 
-// Tool names (contract §7). The plan tools are named after the operations
-// they gate, which is also how billing records them.
+// Tool names (contract §7). The change tools are named after the
+// operations they gate (billing.Offers), which is also how billing records
+// them.
 const (
-	toolUpgrade         = string(billing.OpUpgrade)
-	toolDowngrade       = string(billing.OpDowngrade)
-	toolSeats           = string(billing.OpSeats)
 	toolSubscription    = "get_subscription"
 	toolPlans           = "list_plans"
 	toolCancel          = "cancel_confirmation"
@@ -46,67 +46,50 @@ const (
 )
 
 // toolScopes is the one table of the scope each tool needs (contract §4). The
-// HTTP scope gate and the tools themselves both read it.
-var toolScopes = map[string]string{
-	toolUpgrade:      auth.ScopeWrite,
-	toolDowngrade:    auth.ScopeWrite,
-	toolSeats:        auth.ScopeWrite,
-	toolCancel:       auth.ScopeWrite,
-	toolConfirm:      auth.ScopeWrite,
-	toolSubscription: auth.ScopeRead,
-	toolPlans:        auth.ScopeRead,
-}
+// HTTP scope gate and the tools themselves both read it. Every change tool
+// needs billing:write.
+var toolScopes = func() map[string]string {
+	scopes := map[string]string{
+		toolCancel:       auth.ScopeWrite,
+		toolConfirm:      auth.ScopeWrite,
+		toolSubscription: auth.ScopeRead,
+		toolPlans:        auth.ScopeRead,
+	}
+	for _, op := range billing.Offers() {
+		scopes[string(op.Name)] = auth.ScopeWrite
+	}
+	return scopes
+}()
 
-// upgradePlanArgs are the arguments of upgrade_plan.
-type upgradePlanArgs struct {
-	To           string `json:"to" jsonschema:"Id of the plan to move to, as listed by list_plans (for example scale). The same value on both calls."`
-	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"Second call only: the confirm_token returned by the first call. Send it only after the user has read the summary and explicitly agreed. Omit it on the first call."`
-}
-
-// downgradePlanArgs are the arguments of downgrade_plan: upgrade_plan's,
-// and when the change is made.
-type downgradePlanArgs struct {
-	To           string `json:"to" jsonschema:"Id of the plan to move to, as listed by list_plans (for example pro). The same value on both calls."`
-	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"Second call only: the confirm_token returned by the first call. Send it only after the user has read the summary and explicitly agreed. Omit it on the first call."`
-	At           string `json:"at,omitempty" jsonschema:"now (the default) or period_end: keep the current plan until the end of the billing period and change then, with nothing charged or credited now. The same value on both calls."`
-}
-
-// changeSeatsArgs are the arguments of change_seats.
-type changeSeatsArgs struct {
-	Quantity     int64  `json:"quantity" jsonschema:"The number of seats the subscription should have (1 to 10000), on its current plan. The same value on both calls."`
-	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"Second call only: the confirm_token returned by the first call. Send it only after the user has read the summary and explicitly agreed. Omit it on the first call."`
-	At           string `json:"at,omitempty" jsonschema:"now (the default) or period_end, for fewer seats only: keep the seats until the end of the billing period and change then, with nothing charged or credited now. The same value on both calls."`
-}
-
-// changeArgs are the arguments of any change tool, as billing takes them.
+// changeArgs are the arguments of every change tool, as billing takes
+// them. Each tool's input schema offers only the fields its operation
+// takes (billing.Offered.Args, changeSchema), and the SDK refuses others.
 type changeArgs struct {
-	To           string
-	Quantity     int64
-	At           string
-	ConfirmToken string
+	To           string `json:"to,omitempty" jsonschema:"Id of the plan to move to, as listed by list_plans (for example scale). The same value on both calls."`
+	Quantity     int64  `json:"quantity,omitempty" jsonschema:"The number of seats the subscription should have (1 to 10000), on its current plan. The same value on both calls."`
+	At           string `json:"at,omitempty" jsonschema:"When the change takes effect: now or period_end, as this tool's description says. The same value on both calls."`
+	Reason       string `json:"reason,omitempty" jsonschema:"Why the customer cancels, if they said: customer_service, low_quality, missing_features, other, switched_service, too_complex, too_expensive or unused. The same value on both calls."`
+	Comment      string `json:"comment,omitempty" jsonschema:"The customer's own words about the cancellation, if any (at most 500 characters). The same value on both calls."`
+	ConfirmToken string `json:"confirm_token,omitempty" jsonschema:"Second call only: the confirm_token returned by the first call. Send it only after the user has read the summary and explicitly agreed. Omit it on the first call."`
 }
 
 // request is the handshake call the arguments make.
 func (in changeArgs) request(op billing.Operation) billing.ChangeRequest {
-	return billing.ChangeRequest{Operation: op, To: in.To, Quantity: in.Quantity, At: in.At, ConfirmToken: in.ConfirmToken}
+	return billing.ChangeRequest{Operation: op, To: in.To, Quantity: in.Quantity, At: in.At, ConfirmToken: in.ConfirmToken,
+		Reason: in.Reason, Comment: in.Comment}
 }
 
-// planArgs are the argument types of the change tools.
-type planArgs interface {
-	upgradePlanArgs | downgradePlanArgs | changeSeatsArgs
-}
-
-// argsOf is a change tool's arguments as changeArgs.
-func argsOf[A planArgs](in A) changeArgs {
-	switch a := any(in).(type) {
-	case upgradePlanArgs:
-		return changeArgs{To: a.To, ConfirmToken: a.ConfirmToken}
-	case downgradePlanArgs:
-		return changeArgs{To: a.To, At: a.At, ConfirmToken: a.ConfirmToken}
-	default:
-		s := a.(changeSeatsArgs)
-		return changeArgs{Quantity: s.Quantity, At: s.At, ConfirmToken: s.ConfirmToken}
+// changeSchema is the input schema of op's tool: changeArgs' fields that
+// op takes, and confirm_token.
+func changeSchema(op billing.Offered) *jsonschema.Schema {
+	all := mustSchema[changeArgs]()
+	s := *all
+	s.Properties, s.PropertyOrder = map[string]*jsonschema.Schema{}, nil
+	for _, name := range append(slices.Clone(op.Args), "confirm_token") {
+		s.Properties[name] = all.Properties[name]
 	}
+	s.Required = slices.Clone(op.Required)
+	return &s
 }
 
 // cancelArgs are the arguments of cancel_confirmation.
@@ -124,35 +107,15 @@ type planList struct {
 
 func ptr[T any](v T) *T { return &v }
 
-// registerTools adds the five tools of contract §7 to s (registerView adds
-// the sixth, confirm_plan_change).
+// registerTools adds the tools of contract §7 and §15 to s: one per gated
+// operation, and the read tools (registerView adds confirm_plan_change).
 func registerTools(s *sdk.Server, t tools) {
-	addInteractiveTool(s, &sdk.Tool{
-		Name:        toolUpgrade,
-		Title:       "Upgrade the subscription plan",
-		Description: "Move the organisation to a more expensive plan; the second call charges the prorated difference now. " + twoCallInstructions,
-		Annotations: planChangeAnnotations("Upgrade the subscription plan"),
-		Meta:        viewToolMeta(),
-	}, t.log, changePlan[upgradePlanArgs](t, billing.OpUpgrade))
-	addInteractiveTool(s, &sdk.Tool{
-		Name:  toolDowngrade,
-		Title: "Downgrade the subscription plan",
-		Description: "Move the organisation to a cheaper plan; the unused part of the period is credited on the next invoice. " +
-			"With at: period_end the plan changes at the end of the billing period instead, with nothing charged or credited now; " +
-			"while such a change is scheduled, calling with to = the current plan proposes keeping it (cancelling the scheduled change). " +
-			twoCallInstructions,
-		Annotations: planChangeAnnotations("Downgrade the subscription plan"),
-		Meta:        viewToolMeta(),
-	}, t.log, changePlan[downgradePlanArgs](t, billing.OpDowngrade))
-	addInteractiveTool(s, &sdk.Tool{
-		Name:  toolSeats,
-		Title: "Change the number of seats",
-		Description: "Change how many seats the subscription has, on its current plan. More seats are charged now, prorated; " +
-			"fewer seats are credited on the next invoice, or with at: period_end made at the end of the billing period with nothing charged or credited now. " +
-			twoCallInstructions,
-		Annotations: planChangeAnnotations("Change the number of seats"),
-		Meta:        viewToolMeta(),
-	}, t.log, changePlan[changeSeatsArgs](t, billing.OpSeats))
+	for _, op := range billing.Offers() {
+		addInteractiveTool(s, &sdk.Tool{
+			Name: string(op.Name), Title: op.Title, Description: op.About + " " + twoCallInstructions,
+			InputSchema: changeSchema(op), Annotations: planChangeAnnotations(op.Title), Meta: viewToolMeta(),
+		}, t.log, changePlan(t, op.Name))
+	}
 	addTool(s, &sdk.Tool{
 		Name:  toolSubscription,
 		Title: "Current subscription",
@@ -206,12 +169,11 @@ func (t tools) handshake(ctx context.Context, caller billing.Caller, req billing
 	return res, err
 }
 
-// changePlan is upgrade_plan or downgrade_plan: the REST handshake, except
+// changePlan is the tool of a gated operation: the REST handshake, except
 // that a first call from a client that can show its user a dialog asks the
 // user itself (elicit.go).
-func changePlan[A planArgs](t tools, op billing.Operation) interactiveFunc[A, changeOutput] {
-	return func(ctx context.Context, req *sdk.CallToolRequest, caller billing.Caller, args A) (reply[changeOutput], error) {
-		in := argsOf(args)
+func changePlan(t tools, op billing.Operation) interactiveFunc[changeArgs, changeOutput] {
+	return func(ctx context.Context, req *sdk.CallToolRequest, caller billing.Caller, in changeArgs) (reply[changeOutput], error) {
 		client := declared(req)
 		if isNextRound(req) {
 			return t.nextRound(ctx, req, client, caller, op, in)
@@ -283,12 +245,16 @@ func scheduledSeatsText(n int64) string {
 // gave it (contract §13), so that it knows before it asks what will
 // execute at once.
 type subscriptionResult struct {
-	Org              string                       `json:"org,omitempty"`
-	Plan             string                       `json:"plan"`
-	Quantity         int64                        `json:"quantity"`
-	Status           string                       `json:"status"`
-	CurrentPeriodEnd time.Time                    `json:"current_period_end"`
-	ScheduledChange  *billing.ScheduledChangeView `json:"scheduled_change,omitempty"`
+	Org      string `json:"org,omitempty"`
+	Plan     string `json:"plan"`
+	Quantity int64  `json:"quantity"`
+	Status   string `json:"status"`
+	// CancelAtPeriodEnd: the subscription ends at the period's end
+	// (resume_subscription undoes it); CanceledAt: when it was cancelled.
+	CancelAtPeriodEnd bool                         `json:"cancel_at_period_end"`
+	CanceledAt        *time.Time                   `json:"canceled_at,omitempty"`
+	CurrentPeriodEnd  time.Time                    `json:"current_period_end"`
+	ScheduledChange   *billing.ScheduledChangeView `json:"scheduled_change,omitempty"`
 	// Mandates are the active standing mandates of this agent's client for
 	// this user, with what is left of each.
 	Mandates []billing.MandatesLeft `json:"mandates,omitempty"`
@@ -304,11 +270,19 @@ func (t tools) subscription(ctx context.Context, caller billing.Caller, _ noArgs
 		return subscriptionResult{}, "", err
 	}
 	out := subscriptionResult{Org: sub.Org, Plan: sub.Plan, Quantity: sub.Quantity, Status: sub.Status, CurrentPeriodEnd: sub.CurrentPeriodEnd,
+		CancelAtPeriodEnd: sub.CancelAtPeriodEnd, CanceledAt: sub.CanceledAt,
 		ScheduledChange: sub.ScheduledChange, Mandates: mandates}
 	text := fmt.Sprintf("Organisation %s is on the %s plan%s (status %s); the current period ends %s.",
 		sub.Org, sub.Plan, seatsText(sub.Quantity), sub.Status, sub.CurrentPeriodEnd.Format("January 2, 2006"))
 	if sc := sub.ScheduledChange; sc != nil {
 		text += fmt.Sprintf(" A change to the %s plan%s is scheduled for %s.", sc.To, scheduledSeatsText(sc.Quantity), sc.At.Format("January 2, 2006"))
+	}
+	switch {
+	case sub.Status == "canceled":
+		text += " It was cancelled: it can no longer be changed."
+	case sub.CancelAtPeriodEnd:
+		text += fmt.Sprintf(" It is cancelled at the end of the period: it ends on %s unless resumed (resume_subscription).",
+			sub.CurrentPeriodEnd.Format("January 2, 2006"))
 	}
 	for _, m := range mandates {
 		text += " " + m.Words()

@@ -34,6 +34,8 @@ func (s *server) subscription(c echo.Context) error {
 type changeBody struct {
 	To           string `json:"to"`
 	Quantity     int64  `json:"quantity"`
+	Reason       string `json:"reason"`  // cancel_subscription's feedback
+	Comment      string `json:"comment"` // and comment
 	ConfirmToken string `json:"confirm_token"`
 	At           string `json:"at"` // "now" (default) or "period_end" (downgrades, fewer seats)
 }
@@ -63,7 +65,8 @@ func (s *server) handshake(c echo.Context, op billing.Operation) (billing.Change
 		return billing.ChangeResult{}, err
 	}
 	return s.Service.ChangePlan(c.Request().Context(), callerOf(c),
-		billing.ChangeRequest{Operation: op, To: body.To, Quantity: body.Quantity, At: body.At, ConfirmToken: body.ConfirmToken})
+		billing.ChangeRequest{Operation: op, To: body.To, Quantity: body.Quantity, At: body.At, ConfirmToken: body.ConfirmToken,
+			Reason: body.Reason, Comment: body.Comment})
 }
 
 func (s *server) confirmations(c echo.Context) error {

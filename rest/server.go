@@ -105,9 +105,9 @@ func New(cfg Config) *echo.Echo {
 	read, write, admin := s.require(auth.ScopeRead), s.require(auth.ScopeWrite), s.require(auth.ScopeAdmin)
 	api.GET("/plans", s.plans, read)
 	api.GET("/subscription", s.subscription, read)
-	api.POST("/upgrade", s.changePlan(billing.OpUpgrade), write)
-	api.POST("/downgrade", s.changePlan(billing.OpDowngrade), write)
-	api.POST("/seats", s.changePlan(billing.OpSeats), write)
+	for _, op := range billing.Offers() { // every gated operation, both calls of its handshake
+		api.POST("/"+op.Path, s.changePlan(op.Name), write)
+	}
 	api.GET("/confirmations", s.confirmations, read)
 	api.POST("/confirmations/:id/cancel", s.cancel, write)
 	api.GET("/audit", s.audit, admin)

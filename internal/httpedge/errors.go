@@ -21,6 +21,7 @@ var statusOf = map[billing.Code]int{
 	billing.CodeNotFound:                       http.StatusNotFound,
 	billing.CodeTokenInvalid:                   http.StatusConflict,
 	billing.CodeTokenMismatch:                  http.StatusConflict,
+	billing.CodeSubscriptionInactive:           http.StatusConflict,
 	billing.CodeApprovalPending:                http.StatusConflict,
 	billing.CodeApprovalRejected:               http.StatusConflict,
 	billing.CodeTokenExpired:                   http.StatusGone,

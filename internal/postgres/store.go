@@ -67,7 +67,8 @@ func (s *Store) Ready(ctx context.Context) error {
 
 const accountColumns = `o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, s.quantity` // NULL synced_at as Go's zero time
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, s.quantity,
+	s.cancel_at_period_end, s.canceled_at` // NULL synced_at as Go's zero time
 
 // accountFrom joins what accountColumns reads; an org without a policy row
 // has the empty policy.
@@ -77,7 +78,8 @@ func scanAccount(a *billing.Account) []any {
 	return []any{&a.Org.ID, &a.Org.Name, &a.Org.StripeCustomerID,
 		&a.Subscription.StripeSubscriptionID, &a.Subscription.StripeItemID, &a.Subscription.Plan,
 		&a.Subscription.Status, &a.Subscription.CurrentPeriodEnd, &a.Subscription.Version,
-		&a.Subscription.SyncedAt, policyColumn{&a.Policy}, &a.Subscription.Scheduled, &a.Subscription.Quantity}
+		&a.Subscription.SyncedAt, policyColumn{&a.Policy}, &a.Subscription.Scheduled, &a.Subscription.Quantity,
+		&a.Subscription.CancelAtPeriodEnd, optionalTime{&a.Subscription.CanceledAt}}
 }
 
 // policyColumn scans a policy stored as JSON; NULL is the empty policy.
@@ -161,12 +163,14 @@ WITH quotable AS (
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
 		approval, agent, verify_required, livemode,
 		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status,
-		approvals_required, quantity, quantity_to)
+		approvals_required, quantity, quantity_to,
+		cancellation, cancel_reason, cancel_comment, from_cancel_at_period_end)
 	SELECT $1, $6, $2, $3, $4, $5, 'pending',
 		$7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now() + $20 * interval '1 microsecond',
 		NULLIF($24, ''), $25, $26, $27,
 		$28, $29, $30, $31, $32, $33, $34, $35,
-		$36, $37, $38
+		$36, $37, $38,
+		$39, $40, $41, $42
 	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -198,7 +202,8 @@ func (s *Store) IssueConfirmation(ctx context.Context, c billing.Confirmation, t
 		ttl.Microseconds(), template.RequestID, template.Event, template.Outcome, string(c.Approval), c.Agent,
 		c.VerifyRequired, t.Livemode,
 		t.SubtotalCents, t.DiscountCents, t.TaxCents, t.CreditAppliedCents, t.AtPeriodEnd, t.AtRenewal, t.Cancels, t.FromStatus,
-		c.ApprovalsRequired, max(t.Quantity, 1), t.ToQuantity}
+		c.ApprovalsRequired, max(t.Quantity, 1), t.ToQuantity,
+		string(t.Cancellation), t.CancelReason, t.CancelComment, t.FromCancelAtPeriodEnd}
 	// Concurrent first calls of one caller must supersede one another in
 	// turn: each takes a transaction-scoped advisory lock on (org, principal,
 	// operation) first. Statements of one batch share an implicit transaction

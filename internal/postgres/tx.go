@@ -129,7 +129,8 @@ const confirmationColumns = `c.id, c.token_hash, c.org, c.principal, c.client, c
 	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent,
 	c.at_period_end, c.at_renewal, c.cancels, c.from_status,
 	c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''),
-	c.approvals_required, c.approvers, c.quantity, c.quantity_to, ` + verificationColumns
+	c.approvals_required, c.approvers, c.quantity, c.quantity_to,
+	c.cancellation, c.cancel_reason, c.cancel_comment, c.from_cancel_at_period_end, ` + verificationColumns
 
 // verificationColumns are the verify level's columns of a confirmation c.
 const verificationColumns = `c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
@@ -146,7 +147,8 @@ func scanConfirmation(c *billing.Confirmation) []any {
 		&t.SubtotalCents, &t.DiscountCents, &t.TaxCents, &t.CreditAppliedCents, &c.Consent,
 		&t.AtPeriodEnd, &t.AtRenewal, &t.Cancels, &t.FromStatus,
 		&c.Restore.Owed, &c.Restore.Tries, optionalTime{&c.Restore.Since}, &c.Restore.Settled,
-		&c.ApprovalsRequired, &c.Approvers, &t.Quantity, &t.ToQuantity}, scanVerification(c)...)
+		&c.ApprovalsRequired, &c.Approvers, &t.Quantity, &t.ToQuantity,
+		&t.Cancellation, &t.CancelReason, &t.CancelComment, &t.FromCancelAtPeriodEnd}, scanVerification(c)...)
 }
 
 // scanVerification scans verificationColumns; Verification stays nil until
@@ -427,10 +429,10 @@ func (t *storeTx) Record(ctx context.Context, r billing.Record) error {
 	}
 	if sub := r.Subscription; sub != nil {
 		batch.Queue(`UPDATE subscriptions SET plan = $2, status = $3, current_period_end = $4, stripe_item_id = $5,
-			synced_at = coalesce($6, synced_at), scheduled = $7, quantity = $8,
+			synced_at = coalesce($6, synced_at), scheduled = $7, quantity = $8, cancel_at_period_end = $9, canceled_at = $10,
 			version = version + 1, updated_at = now() WHERE org = $1`,
 			sub.Org, sub.Plan, sub.Status, sub.CurrentPeriodEnd, sub.StripeItemID, nullTime(sub.SyncedAt), sub.Scheduled,
-			max(sub.Quantity, 1))
+			max(sub.Quantity, 1), sub.CancelAtPeriodEnd, nullTime(sub.CanceledAt))
 	}
 	if d := r.Restore; d != nil {
 		batch.Queue(`UPDATE confirmations SET restore_owed = $2, restore_tries = $3, restore_settled = NULLIF($4, ''),

@@ -18,8 +18,11 @@ import (
 // none: Stripe's upcoming invoice with nothing prorated), which is what
 // the schedule's next phase will charge, as far as Stripe knows today.
 func (p *Provider) PreviewPlanChange(ctx context.Context, change billing.PlanChange) (billing.Preview, error) {
-	if change.AtPeriodEnd {
+	switch {
+	case change.AtPeriodEnd:
 		return p.previewRenewal(ctx, change)
+	case change.Cancellation == billing.CancelNow:
+		return p.previewCancelNow(ctx, change)
 	}
 	params := &stripe.InvoiceCreatePreviewParams{
 		Customer:     stripe.String(change.CustomerID),
@@ -119,6 +122,10 @@ func (p *Provider) ApplyPlanChange(ctx context.Context, change billing.PlanChang
 		return p.afterRelease(ctx, change.SubscriptionID)
 	case change.AtPeriodEnd:
 		return p.scheduleChange(ctx, change, idempotencyKey)
+	case change.Cancellation == billing.CancelNow:
+		return p.cancelNow(ctx, change, idempotencyKey)
+	case change.Cancellation != "":
+		return p.updateCancellation(ctx, change, idempotencyKey)
 	}
 	return p.updateSubscription(ctx, change, idempotencyKey)
 }
@@ -462,7 +469,7 @@ func invoiceOf(inv *stripe.Invoice) *billing.Invoice {
 		return nil
 	}
 	out := &billing.Invoice{ID: inv.ID, AmountDueCents: inv.AmountDue, Currency: string(inv.Currency),
-		BillingReason: string(inv.BillingReason), Created: unixTime(inv.Created)}
+		BillingReason: string(inv.BillingReason), Created: unixTime(inv.Created), CreditedCents: max(-inv.Total, 0)}
 	if inv.SubscriptionDetails != nil {
 		out.ConfirmationID = inv.SubscriptionDetails.Metadata[MetadataConfirmationID]
 	}
@@ -513,10 +520,12 @@ func (p *Provider) ReadSubscription(ctx context.Context, subscriptionID string) 
 		return billing.ProviderSubscription{}, err
 	}
 	state := billing.ProviderSubscription{
-		Status:           string(sub.Status),
-		CurrentPeriodEnd: unixTime(sub.CurrentPeriodEnd),
-		ConfirmationID:   sub.Metadata[MetadataConfirmationID],
-		LatestInvoice:    invoiceOf(sub.LatestInvoice),
+		Status:            string(sub.Status),
+		CancelAtPeriodEnd: sub.CancelAtPeriodEnd,
+		CanceledAt:        unixTime(sub.CanceledAt),
+		CurrentPeriodEnd:  unixTime(sub.CurrentPeriodEnd),
+		ConfirmationID:    sub.Metadata[MetadataConfirmationID],
+		LatestInvoice:     invoiceOf(sub.LatestInvoice),
 	}
 	// Stripe detaches a schedule once it is released or canceled; one
 	// that has ended some other way manages nothing either.

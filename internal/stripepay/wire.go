@@ -92,11 +92,13 @@ func (w *wireInvoice) invoice() *stripe.Invoice {
 // wireSubscription is what billingd reads of a subscription.
 type wireSubscription struct {
 	stripe.APIResource
-	ID               string            `json:"id"`
-	Status           string            `json:"status"`
-	CurrentPeriodEnd int64             `json:"current_period_end"`
-	Metadata         map[string]string `json:"metadata"`
-	LatestInvoice    *invoiceRef       `json:"latest_invoice"`
+	ID                string            `json:"id"`
+	Status            string            `json:"status"`
+	CancelAtPeriodEnd bool              `json:"cancel_at_period_end"`
+	CanceledAt        int64             `json:"canceled_at"`
+	CurrentPeriodEnd  int64             `json:"current_period_end"`
+	Metadata          map[string]string `json:"metadata"`
+	LatestInvoice     *invoiceRef       `json:"latest_invoice"`
 	// Schedule is decoded by stripe-go when there is one: billingd reads
 	// most of a schedule, and only a subscription with a change scheduled
 	// has one.
@@ -115,6 +117,7 @@ type wireSubscription struct {
 // set.
 func (w *wireSubscription) subscription() (*stripe.Subscription, error) {
 	sub := &stripe.Subscription{ID: w.ID, Status: stripe.SubscriptionStatus(w.Status),
+		CancelAtPeriodEnd: w.CancelAtPeriodEnd, CanceledAt: w.CanceledAt,
 		CurrentPeriodEnd: w.CurrentPeriodEnd, Metadata: w.Metadata}
 	if w.LatestInvoice != nil {
 		sub.LatestInvoice = w.LatestInvoice.invoice()

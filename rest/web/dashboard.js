@@ -105,6 +105,15 @@ function renderSubscription() {
   }
   $("sub-status").textContent = sub.status || "—";
   $("sub-period-end").textContent = sub.current_period_end ? when(sub.current_period_end) : "—";
+  // A cancellation: pending at the period's end (with Resume), or made.
+  const ended = sub.status === "canceled", ending = !ended && Boolean(sub.cancel_at_period_end);
+  $("ending").hidden = !ended && !ending;
+  $("resume").hidden = !ending;
+  $("ending-text").textContent = ended ? "Cancelled: access has ended, and the subscription can no longer be changed."
+    : ending ? `Cancelled at the end of the period: it ends on ${day(sub.current_period_end)} unless resumed.` : "";
+  $("cancel-actions").hidden = ended;
+  $("cancel-period-end").hidden = ending;
+  $("seats-form").hidden = ended;
   // A downgrade scheduled for the period's end: what it becomes and when,
   // and the button that starts the handshake to keep the current plan.
   const change = sub.scheduled_change;
@@ -370,11 +379,24 @@ async function proposeSeats(quantity, button, at) {
   await ask("seats", plan, { quantity }, button, at, `The subscription has ${quantity} seats already; there is nothing to confirm.`);
 }
 
+// proposeEnd is cancel_subscription's first call (at: "period_end" or
+// "now", which is never a default) or resume_subscription's (at empty).
+async function proposeEnd(op, button, at) {
+  const sub = state.subscription;
+  const plan = sub && state.plans.find((p) => p.id === sub.plan);
+  if (!plan) {
+    return;
+  }
+  say(op === "resume" ? "Asking billingd what resuming means…" : "Asking billingd what cancelling means…");
+  await ask(op, plan, {}, button, at, op === "resume" ? "The subscription is not ending; there is nothing to resume."
+    : "The subscription already ends at the end of the period; there is nothing to confirm.");
+}
+
 // ask makes a first call of op with body (and "at": "period_end" when at
-// says so) and opens the dialog with its summary; noop is what the page
-// says when there is nothing to confirm.
+// says so, or whatever a cancellation says) and opens the dialog with its
+// summary; noop is what the page says when there is nothing to confirm.
 async function ask(op, plan, body, button, at, noop) {
-  if (at === "period_end") {
+  if (at === "period_end" || (op === "cancel" && at)) {
     body.at = at;
   }
   button.disabled = true;
@@ -398,7 +420,7 @@ async function ask(op, plan, body, button, at, noop) {
 // the scheduled change).
 function isKeep(details) {
   return Boolean(details && details.from === details.to && details.quantity_from === details.quantity_to &&
-    details.cancels_scheduled_change);
+    !details.cancellation && details.cancels_scheduled_change);
 }
 
 // isSeats: the proposal changes the seats of the current plan.
@@ -416,6 +438,12 @@ function proposalFacts(d) {
   }
   if (isSeats(d)) {
     facts.push(["Seats", `${d.quantity_from} → ${d.quantity_to}`]);
+  }
+  if (d.cancellation === "now") {
+    facts.push(["Access ends", "now — this cannot be undone"]);
+    facts.push(["Credited to the balance (about)", money(d.credit_cents, d.currency, d)]);
+  } else if (d.cancellation === "period_end") {
+    facts.push(["Access ends", day(d.cancel_at)]);
   }
   if (d.at === "period_end") {
     facts.push(["Changes on", day(d.effective_at)], ["Due now", money(d.amount_due_now_cents, d.currency, d)]);
@@ -441,8 +469,10 @@ function openDialog(op, plan, body, proposal, focusKey) {
     busy: false,
     outcome: null, // {message, isError} to show once the page is refreshed
   };
-  $("confirm-title").textContent = isKeep(proposal.details) ? `Keep ${plan.name}?`
-    : isSeats(proposal.details) ? "Confirm the change of seats" : "Confirm the plan change";
+  const ends = { now: "Cancel the subscription now?", period_end: "Cancel the subscription at the end of the period?",
+    resume: "Resume the subscription?" }[(proposal.details || {}).cancellation];
+  $("confirm-title").textContent = ends || (isKeep(proposal.details) ? `Keep ${plan.name}?`
+    : isSeats(proposal.details) ? "Confirm the change of seats" : "Confirm the plan change");
   $("confirm-summary").textContent = proposal.summary; // verbatim
   const facts = proposalFacts(proposal.details);
   $("confirm-facts").replaceChildren(...facts.flatMap(([label, value]) => [el("dt", label), el("dd", value)]));
@@ -514,6 +544,14 @@ async function confirmChange() {
 // changed it now.
 function doneMessage(p, data) {
   const sub = (data && data.subscription) || {};
+  switch ((p.proposal.details || {}).cancellation) {
+  case "now":
+    return "Cancelled: access has ended.";
+  case "period_end":
+    return `Cancelled at the end of the period: the subscription ends on ${day(sub.current_period_end)}.`;
+  case "resume":
+    return `Resumed: the subscription renews on ${day(sub.current_period_end)}.`;
+  }
   if (sub.scheduled_change) {
     const change = sub.scheduled_change;
     if (change.to === sub.plan && change.quantity) {
@@ -574,6 +612,9 @@ function init() {
       propose("upgrade", plan, $("keep-plan"));
     }
   });
+  $("cancel-period-end").addEventListener("click", () => proposeEnd("cancel", $("cancel-period-end"), "period_end"));
+  $("cancel-now").addEventListener("click", () => proposeEnd("cancel", $("cancel-now"), "now"));
+  $("resume").addEventListener("click", () => proposeEnd("resume", $("resume"), ""));
   $("seats-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const quantity = Number($("seats-quantity").value);

@@ -126,13 +126,17 @@ function receiptFacts(c) {
   }
   facts.push(["How the person agreed", consentText(c.consent)]);
   const seats = c.quantity_from && c.quantity_to && c.quantity_from !== c.quantity_to;
-  const change = seats ? `${c.operation}: ${c.from}, ${c.quantity_from} → ${c.quantity_to} seats`
-    : c.from === c.to && c.cancels ? `${c.operation}: keep ${c.from}` : `${c.operation}: ${c.from} → ${c.to}`;
+  const ends = { now: "ends now", period_end: `ends on ${day(c.cancel_at)}`, resume: "renews again" }[c.cancellation];
+  const change = ends ? `${c.operation}: ${c.from}, ${ends}`
+    : seats ? `${c.operation}: ${c.from}, ${c.quantity_from} → ${c.quantity_to} seats`
+      : c.from === c.to && c.cancels ? `${c.operation}: keep ${c.from}` : `${c.operation}: ${c.from} → ${c.to}`;
   facts.push(["Change", change]);
   if (!seats && c.quantity_from > 1) {
     facts.push(["Seats", String(c.quantity_from)]);
   }
-  if (c.credit_cents) {
+  if (c.credited_cents) {
+    facts.push(["Credited to the balance", money(c.credited_cents, c.currency, c)]);
+  } else if (c.credit_cents) {
     facts.push(["Credited on the next invoice", money(c.credit_cents, c.currency, c)]);
   }
   if (scheduled) {

@@ -166,6 +166,29 @@ func (s *Server) cancelSubscription(r *http.Request) (any, error) {
 // prorate does; its negative total goes to the customer's balance.
 // Callers hold s.mu.
 func (s *Server) invoiceCancellation(sub *Subscription, at time.Time) {
+	inv := s.cancellationInvoice(sub, at)
+	inv.ID = s.newID("in")
+	s.applyTotals(sub, &inv)
+	s.keepPaid(sub, inv)
+}
+
+// previewCancellation is the invoice create_preview shows for cancelling
+// sub now (subscription_details[cancel_now]) at at: the final invoice's
+// credit for the unused time with create_prorations (the default), nothing
+// with none. Callers hold s.mu.
+func (s *Server) previewCancellation(sub *Subscription, at time.Time, behavior string) invoiceJSON {
+	inv := s.cancellationInvoice(sub, at)
+	if behavior == "none" {
+		inv.Lines = newList("/v1/invoices/lines", []lineJSON{})
+	}
+	inv.BillingReason = "upcoming"
+	s.applyTotals(sub, &inv)
+	return inv
+}
+
+// cancellationLines credit, per item of sub, the unused time from at,
+// rounded as prorate does. Callers hold s.mu.
+func (s *Server) cancellationLines(sub *Subscription, at time.Time) []lineJSON {
 	remaining := int64(sub.CurrentPeriodEnd.Sub(at) / time.Second)
 	length := int64(sub.CurrentPeriodEnd.Sub(sub.CurrentPeriodStart) / time.Second)
 	day := at.UTC().Format("02 Jan 2006")
@@ -176,15 +199,20 @@ func (s *Server) invoiceCancellation(sub *Subscription, at time.Time) {
 		lines = append(lines, s.line(sub, pr, it.Quantity, credit, true,
 			fmt.Sprintf("Unused time on %d × %s after %s", it.Quantity, pr.id, day), at, sub.CurrentPeriodEnd))
 	}
-	inv := invoiceJSON{
-		ID: s.newID("in"), Object: "invoice", BillingReason: "subscription_update",
+	return lines
+}
+
+// cancellationInvoice is the final invoice of sub cancelled at at, before
+// its totals. Callers hold s.mu.
+func (s *Server) cancellationInvoice(sub *Subscription, at time.Time) invoiceJSON {
+	lines := s.cancellationLines(sub, at)
+	return invoiceJSON{
+		Object: "invoice", BillingReason: "subscription_update",
 		Customer: sub.Customer, Subscription: sub.ID, Currency: s.currency(sub), Created: at.Unix(),
 		PeriodStart: at.Unix(), PeriodEnd: at.Unix(),
 		Lines:               newList("/v1/invoices/lines", lines),
 		SubscriptionDetails: &subscriptionDetailsJSON{Metadata: orEmpty(sub.Metadata)},
 	}
-	s.applyTotals(sub, &inv)
-	s.keepPaid(sub, inv)
 }
 
 // end cancels sub: status canceled, canceled_at and ended_at; a schedule

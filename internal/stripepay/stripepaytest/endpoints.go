@@ -263,6 +263,10 @@ func (s *Server) createPreview(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	cancelNow, _, err := boolParam(f, "subscription_details[cancel_now]", false)
+	if err != nil {
+		return nil, err
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -279,6 +283,12 @@ func (s *Server) createPreview(r *http.Request) (any, error) {
 	}
 	if err := checkProrationDate(sub, "subscription_details[proration_date]", at); err != nil {
 		return nil, err
+	}
+	if cancelNow {
+		if len(params) > 0 {
+			return nil, errParamInvalid("subscription_details[cancel_now]", "cancel_now cannot be combined with items")
+		}
+		return s.previewCancellation(sub, at, behavior), nil
 	}
 	changes, err := s.itemChanges(sub, params, "subscription_details[items]")
 	if err != nil {

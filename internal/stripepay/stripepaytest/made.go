@@ -58,6 +58,9 @@ type Write struct {
 	// Carried is what the write prorated onto the next invoice instead
 	// (create_prorations): positive owed, negative a credit.
 	Carried int64
+	// Credited is what the write's invoice credited to the customer's
+	// balance (a negative total: a cancellation's unused time).
+	Credited int64
 	// Answered: the client got the write's own answer (not lost, replaced
 	// by a 500, cut, or held until the client gave up).
 	Answered bool
@@ -155,6 +158,7 @@ func (s *Server) endWrite(w writing, answered bool) int {
 	if sub, ok := s.subs[w.subscription]; ok {
 		if sub.LatestInvoice != w.latestInvoice {
 			entry.Invoice = sub.LatestInvoice
+			entry.Credited = max(-s.invoices[entry.Invoice].Total, 0)
 		}
 		entry.Carried = sub.PendingProrations - w.pending
 	}

@@ -1,0 +1,49 @@
+package billing
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCancelWords: a cancellation says when access ends, what is credited
+// (never refunded) and whether it can be undone; its danger says so too.
+func TestCancelWords(t *testing.T) {
+	pro := testPlan(t, "pro")
+	dec27 := time.Date(2026, 12, 27, 0, 0, 0, 0, time.UTC)
+	base := Terms{FromPlan: "pro", ToPlan: "pro", FromAmountCents: 1900, ToAmountCents: 1900, Currency: "usd", NextChargeAt: dec27,
+		Livemode: true, Quantity: 2}
+	later, now := base, base
+	later.Cancellation = CancelAtPeriodEnd
+	now.Cancellation, now.CreditCents = CancelNow, 2533
+	for _, c := range []struct {
+		t      Terms
+		want   string
+		danger Danger
+	}{
+		{later, "Cancel Acme's Pro subscription, 2 seats at the end of the current period: it stays active until Dec 27, 2026, " +
+			"then ends instead of renewing. Nothing is charged or refunded; it can be resumed until then.", DangerReversible},
+		{now, "Cancel Acme's Pro subscription, 2 seats now: access ends immediately, instead of on Dec 27, 2026, and this cannot be " +
+			"undone. The unused time, about $25.33 as of now, is credited to the account's balance for future invoices; no money is " +
+			"paid back.", DangerIrreversible},
+	} {
+		if got := summarize("Acme", OpCancel, pro, pro, c.t, ""); got != c.want {
+			t.Errorf("summary\n  %q\nwant\n  %q", got, c.want)
+		}
+		if got := c.t.danger(); got != c.danger {
+			t.Errorf("%s: danger %s, want %s", c.t.Cancellation, got, c.danger)
+		}
+		if c.t.chargesNow() || keepsPlan(c.t) {
+			t.Errorf("%s: charges now or keeps the plan", c.t.Cancellation)
+		}
+	}
+	if strings.Contains(strings.ToLower(summarize("Acme", OpCancel, pro, pro, now, "")), "refund") {
+		t.Error("cancelling now speaks of a refund")
+	}
+	// "at" is never a default for cancelling.
+	for _, req := range []ChangeRequest{{Operation: OpCancel}, {Operation: OpCancel, At: "later"}} {
+		if err := validateRequest(req); ErrorCode(err) != CodeInvalidRequest {
+			t.Errorf("%+v: %v", req, err)
+		}
+	}
+}
