@@ -13,7 +13,7 @@ import (
 // operation: adding one is its file, its tests and a line here.
 
 // operations are the gated operations, in the order clients list them.
-var operations = []*operation{upgradePlan, downgradePlan, changeSeats, cancelSubscription}
+var operations = []*operation{upgradePlan, downgradePlan, changeSeats, cancelSubscription, resumeSubscription}
 
 // operationsByName finds them by name.
 var operationsByName = byName(operations)

@@ -129,6 +129,7 @@ var sweptRoutes = map[string]sweptRoute{
 	"POST /api/billing/downgrade": {kind: changes, scope: auth.ScopeWrite, bodies: []string{`{"to":"free"}`}},
 	"POST /api/billing/seats":     {kind: changes, scope: auth.ScopeWrite, bodies: []string{`{"quantity":2}`}},
 	"POST /api/billing/cancel":    {kind: changes, scope: auth.ScopeWrite, bodies: []string{`{"at":"now"}`, `{"at":"period_end"}`}},
+	"POST /api/billing/resume":    {kind: changes, scope: auth.ScopeWrite, bodies: []string{`{}`}},
 
 	"PUT /api/billing/policy":                               {kind: loosens, scope: auth.ScopeAdmin, bodies: loosePolicies},
 	"POST /api/billing/confirmations/:id/approve":           {kind: loosens, scope: auth.ScopeAdmin, bodies: noBody},
@@ -148,6 +149,7 @@ var sweptTools = map[string]gateKind{
 	"downgrade_plan":      changes,
 	"change_seats":        changes,
 	"cancel_subscription": changes,
+	"resume_subscription": changes,
 	"confirm_plan_change": changes,
 }
 
@@ -626,6 +628,7 @@ func (c *gateCase) tryTool(cs *sdk.ClientSession, tool *sdk.Tool) {
 		"downgrade_plan":      {"to": "free"},
 		"change_seats":        {"quantity": 2},
 		"cancel_subscription": {"at": "now"},
+		"resume_subscription": {},
 		"cancel_confirmation": {"confirmation_id": c.waiting.ConfirmationID},
 		"confirm_plan_change": {"confirmation_id": c.waiting.ConfirmationID, "confirm_token": c.waiting.ConfirmToken},
 	}[tool.Name]

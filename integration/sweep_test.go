@@ -732,6 +732,8 @@ func sweepOps() []sweepOp {
 			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "cancel", "", "period_end") }},
 		{name: "cancel now", plan: "pro", setup: func(sw *sweep, sc *sweepCase) { sw.withSeats(sc, 2) },
 			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "cancel", "", "now") }},
+		{name: "resume", plan: "pro", setup: func(sw *sweep, sc *sweepCase) { sw.scheduleOf(sc, "cancel", "") },
+			run: func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "resume", "", "") }},
 		{name: "cancel at period end while a downgrade is scheduled", plan: "scale",
 			setup: func(sw *sweep, sc *sweepCase) { sw.scheduleThrough(sc, "pro") },
 			run:   func(sw *sweep, sc *sweepCase) { sw.handshake(sc, "cancel", "", "period_end") }},
