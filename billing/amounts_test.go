@@ -105,7 +105,7 @@ func TestSummaryStatesEveryPart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.terms.Currency, tt.terms.NextChargeAt, tt.terms.Livemode = tt.to.Currency, dec1, true
 			tt.terms.FromAmountCents, tt.terms.ToAmountCents = tt.from.AmountCents, tt.to.AmountCents
-			if got := summarize("Acme", OpUpgrade, tt.from, tt.to, tt.terms, ""); got != tt.want {
+			if got := summarize("Acme", upgradePlan, tt.from, tt.to, tt.terms, ""); got != tt.want {
 				t.Errorf("summary\n  %q\nwant\n  %q", got, tt.want)
 			}
 		})

@@ -27,7 +27,7 @@ func TestCancelWords(t *testing.T) {
 			"undone. The unused time, about $25.33 as of now, is credited to the account's balance for future invoices; no money is " +
 			"paid back.", DangerIrreversible},
 	} {
-		if got := summarize("Acme", OpCancel, pro, pro, c.t, ""); got != c.want {
+		if got := summarize("Acme", cancelSubscription, pro, pro, c.t, ""); got != c.want {
 			t.Errorf("summary\n  %q\nwant\n  %q", got, c.want)
 		}
 		if got := c.t.danger(); got != c.danger {
@@ -37,7 +37,7 @@ func TestCancelWords(t *testing.T) {
 			t.Errorf("%s: charges now or keeps the plan", c.t.Cancellation)
 		}
 	}
-	if strings.Contains(strings.ToLower(summarize("Acme", OpCancel, pro, pro, now, "")), "refund") {
+	if strings.Contains(strings.ToLower(summarize("Acme", cancelSubscription, pro, pro, now, "")), "refund") {
 		t.Error("cancelling now speaks of a refund")
 	}
 	// "at" is never a default for cancelling.

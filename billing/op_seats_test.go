@@ -32,7 +32,7 @@ func TestSeatsWords(t *testing.T) {
 	} {
 		c.t.FromPlan, c.t.ToPlan, c.t.FromAmountCents, c.t.ToAmountCents = "pro", "pro", pro.AmountCents, pro.AmountCents
 		c.t.Currency, c.t.NextChargeAt, c.t.Livemode = "usd", dec27, true
-		got := summarize("Acme", OpSeats, pro, pro, c.t, "")
+		got := summarize("Acme", changeSeats, pro, pro, c.t, "")
 		if got != c.want {
 			t.Errorf("%s:\n  %q\nwant\n  %q", c.name, got, c.want)
 		}

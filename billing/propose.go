@@ -8,7 +8,7 @@ import (
 )
 
 // propose is the first call: it executes nothing.
-func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
+func (s *Service) propose(ctx context.Context, caller Caller, op *operation, req ChangeRequest) (ChangeResult, error) {
 	acct, activity, err := s.accountForCall(ctx, caller)
 	if err != nil {
 		return ChangeResult{}, err
@@ -20,7 +20,6 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 	if s.renewalDue(acct.Subscription, req.atPeriodEnd(), now) {
 		return ChangeResult{}, errRenewalDue()
 	}
-	op, _ := operationOf(req.Operation) // validateRequest checked it
 	from, w, err := s.target(op, acct.Subscription, req)
 	if err != nil {
 		return ChangeResult{}, err
@@ -56,7 +55,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, req ChangeRequest)
 		}
 	}
 	s.atAccount(ctx, StepIssue, &acct)
-	c, token, err := s.issue(ctx, caller, acct, req.Operation, terms, action)
+	c, token, err := s.issue(ctx, caller, acct, op, terms, action)
 	if err != nil {
 		return ChangeResult{}, err
 	}
@@ -162,14 +161,14 @@ func priced(t *Terms, change PlanChange, p Preview) error {
 
 // issue stores the confirmation for terms. A change that needs approval may
 // stay redeemable for the policy's approval window, if that is longer.
-func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Operation, terms Terms, action Action) (Confirmation, string, error) {
+func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op *operation, terms Terms, action Action) (Confirmation, string, error) {
 	from, _ := s.catalog.Plan(terms.FromPlan)
 	to, _ := s.catalog.Plan(terms.ToPlan)
 	token, hash := newToken()
 	c := Confirmation{
 		ID: newConfirmationID(), TokenHash: hash,
 		Org: caller.Org, Principal: caller.Principal, Client: caller.Client, Agent: s.people.isAgent(acct.Policy, caller),
-		Operation: op, Terms: terms, Status: StatusPending,
+		Operation: op.name, Terms: terms, Status: StatusPending,
 		Summary: summarize(displayNameOr(acct.Org), op, from, to, terms, s.scheduledWords(terms.Cancels)),
 	}
 	ttl := s.ttl
@@ -183,7 +182,7 @@ func (s *Service) issue(ctx context.Context, caller Caller, acct Account, op Ope
 		// A person has to act on a page: the policy may give them longer.
 		ttl = max(ttl, time.Duration(acct.Policy.ApprovalWindowSeconds)*time.Second)
 	}
-	c, err := s.store.IssueConfirmation(ctx, c, ttl, s.event(caller, op, EventTokenIssued, "", ""))
+	c, err := s.store.IssueConfirmation(ctx, c, ttl, s.event(caller, op.name, EventTokenIssued, "", ""))
 	if errors.Is(err, ErrConflict) {
 		// Checked before the quote (Unsettled) and again, atomically, by
 		// the insert: the preview may have been made while another change

@@ -261,11 +261,12 @@ var planIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // ChangePlan is both calls of the handshake for every gated operation.
 func (s *Service) ChangePlan(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
-	if err := validateRequest(req); err != nil {
+	op, err := checkRequest(req)
+	if err != nil {
 		return ChangeResult{}, err
 	}
 	if req.ConfirmToken == "" {
-		return s.propose(ctx, caller, req)
+		return s.propose(ctx, caller, op, req)
 	}
 	return s.confirmAdmitted(ctx, caller, req)
 }
@@ -274,14 +275,21 @@ func (s *Service) ChangePlan(ctx context.Context, caller Caller, req ChangeReque
 // up. The token's shape is checked by confirm, where a malformed token is
 // answered like an unknown one.
 func validateRequest(req ChangeRequest) error {
+	_, err := checkRequest(req)
+	return err
+}
+
+// checkRequest is validateRequest, returning the operation the request
+// names.
+func checkRequest(req ChangeRequest) (*operation, error) {
 	op, ok := operationOf(req.Operation)
 	if !ok {
-		return Errorf(CodeInvalidRequest, "unknown operation")
+		return nil, Errorf(CodeInvalidRequest, "unknown operation")
 	}
 	if req.At != "" && req.At != AtNow && req.At != AtPeriodEnd {
-		return Errorf(CodeInvalidRequest, `"at" must be "now" or "period_end"`)
+		return nil, Errorf(CodeInvalidRequest, `"at" must be "now" or "period_end"`)
 	}
-	return op.check(req)
+	return op, op.check(req)
 }
 
 // account reads an org with its subscription, and the database's now.

@@ -13,13 +13,12 @@ import (
 // executes, and it is deterministic: the same terms give the same text.
 //
 // cancelled names the plan of the scheduled change t cancels, if any.
-func summarize(orgName string, op Operation, from, to Plan, t Terms, cancelled string) string {
+func summarize(orgName string, op *operation, from, to Plan, t Terms, cancelled string) string {
 	var text string
 	if keepsPlan(t) {
 		text = keepSummary(from, t, cancelled)
 	} else {
-		o, _ := operationOf(op) // the request's, checked before
-		text = o.words(orgName, from, to, t)
+		text = op.words(orgName, from, to, t)
 	}
 	if t.Cancels != nil && !keepsPlan(t) {
 		text += fmt.Sprintf(" This cancels the change to %s scheduled for %s.", cancelled, day(t.Cancels.At))

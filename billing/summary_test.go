@@ -107,12 +107,12 @@ func TestSummarize(t *testing.T) {
 				tt.edit(&from, &to)
 			}
 			tt.terms.FromAmountCents, tt.terms.ToAmountCents = from.AmountCents, to.AmountCents // as termsFor sets them
-			got := summarize(tt.org, tt.op, from, to, tt.terms, "")
+			got := summarize(tt.org, operationsByName[tt.op], from, to, tt.terms, "")
 			if got != tt.want {
 				t.Errorf("summarize =\n  %q\nwant\n  %q", got, tt.want)
 			}
 			for range 100 {
-				if again := summarize(tt.org, tt.op, from, to, tt.terms, ""); again != got {
+				if again := summarize(tt.org, operationsByName[tt.op], from, to, tt.terms, ""); again != got {
 					t.Fatalf("not deterministic: %q then %q", got, again)
 				}
 			}

@@ -117,6 +117,10 @@ func (e *env) pgbenchVars(clients int) []string {
 		{"consent", `{"method":"agent_relayed","human_present":"none"}`},
 		{"lock_wait", "50ms"}, {"reason", "-"}, {"approval", billing.ApprovalGranted}, {"agent", false}, {"verify_required", false}, {"livemode", false}, {"attempt", 0},
 		{"approvals_required", 1}, {"quantity", 1}, {"person_required", billing.ReasonPersonRequired},
+		// The cancellation columns (pgbench takes no empty value: a
+		// cancellation's own values, which only fill the same columns).
+		{"quantity_to", 0}, {"cancellation", billing.CancelNow}, {"cancel_reason", "unused"}, {"cancel_comment", "-"},
+		{"pending_cancel", false}, {"pending_cancel_after", false}, {"canceled_at", periodEnd.Format(time.RFC3339)},
 		{"result", fmt.Sprintf(`{"ok":true,"subscription":{"plan":"scale","status":"active","current_period_end":%q}}`, periodEnd.Format(time.RFC3339))},
 	}
 	out := make([]string, len(vars))

@@ -21,7 +21,8 @@
 \set hash random(1, 1000000000000000000)
 SELECT o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, s.quantity, now(),
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, s.quantity,
+	s.cancel_at_period_end, s.canceled_at, now(),
 			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing'),
 			EXISTS (SELECT 1 FROM mandates m WHERE m.org = o.id AND m.principal = :principal
 				AND m.revoked_at IS NULL AND m.expires_at > now())
@@ -51,12 +52,14 @@ WITH quotable AS (
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
 		approval, agent, verify_required, livemode,
 		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status,
-		approvals_required, quantity)
+		approvals_required, quantity, quantity_to,
+		cancellation, cancel_reason, cancel_comment, from_cancel_at_period_end)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
 		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :acct_version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
 		NULLIF(:approval, ''), :agent, :verify_required, :livemode,
 		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents, :at_period_end, :no_renewal, :no_cancels, :sub_status,
-		:approvals_required, :quantity
+		:approvals_required, :quantity, :quantity_to,
+		:cancellation, :cancel_reason, :cancel_comment, :pending_cancel
 	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
 	RETURNING created_at, expires_at
 ), audited AS (
@@ -83,10 +86,12 @@ SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
-	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.at_period_end, c.at_renewal, c.cancels, c.from_status, c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''), c.approvals_required, c.approvers, c.quantity, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.at_period_end, c.at_renewal, c.cancels, c.from_status, c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''), c.approvals_required, c.approvers, c.quantity, c.quantity_to,
+	c.cancellation, c.cancel_reason, c.cancel_comment, c.from_cancel_at_period_end, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
 	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, s.quantity, now()
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, s.quantity,
+	s.cancel_at_period_end, s.canceled_at, now()
 		FROM confirmations c JOIN orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id ON o.id = c.org
 		WHERE c.token_hash = :hash AND c.org = :org AND c.principal = :principal
 		FOR UPDATE OF c, s;
@@ -109,10 +114,12 @@ SELECT c.id, c.token_hash, c.org, c.principal, c.client, c.operation, c.status,
 	c.summary, c.created_at, c.expires_at, coalesce(c.approval, ''), coalesce(c.approver, ''),
 	c.agent, c.attempt, c.result, c.sent_at, c.attempted_at, coalesce(c.failure, ''),
 	c.approver_auth_time, coalesce(c.approver_acr, ''), c.livemode,
-	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.at_period_end, c.at_renewal, c.cancels, c.from_status, c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''), c.approvals_required, c.approvers, c.quantity, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
+	c.subtotal_cents, c.discount_cents, c.tax_cents, c.credit_applied_cents, c.consent, c.at_period_end, c.at_renewal, c.cancels, c.from_status, c.restore_owed, c.restore_tries, c.restore_owed_since, coalesce(c.restore_settled, ''), c.approvals_required, c.approvers, c.quantity, c.quantity_to,
+	c.cancellation, c.cancel_reason, c.cancel_comment, c.from_cancel_at_period_end, c.verify_required, c.verified_at, coalesce(c.verified_method, ''),
 	c.verified_auth_time, coalesce(c.verified_acr, ''), o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, s.quantity, now()
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, s.quantity,
+	s.cancel_at_period_end, s.canceled_at, now()
 		FROM confirmations c JOIN orgs o JOIN subscriptions s ON s.org = o.id LEFT JOIN org_policies p ON p.org = o.id ON o.id = c.org
 		WHERE c.id = :cid FOR UPDATE OF c, s;
 WITH this AS (SELECT id, org FROM confirmations WHERE id = :cid)
@@ -125,7 +132,7 @@ UPDATE confirmations SET status = :executed, finished_at = now(), attempt = coal
 			failure = coalesce(NULLIF(:reason, ''), failure)
 			WHERE id = :cid;
 UPDATE subscriptions SET plan = :to_plan, status = :sub_status, current_period_end = :period_end, stripe_item_id = :item_id,
-			synced_at = coalesce(:synced_at, synced_at), scheduled = :no_scheduled, quantity = :quantity,
+			synced_at = coalesce(:synced_at, synced_at), scheduled = :no_scheduled, quantity = :quantity, cancel_at_period_end = :pending_cancel_after, canceled_at = :canceled_at,
 			version = version + 1, updated_at = now() WHERE org = :org;
 INSERT INTO receipts (confirmation_id, org, principal, summary, receipt) VALUES (:cid, :org, :principal, :summary, :receipt);
 INSERT INTO audit_events (event, org, principal, client, operation, confirmation_id, outcome, reason, request_id, consent)

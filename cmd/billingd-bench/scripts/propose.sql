@@ -13,7 +13,8 @@
 \set hash random(1, 1000000000000000000)
 SELECT o.id, o.name, o.stripe_customer_id,
 	s.stripe_subscription_id, s.stripe_item_id, s.plan, s.status, s.current_period_end, s.version,
-	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, s.quantity, now(),
+	coalesce(s.synced_at, '0001-01-01 00:00:00+00'), p.policy, s.scheduled, s.quantity,
+	s.cancel_at_period_end, s.canceled_at, now(),
 			EXISTS (SELECT 1 FROM confirmations x WHERE x.org = o.id AND x.status = 'executing'),
 			EXISTS (SELECT 1 FROM mandates m WHERE m.org = o.id AND m.principal = :principal
 				AND m.revoked_at IS NULL AND m.expires_at > now())
@@ -43,12 +44,14 @@ WITH quotable AS (
 		proration_date, subscription_version, amount_due_cents, credit_cents, next_charge_at, summary, expires_at,
 		approval, agent, verify_required, livemode,
 		subtotal_cents, discount_cents, tax_cents, credit_applied_cents, at_period_end, at_renewal, cancels, from_status,
-		approvals_required, quantity)
+		approvals_required, quantity, quantity_to,
+		cancellation, cancel_reason, cancel_comment, from_cancel_at_period_end)
 	SELECT :cid, :hash, :org, :principal, :client, :operation, 'pending',
 		:from_plan, :to_plan, :from_price, :to_price, :from_cents, :to_cents, :currency, :proration_date, :acct_version, :due_cents, :credit_cents, :next_charge_at, :summary, now() + :ttl_us * interval '1 microsecond',
 		NULLIF(:approval, ''), :agent, :verify_required, :livemode,
 		:subtotal_cents, :discount_cents, :tax_cents, :applied_cents, :at_period_end, :no_renewal, :no_cancels, :sub_status,
-		:approvals_required, :quantity
+		:approvals_required, :quantity, :quantity_to,
+		:cancellation, :cancel_reason, :cancel_comment, :pending_cancel
 	FROM (SELECT count(*) FROM superseded) AS after_supersede, quotable
 	RETURNING created_at, expires_at
 ), audited AS (
