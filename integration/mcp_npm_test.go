@@ -72,6 +72,7 @@ func runNpmClient(t *testing.T, node string, h *harness, org string, env []strin
 			Required    []string
 		}
 		First, ViewOnly, Second, Replay, Subscription result
+		Seats, Cancel, Resume                         result
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("client output %q: %v", stdout.String(), err)
@@ -100,10 +101,20 @@ func runNpmClient(t *testing.T, node string, h *harness, org string, env []strin
 	if out.Replay.IsError || !strings.Contains(string(out.Replay.StructuredContent), `"replayed":true`) {
 		t.Fatalf("replay: %+v", out.Replay)
 	}
-	if !strings.Contains(string(out.Subscription.StructuredContent), `"plan":"scale"`) {
+	for name, r := range map[string]result{"change_seats": out.Seats, "cancel_subscription": out.Cancel, "resume_subscription": out.Resume} {
+		if r.IsError || !strings.Contains(string(r.StructuredContent), `"ok":true`) {
+			t.Fatalf("%s second call: %+v", name, r)
+		}
+	}
+	if s := string(out.Subscription.StructuredContent); !strings.Contains(s, `"plan":"scale"`) || !strings.Contains(s, `"quantity":3`) ||
+		!strings.Contains(s, `"cancel_at_period_end":false`) {
 		t.Fatalf("subscription: %+v", out.Subscription)
 	}
-	wantEvents(t, h.auditEvents(org), "TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_EXECUTED") // the replay executes nothing
+	// The replay executes nothing; then seats, a cancellation and its
+	// resumption, each issued, validated and executed.
+	wantEvents(t, h.auditEvents(org), "TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_EXECUTED",
+		"TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_EXECUTED", "TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_EXECUTED",
+		"TOKEN_ISSUED", "TOKEN_VALIDATED", "OPERATION_EXECUTED")
 }
 
 // nodeWithSDK returns the node binary when it and the npm client's packages

@@ -76,6 +76,16 @@ async function main() {
     // makes the second call only after the user agrees.
     const second = await call(client, "upgrade_plan", { to, confirm_token: first.structuredContent.confirm_token });
     const replay = await call(client, "upgrade_plan", { to, confirm_token: first.structuredContent.confirm_token });
+    // The operations of contract §15, each with its two calls: the client
+    // checks every result against the tool's output schema.
+    const both = async (tool, args) => {
+      const ask = await call(client, tool, args);
+      if (ask.isError) return ask;
+      return call(client, tool, { ...args, confirm_token: ask.structuredContent.confirm_token });
+    };
+    const seats = await both("change_seats", { quantity: 3 });
+    const cancel = await both("cancel_subscription", { at: "period_end", reason: "unused" });
+    const resume = await both("resume_subscription", {});
     const subscription = await call(client, "get_subscription", {});
     process.stdout.write(JSON.stringify({
       protocolVersion: transport.protocolVersion,
@@ -85,6 +95,9 @@ async function main() {
       viewOnly: summarize(viewOnly),
       second: summarize(second),
       replay: summarize(replay),
+      seats: summarize(seats),
+      cancel: summarize(cancel),
+      resume: summarize(resume),
       subscription: summarize(subscription),
     }) + "\n");
   } finally {
