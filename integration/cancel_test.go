@@ -245,3 +245,36 @@ func (h *harness) receiptClaims(token, confirmationID string) billing.ReceiptCla
 	}
 	return c
 }
+
+// TestWebhooksKeepSeatsAndCancellation: Stripe's dashboard adds seats,
+// cancels at the period's end, resumes, and finally cancels now; its
+// events (customer.subscription.updated and .deleted) arrive late, twice
+// and newest first. billingd reads Stripe on each, so it ends where Stripe
+// is: four seats, cancelled, and refuses every change.
+func TestWebhooksKeepSeatsAndCancellation(t *testing.T) {
+	t.Parallel()
+	h, sub, tok := seatsOrg(t, "hooked", "pro", 1)
+	delivered := len(h.fake.Events())
+	h.changeInDashboard(sub, func(s *stripepaytest.Subscription) { s.Items[0].Quantity = 4 })
+	h.changeInDashboard(sub, func(s *stripepaytest.Subscription) { s.CancelAtPeriodEnd = true })
+	h.changeInDashboard(sub, func(s *stripepaytest.Subscription) { s.CancelAtPeriodEnd = false })
+	events := h.fake.Events()[delivered:]
+	for i := len(events) - 1; i >= 0; i-- { // newest first, then again
+		wantStatus(t, h.deliver(events[i]), http.StatusOK, "")
+	}
+	for _, ev := range events {
+		wantStatus(t, h.deliver(ev), http.StatusOK, "")
+	}
+	if v := h.subscriptionView(tok); v.Quantity != 4 || v.CancelAtPeriodEnd || v.Status != "active" {
+		t.Fatalf("billingd after the dashboard's changes: %+v", v)
+	}
+	delivered = len(h.fake.Events())
+	h.changeInDashboard(sub, func(s *stripepaytest.Subscription) { s.Status = "canceled" })
+	for _, ev := range append(h.fake.Events()[delivered:], h.fake.Events()[delivered:]...) {
+		wantStatus(t, h.deliver(ev), http.StatusOK, "")
+	}
+	if v := h.subscriptionView(tok); v.Status != "canceled" || v.CanceledAt == nil || v.Quantity != 4 {
+		t.Fatalf("billingd after the dashboard cancelled: %+v", v)
+	}
+	wantStatus(t, h.do("POST", "/api/billing/resume", tok, map[string]string{}), http.StatusConflict, "subscription_inactive")
+}
