@@ -300,6 +300,10 @@ func (s *Service) receiptFor(c Confirmation, sub Subscription, executedAt time.T
 	claims.Cancels = scheduledView(c.Terms.Cancels)
 	if d := detailsOf(c.Terms); d.Cancellation != "" {
 		claims.Cancellation, claims.CancelAt = d.Cancellation, d.CancelAt
+		if c.Terms.Cancellation == CancelNow && !sub.CanceledAt.IsZero() {
+			at := sub.CanceledAt.UTC() // when Stripe ended it, not when it was quoted
+			claims.CancelAt = &at
+		}
 	}
 	jws, err := s.receipts.SignReceipt(claims)
 	if err != nil {

@@ -93,8 +93,8 @@ func (s *Service) mandateOf(caller Caller, req MandateRequest, now time.Time, cu
 			return bad("operations must be " + operationList())
 		case op == OpSeats:
 			return bad("a mandate cannot cover change_seats: seats are changed with a person's consent each time")
-		case op == OpCancel:
-			return bad("a mandate cannot cover cancel_subscription: a person decides that each time")
+		case op == OpCancel || op == OpResume:
+			return bad("a mandate cannot cover cancelling or resuming: a person decides that each time")
 		}
 	}
 	for _, id := range req.ToPlans {

@@ -47,3 +47,20 @@ func TestCancelWords(t *testing.T) {
 		}
 	}
 }
+
+// TestNothingRecursWhenCancelled: while the subscription is cancelled at
+// the period's end, a change's summary promises no recurring charge.
+func TestNothingRecursWhenCancelled(t *testing.T) {
+	pro, scale := testPlan(t, "pro"), testPlan(t, "scale")
+	dec27 := time.Date(2026, 12, 27, 0, 0, 0, 0, time.UTC)
+	seatsUp := Terms{FromPlan: "pro", ToPlan: "pro", FromAmountCents: 1900, ToAmountCents: 1900, Currency: "usd", NextChargeAt: dec27,
+		Livemode: true, Quantity: 2, ToQuantity: 5, AmountDueCents: 100, SubtotalCents: 100, FromCancelAtPeriodEnd: true}
+	upgrade := Terms{FromPlan: "pro", ToPlan: "scale", FromAmountCents: 1900, ToAmountCents: 4900, Currency: "usd", NextChargeAt: dec27,
+		Livemode: true, AmountDueCents: 100, SubtotalCents: 100, FromCancelAtPeriodEnd: true}
+	for _, got := range []string{summarize("Acme", changeSeats, pro, pro, seatsUp, ""), summarize("Acme", upgradePlan, pro, scale, upgrade, "")} {
+		if !strings.HasSuffix(got, "nothing recurs: the subscription still ends on Dec 27, 2026, as cancelled.") ||
+			strings.Contains(got, "first full") || strings.Contains(got, "recurs from") {
+			t.Errorf("summary %q", got)
+		}
+	}
+}

@@ -21,6 +21,8 @@ func planMove(name Operation, verb string, direction int, wrongWay string, sched
 				return Errorf(CodeInvalidRequest, `"to" must be a plan id`)
 			case req.Quantity != 0:
 				return Errorf(CodeInvalidRequest, `"quantity" is change_seats's: a plan change keeps the seats`)
+			case req.Reason != "" || req.Comment != "":
+				return Errorf(CodeInvalidRequest, `"reason" and "comment" are cancel_subscription's`)
 			case req.At == AtPeriodEnd && !schedulable:
 				return Errorf(CodeInvalidRequest, `"at": "period_end" applies to downgrades and fewer seats only`)
 			}
@@ -41,6 +43,12 @@ func planMove(name Operation, verb string, direction int, wrongWay string, sched
 	}
 }
 
+// endsAsCancelled says that nothing recurs: the subscription is cancelled
+// at the end of the period (a change made meanwhile does not resume it).
+func endsAsCancelled(t Terms) string {
+	return fmt.Sprintf("nothing recurs: the subscription still ends on %s, as cancelled.", day(t.NextChargeAt))
+}
+
 // planWords is the summary of a plan change.
 func planWords(verb, orgName string, from, to Plan, t Terms) string {
 	each := perSeat(t)
@@ -48,7 +56,10 @@ func planWords(verb, orgName string, from, to Plan, t Terms) string {
 		verb, orgName, from.Name, formatPrice(from), each, to.Name, formatPrice(to), each, seatsPhrase(t))
 	date := day(t.NextChargeAt)
 	next := fmt.Sprintf("first full %s charge on %s.", to.Name, date)
-	if to.AmountCents == 0 {
+	switch {
+	case t.FromCancelAtPeriodEnd:
+		next = endsAsCancelled(t)
+	case to.AmountCents == 0:
 		next = fmt.Sprintf("no charges from %s.", date)
 	}
 	switch {

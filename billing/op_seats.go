@@ -25,6 +25,8 @@ var changeSeats = &operation{
 		switch {
 		case req.To != "":
 			return Errorf(CodeInvalidRequest, `"to" is a plan change's: change_seats keeps the plan`)
+		case req.Reason != "" || req.Comment != "":
+			return Errorf(CodeInvalidRequest, `"reason" and "comment" are cancel_subscription's`)
 		case req.Quantity < 1 || req.Quantity > MaxSeats:
 			return Errorf(CodeInvalidRequest, `"quantity" must be a whole number of seats from 1 to %d`, MaxSeats)
 		}
@@ -58,6 +60,9 @@ func seatsWords(orgName string, plan, _ Plan, t Terms) string {
 		verb, seatCount(n), prep, orgName, plan.Name, seatCount(from), seatCount(to), formatPrice(plan))
 	date := day(t.NextChargeAt)
 	recurs := fmt.Sprintf("%s for %s recurs from %s.", formatRecurring(plan, to), seatCount(to), date)
+	if t.FromCancelAtPeriodEnd {
+		recurs = endsAsCancelled(t)
+	}
 	switch {
 	case t.AtPeriodEnd:
 		return fmt.Sprintf("%s, at the end of the current period. Nothing changes or is charged now; on %s the subscription "+

@@ -154,7 +154,7 @@ type changeFacts struct {
 
 // decide returns the most restrictive action of the matching rules (confirm
 // when none matches) and the rule that set it. allow is granted only for a
-// change with nothing due now.
+// change with nothing due now that can be undone.
 func (p Policy) decide(ch changeFacts) (Action, string) {
 	action, rule := ActionConfirm, ""
 	matched := false
@@ -166,10 +166,27 @@ func (p Policy) decide(ch changeFacts) (Action, string) {
 			action, rule, matched = r.Action, r.Name, true
 		}
 	}
-	if action == ActionAllow && ch.amountDueCents > 0 {
+	if action == ActionAllow && (ch.amountDueCents > 0 || ch.danger == DangerIrreversible) {
+		// allow lets a change run without asking anyone only when nothing
+		// is due now and it can be undone: what cannot be (cancelling now)
+		// is always a person's.
 		return ActionConfirm, rule
 	}
 	return action, rule
+}
+
+// planNamed is the plan a change of op moves to, as a rule's to_plans
+// names it: "" for an operation that names no plan (seats, cancelling,
+// resuming keep the plan), so that "upgrades to Pro may run at once" never
+// lets an agent cancel a Pro subscription, nor does "no Scale for agents"
+// stop one from reducing its seats.
+func planNamed(op Operation, to string) string {
+	if o, ok := operationOf(op); ok {
+		if reqTo, _ := o.fields(to, 0); reqTo == "" {
+			return ""
+		}
+	}
+	return to
 }
 
 // approvalsRequired is how many people must approve the change when the
@@ -242,7 +259,7 @@ func overDailyLimit(ctx context.Context, counter changeCounter, p Policy, org st
 // matches more as the amount grows, and allow turns into confirm), so a
 // change denied at an amount of zero is denied at any amount.
 func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op Operation, to string) error {
-	action, reason := ruling(p, changeFacts{op: op, to: to, agent: s.people.isAgent(p, caller)})
+	action, reason := ruling(p, changeFacts{op: op, to: planNamed(op, to), agent: s.people.isAgent(p, caller)})
 	if action != ActionDeny {
 		over, err := overDailyLimit(ctx, s.store, p, caller.Org)
 		if err != nil {
@@ -260,7 +277,7 @@ func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op O
 // the policy asks for, or operation_denied when a rule on the amount denies
 // it (refuseEarly took the other denials before the quote).
 func (s *Service) gate(ctx context.Context, caller Caller, p Policy, op Operation, t Terms) (Action, error) {
-	action, reason := ruling(p, changeFacts{op: op, to: t.ToPlan, amountDueCents: t.AmountDueCents,
+	action, reason := ruling(p, changeFacts{op: op, to: planNamed(op, t.ToPlan), amountDueCents: t.AmountDueCents,
 		danger: t.danger(), agent: s.people.isAgent(p, caller)})
 	if action == ActionDeny {
 		return "", s.denyFirstCall(ctx, caller, op, reason)

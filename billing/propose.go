@@ -24,6 +24,10 @@ func (s *Service) propose(ctx context.Context, caller Caller, op *operation, req
 	if err != nil {
 		return ChangeResult{}, err
 	}
+	if w.cancellation != "" && s.renewalDue(acct.Subscription, true, now) {
+		// The renewal could overtake a cancellation or a resumption.
+		return ChangeResult{}, errRenewalDue()
+	}
 	if err := schedulable(acct.Subscription, from, w, req); err != nil {
 		return ChangeResult{}, err
 	}
@@ -62,8 +66,9 @@ func (s *Service) propose(ctx context.Context, caller Caller, op *operation, req
 	if action == ActionAllow {
 		// The org's policy lets this change (nothing due now) run at once.
 		caller.viaAllow = true
-		return s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, Quantity: req.Quantity, At: req.At,
-			ConfirmToken: token, TokenWithheld: true})
+		second := requestOf(c)
+		second.ConfirmToken, second.TokenWithheld = token, true
+		return s.confirmAdmitted(ctx, caller, second)
 	}
 	if mandate != nil {
 		return s.executeUnderMandate(ctx, caller, req, mandate, c, token)

@@ -183,13 +183,13 @@ const invoiceSkew = 5 * time.Minute
 // after the quoted period's end), and it prorates c's prices from the
 // proration date c quoted.
 func invoiceOf(inv *Invoice, c Confirmation) *Invoice {
-	if inv == nil || inv.BillingReason != BillingReasonUpdate || inv.Created.IsZero() {
+	if inv == nil || inv.Created.IsZero() {
 		return nil
 	}
 	if c.Terms.Cancellation == CancelNow {
 		return finalInvoiceOf(inv, c)
 	}
-	if inv.ConfirmationID != c.ID {
+	if inv.ConfirmationID != c.ID || inv.BillingReason != BillingReasonUpdate {
 		return nil
 	}
 	if !c.AttemptedAt.IsZero() && inv.Created.Before(c.AttemptedAt.Add(-invoiceSkew)) {
@@ -211,7 +211,7 @@ func invoiceOf(inv *Invoice, c Confirmation) *Invoice {
 // not from the quote's date; nothing follows it on a cancelled
 // subscription.
 func finalInvoiceOf(inv *Invoice, c Confirmation) *Invoice {
-	if c.AttemptedAt.IsZero() || inv.Created.Before(c.AttemptedAt.Add(-invoiceSkew)) {
+	if c.AttemptedAt.IsZero() || inv.Created.Before(c.AttemptedAt.Add(-invoiceSkew)) || inv.BillingReason == "subscription_cycle" {
 		return nil
 	}
 	for _, l := range inv.Prorations {

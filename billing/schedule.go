@@ -244,7 +244,8 @@ func (s *Service) renewalMargin() time.Duration { return 3*s.execTimeout + s.ske
 // request lands, a change the summary does not show.
 func (s *Service) datePassed(t Terms, now time.Time) bool {
 	soon := now.Add(s.renewalMargin())
-	return t.Cancels != nil && !soon.Before(t.Cancels.At) || t.AtPeriodEnd && !soon.Before(t.NextChargeAt)
+	return t.Cancels != nil && !soon.Before(t.Cancels.At) ||
+		(t.AtPeriodEnd || t.Cancellation != "") && !soon.Before(t.NextChargeAt)
 }
 
 // renewalDue reports whether sub is at its renewal (within renewalMargin):

@@ -121,6 +121,8 @@ type Tx interface {
 	LockSubscription(ctx context.Context, stripeSubscriptionID string) (Account, error)
 
 	// LockDueScheduled locks one subscription, with its org, whose
+	// cancellation at the period's end is due (its period ended more than
+	// grace ago, and billingd's copy still shows it active), or whose
 	// scheduled change was due more than grace ago, skipping rows other
 	// transactions hold and those whose provider subscription id is in
 	// skip; ErrNotFound when there is none.

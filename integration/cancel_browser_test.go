@@ -34,6 +34,9 @@ func TestDashboardCancelInBrowser(t *testing.T) {
 	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
 	b.waitTextContains("status", "Cancelled at the end of the period: the subscription ends on")
 	b.waitTextContains("ending-text", "unless resumed")
+	// The page goes on to show the change's receipt, which moves the
+	// layout: wait for it before clicking anything else.
+	b.waitTextContains("receipt-claims", "cancel_subscription")
 	if s, _ := h.fake.Subscription(sub); !s.CancelAtPeriodEnd {
 		t.Fatal("Stripe has no pending cancellation")
 	}

@@ -225,10 +225,28 @@ func TestCancelRequests(t *testing.T) {
 		`"budget_cents":0,"max_changes":1,"expires_at":%q}`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 	wantStatus(t, h.offSpec().do("POST", "/api/billing/mandates", h.personAt("cancelrules", "person-of-cancelrules", time.Now(), false),
 		json.RawMessage(grant)), http.StatusBadRequest, "invalid_request")
+	// allow never lets what cannot be undone run at once: cancelling now
+	// still asks (a proposal, Stripe untouched), while a cancellation at
+	// the period's end, with its reason, runs under it. A rule's to_plans
+	// names plans moved to: it never matches a cancellation.
+	h.setPolicy("cancelrules", `{"rules":[{"name":"agents go free","action":"allow"}]}`)
+	h.proposeCancel(tok, map[string]string{"at": "now"})
+	if s, _ := h.fake.Subscription(sub); s.Status != "active" {
+		t.Fatalf("allow cancelled now: %+v", s)
+	}
+	h.setPolicy("cancelrules", `{"rules":[{"name":"Pro is fine","to_plans":["pro"],"action":"allow"}]}`)
+	h.proposeCancel(tok, map[string]string{"at": "period_end"})
+	h.setPolicy("cancelrules", `{"rules":[{"name":"reversible runs at once","danger":["reversible"],"action":"allow"}]}`)
+	wantStatus(t, h.do("POST", "/api/billing/cancel", tok, map[string]string{"at": "period_end", "reason": "unused"}), http.StatusOK, "")
+	if s, _ := h.fake.Subscription(sub); !s.CancelAtPeriodEnd || s.CancellationDetails.Feedback != "unused" {
+		t.Fatalf("allow at the period's end: %+v", s)
+	}
+	wantStatus(t, h.offSpec().do("POST", "/api/billing/seats", tok, `{"quantity":2,"reason":"unused"}`), http.StatusBadRequest, "invalid_request")
 	// A policy can deny what cannot be undone, by its danger.
 	h.setPolicy("cancelrules", `{"rules":[{"name":"nothing irreversible","danger":["irreversible"],"action":"deny"}]}`)
 	wantStatus(t, h.do("POST", "/api/billing/cancel", tok, map[string]string{"at": "now"}), http.StatusForbidden, "operation_denied")
-	h.proposeCancel(tok, map[string]string{"at": "period_end"})
+	r := h.do("POST", "/api/billing/resume", tok, map[string]string{}) // reversible: not denied
+	wantStatus(t, r, http.StatusAccepted, "")
 }
 
 // receiptClaims are the verified claims of an executed confirmation's

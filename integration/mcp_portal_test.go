@@ -60,16 +60,18 @@ func TestMCPElicitationSeatsAndCancel(t *testing.T) {
 	t.Parallel()
 	h, sub, _ := seatsOrg(t, "elicitseats", "pro", 2)
 	for _, c := range []struct {
-		tool   string
-		args   map[string]any
-		answer string
+		tool, version string
+		args          map[string]any
+		answer        string
 	}{
-		{"change_seats", map[string]any{"quantity": 4}, "accept"},
-		{"cancel_subscription", map[string]any{"at": "now"}, "decline"},
-		{"cancel_subscription", map[string]any{"at": "period_end"}, "accept"},
+		{"change_seats", protocol20251125, map[string]any{"quantity": 4}, "accept"},
+		{"cancel_subscription", protocol20251125, map[string]any{"at": "now"}, "decline"},
+		// On 2026-07-28 the answer comes back in a second request that must
+		// name everything the first did, the reason and comment too.
+		{"cancel_subscription", protocol20260728, map[string]any{"at": "period_end", "reason": "unused", "comment": "see you"}, "accept"},
 	} {
 		o := &host{h: h, token: h.user("elicitseats", "person-of-elicitseats"), answer: answerWith(c.answer, map[string]any{"confirm": true})}
-		cs := elicitConnect(t, h.url, h.mcpUser("elicitseats", "person-of-elicitseats"), protocol20251125, formOnly, o, false)
+		cs := elicitConnect(t, h.url, h.mcpUser("elicitseats", "person-of-elicitseats"), c.version, formOnly, o, false)
 		var got changeOutcome
 		raw := wantSuccess(t, callTool(t, cs, c.tool, c.args), &got)
 		dialog, pending := o.dialog(t)

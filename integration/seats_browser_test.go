@@ -60,6 +60,7 @@ func TestDashboardSeatsInBrowser(t *testing.T) {
 	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
 	b.waitTextContains("status", "Scheduled: the seats change to 3 on")
 	b.waitTextContains("scheduled-text", "Changes to Pro with 3 seats on")
+	b.waitTextContains("receipt-claims", "4 → 3 seats") // the receipt moves the layout: wait for it before clicking
 	if got := h.seatsAtStripe(sub); got != 4 {
 		t.Fatalf("Stripe has %d seats before the period's end, want 4", got)
 	}

@@ -232,7 +232,7 @@ func (t tools) nextRound(ctx context.Context, req *sdk.CallToolRequest, client d
 	switch {
 	case err != nil:
 		refused = "not_billingds"
-	case !p.matches(caller, billing.ChangeRequest{Operation: op, To: in.To, Quantity: in.Quantity, At: in.At}):
+	case !p.matches(caller, in.request(op)): // (no confirm_token: refused above)
 		refused = "other_caller_or_call"
 	case !p.askedOf(client):
 		refused = "other_protocol_or_capability"

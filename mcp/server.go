@@ -75,8 +75,8 @@ func (c Config) logger() *slog.Logger {
 }
 
 // instructions tell the agent, once per session, how the tools fit together.
-const instructions = `billingd changes this organisation's subscription: its plan and its seats. ` +
-	`upgrade_plan, downgrade_plan and change_seats take two calls: the first never changes anything and returns a summary and a confirm_token; ` +
+const instructions = `billingd changes this organisation's subscription: its plan, its seats, cancelling and resuming it. ` +
+	`upgrade_plan, downgrade_plan, change_seats, cancel_subscription and resume_subscription take two calls: the first never changes anything and returns a summary and a confirm_token; ` +
 	`show the summary to the user verbatim and make the second call, with the confirm_token, only after the user explicitly agrees. ` +
 	`Use list_plans for plan ids and prices, get_subscription for the current plan, and cancel_confirmation when the user declines. ` +
 	`Clients that support elicitation may see billingd ask the user directly instead; the tool results say what happened. ` +

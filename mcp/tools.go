@@ -203,6 +203,14 @@ func changeText(res billing.ChangeResult) string {
 	switch sub := res.Subscription; {
 	case res.Proposed():
 		return res.Summary
+	case sub != nil && sub.Status == "canceled":
+		return "Done: the subscription is cancelled; access has ended and it can no longer be changed."
+	case res.Noop && sub != nil && sub.CancelAtPeriodEnd:
+		return fmt.Sprintf("Nothing to do: the subscription is already cancelled at the end of the period (%s).",
+			sub.CurrentPeriodEnd.Format("January 2, 2006"))
+	case sub != nil && sub.CancelAtPeriodEnd:
+		return fmt.Sprintf("Done: the subscription stays on the %s plan%s until %s, then ends (resume_subscription undoes this).",
+			sub.Plan, seatsText(sub.Quantity), sub.CurrentPeriodEnd.Format("January 2, 2006"))
 	case res.Noop && sub != nil && sub.ScheduledChange != nil:
 		return fmt.Sprintf("Nothing to do: the change to the %s plan is already scheduled for %s.",
 			sub.ScheduledChange.To, sub.ScheduledChange.At.Format("January 2, 2006"))

@@ -5,6 +5,9 @@
 -- was pending when it was quoted.
 ALTER TABLE subscriptions ADD COLUMN cancel_at_period_end boolean NOT NULL DEFAULT false;
 ALTER TABLE subscriptions ADD COLUMN canceled_at timestamptz;
+-- The settler reads back subscriptions whose cancellation's date has
+-- passed, as it does those with a scheduled change (LockDueScheduled).
+CREATE INDEX subscriptions_ending_idx ON subscriptions (org) WHERE cancel_at_period_end;
 ALTER TABLE confirmations ADD COLUMN cancellation text NOT NULL DEFAULT ''
     CHECK (cancellation IN ('', 'now', 'period_end', 'resume'));
 ALTER TABLE confirmations ADD COLUMN cancel_reason text NOT NULL DEFAULT '';

@@ -409,8 +409,10 @@ func (tx *tx) LockSubscription(_ context.Context, stripeSubscriptionID string) (
 
 func (tx *tx) LockDueScheduled(_ context.Context, grace time.Duration, skip []string) (billing.Account, error) {
 	for _, a := range tx.state.Accounts {
-		sc := a.Subscription.Scheduled
-		if sc != nil && !slices.Contains(skip, a.Subscription.StripeSubscriptionID) && sc.At.Before(tx.store.now.Add(-grace)) {
+		sub, cutoff := a.Subscription, tx.store.now.Add(-grace)
+		due := sub.Scheduled != nil && sub.Scheduled.At.Before(cutoff) ||
+			sub.CancelAtPeriodEnd && sub.Status != "canceled" && sub.CurrentPeriodEnd.Before(cutoff)
+		if due && !slices.Contains(skip, sub.StripeSubscriptionID) {
 			return a, nil
 		}
 	}

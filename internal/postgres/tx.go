@@ -500,9 +500,10 @@ func (t *storeTx) LockDueScheduled(ctx context.Context, grace time.Duration, ski
 	var a billing.Account
 	err := t.queryRow(ctx, scanAccount(&a), `SELECT `+accountColumns+`
 		FROM `+accountFrom+`
-		WHERE s.scheduled IS NOT NULL AND (s.scheduled->>'at')::timestamptz < now() - $1 * interval '1 microsecond'
+		WHERE (s.scheduled IS NOT NULL AND (s.scheduled->>'at')::timestamptz < now() - $1 * interval '1 microsecond'
+				OR s.cancel_at_period_end AND s.status <> 'canceled' AND s.current_period_end < now() - $1 * interval '1 microsecond')
 			AND s.stripe_subscription_id <> ALL($2)
-		ORDER BY (s.scheduled->>'at')::timestamptz LIMIT 1
+		ORDER BY coalesce((s.scheduled->>'at')::timestamptz, s.current_period_end) LIMIT 1
 		FOR UPDATE OF s SKIP LOCKED`, grace.Microseconds(), skip)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return billing.Account{}, billing.ErrNotFound

@@ -136,6 +136,8 @@ function receiptFacts(c) {
   }
   if (c.credited_cents) {
     facts.push(["Credited to the balance", money(c.credited_cents, c.currency, c)]);
+  } else if (c.cancellation === "now" && c.credit_cents) {
+    facts.push(["Credit quoted", `about ${money(c.credit_cents, c.currency, c)} to the balance (what Stripe credited is not known)`]);
   } else if (c.credit_cents) {
     facts.push(["Credited on the next invoice", money(c.credit_cents, c.currency, c)]);
   }
