@@ -63,6 +63,26 @@ var cancelSubscription = &operation{
 // cancelWords is the summary of a cancellation: when access ends, what is
 // credited or that nothing is, and whether it can be undone.
 func cancelWords(orgName string, plan, _ Plan, t Terms) string {
+	return cancelHead(orgName, plan, t) + feedbackWords(t)
+}
+
+// feedbackWords states what the cancellation tells Stripe in the
+// customer's name: the reason and the comment ("" for neither).
+func feedbackWords(t Terms) string {
+	var parts []string
+	if t.CancelReason != "" {
+		parts = append(parts, "reason "+strings.ReplaceAll(t.CancelReason, "_", " "))
+	}
+	if t.CancelComment != "" { // printable (checked), and shown whole: it is sent whole
+		parts = append(parts, fmt.Sprintf("comment %q", t.CancelComment))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " Sent to Stripe with it: " + strings.Join(parts, ", ") + "."
+}
+
+func cancelHead(orgName string, plan Plan, t Terms) string {
 	if t.Cancellation == CancelAtPeriodEnd {
 		return fmt.Sprintf("Cancel %s's %s subscription%s at the end of the current period: it stays active until %s, "+
 			"then ends instead of renewing. Nothing is charged or refunded; it can be resumed until then.",

@@ -64,3 +64,15 @@ func TestNothingRecursWhenCancelled(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelFeedbackShown: what a cancellation sends to Stripe in the
+// customer's name is in the summary they agree to, whole.
+func TestCancelFeedbackShown(t *testing.T) {
+	pro := testPlan(t, "pro")
+	c := Terms{FromPlan: "pro", ToPlan: "pro", Currency: "usd", Livemode: true, Cancellation: CancelAtPeriodEnd,
+		CancelReason: "too_expensive", CancelComment: strings.Repeat("ok ", 40) + "end"}
+	got := summarize("Acme", cancelSubscription, pro, pro, c, "")
+	if !strings.HasSuffix(got, `Sent to Stripe with it: reason too expensive, comment "`+c.CancelComment+`".`) {
+		t.Errorf("summary %q", got)
+	}
+}
