@@ -2,9 +2,11 @@ package stripepay
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 	"github.com/billingd/billingd/internal/testenv"
 )
 
@@ -43,5 +45,24 @@ func TestStripeMockSeatsAndCancellation(t *testing.T) {
 		if got.Status == "" {
 			t.Errorf("%s: %+v", c, got)
 		}
+	}
+}
+
+// TestCancelNowRetriedByStripeGo: the answer to a cancellation is lost and
+// stripe-go sends the DELETE again (its own network retry); Stripe, which
+// ignores Idempotency-Key on DELETE, answers the retry 404. That is an
+// outcome to read back, never a refusal: the subscription was cancelled.
+func TestCancelNowRetriedByStripeGo(t *testing.T) {
+	t.Parallel()
+	env := newFakeEnv(t, Config{MaxNetworkRetries: 1})
+	change := env.change(pricePro, false)
+	change.Cancellation = billing.CancelNow
+	env.fake.FailNextForAt(env.cust.SubscriptionID, stripepaytest.CancelSubscription, stripepaytest.DropConnection)
+	_, err := env.p.ApplyPlanChange(context.Background(), change, "billingd-cfm_gone")
+	if !errors.Is(err, billing.ErrUnavailable) || errors.Is(err, billing.ErrProviderRejected) {
+		t.Fatalf("err %v, want an unknown outcome", err)
+	}
+	if sub, _ := env.fake.Subscription(env.cust.SubscriptionID); sub.Status != "canceled" {
+		t.Fatalf("the fake: %+v", sub)
 	}
 }
