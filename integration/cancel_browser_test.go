@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,10 +17,7 @@ func TestDashboardCancelInBrowser(t *testing.T) {
 	h, sub, _ := seatsOrg(t, "webcancel", "pro", 2)
 	admin := h.admin("webcancel", "wendy")
 	b := newBrowser(t)
-	shots := screenshotDir(t)
-	if os.Getenv("DASHBOARD_SCREENSHOT") == "1" {
-		shots = filepath.Join("..", "docs", "images")
-	}
+	shots := dashboardShots(t)
 	b.do(chromedp.Navigate(h.url + "/"))
 	b.signIn(admin)
 	b.waitText("sub-seats", "2")

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/billingd/billingd/billing"
-	"github.com/billingd/billingd/internal/receipt"
 	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
@@ -247,21 +246,6 @@ func TestCancelRequests(t *testing.T) {
 	wantStatus(t, h.do("POST", "/api/billing/cancel", tok, map[string]string{"at": "now"}), http.StatusForbidden, "operation_denied")
 	r := h.do("POST", "/api/billing/resume", tok, map[string]string{}) // reversible: not denied
 	wantStatus(t, r, http.StatusAccepted, "")
-}
-
-// receiptClaims are the verified claims of an executed confirmation's
-// receipt, read with token.
-func (h *harness) receiptClaims(token, confirmationID string) billing.ReceiptClaims {
-	h.t.Helper()
-	r := h.do("GET", "/api/billing/confirmations/"+confirmationID+"/receipt", token, nil)
-	wantStatus(h.t, r, http.StatusOK, "")
-	var view billing.ReceiptView
-	r.decode(h.t, &view)
-	c, err := receipt.Verify(view.Receipt, h.receiptKeys())
-	if err != nil {
-		h.t.Fatalf("receipt of %s: %v", confirmationID, err)
-	}
-	return c
 }
 
 // TestWebhooksKeepSeatsAndCancellation: Stripe's dashboard adds seats,

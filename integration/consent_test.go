@@ -14,14 +14,7 @@ import (
 // (contract §11), and returns the receipt's.
 func (h *harness) wantConsent(org, confirmationID string, method billing.ConsentMethod, humanPresent string) billing.Consent {
 	h.t.Helper()
-	r := h.do("GET", "/api/billing/confirmations/"+confirmationID+"/receipt", h.admin(org, "consent-auditor"), nil)
-	wantStatus(h.t, r, http.StatusOK, "")
-	var view billing.ReceiptView
-	r.decode(h.t, &view)
-	c, err := receipt.Verify(view.Receipt, h.receiptKeys())
-	if err != nil {
-		h.t.Fatalf("receipt of %s: %v", confirmationID, err)
-	}
+	c := h.receiptClaims(h.admin(org, "consent-auditor"), confirmationID)
 	if c.Consent == nil || c.Consent.Method != method || c.Consent.HumanPresent != humanPresent {
 		h.t.Fatalf("receipt consent %+v, want %s (human present: %s)", c.Consent, method, humanPresent)
 	}
@@ -122,4 +115,19 @@ func TestConsentOverREST(t *testing.T) {
 		wantStatus(t, r, http.StatusOK, "")
 		h.wantConsent("c-allow", h.lastExecuted("c-allow"), billing.ConsentPolicyAllow, billing.HumanNone)
 	})
+}
+
+// receiptClaims are the verified claims of an executed confirmation's
+// receipt, read with token.
+func (h *harness) receiptClaims(token, confirmationID string) billing.ReceiptClaims {
+	h.t.Helper()
+	r := h.do("GET", "/api/billing/confirmations/"+confirmationID+"/receipt", token, nil)
+	wantStatus(h.t, r, http.StatusOK, "")
+	var view billing.ReceiptView
+	r.decode(h.t, &view)
+	c, err := receipt.Verify(view.Receipt, h.receiptKeys())
+	if err != nil {
+		h.t.Fatalf("receipt of %s: %v", confirmationID, err)
+	}
+	return c
 }

@@ -18,10 +18,7 @@ func TestDashboardSeatsInBrowser(t *testing.T) {
 	h, sub, _ := seatsOrg(t, "webseats", "pro", 2)
 	admin := h.admin("webseats", "wendy")
 	b := newBrowser(t)
-	shots := screenshotDir(t)
-	if os.Getenv("DASHBOARD_SCREENSHOT") == "1" {
-		shots = filepath.Join("..", "docs", "images")
-	}
+	shots := dashboardShots(t)
 
 	b.do(chromedp.Navigate(h.url + "/"))
 	b.signIn(admin)
@@ -78,4 +75,14 @@ func TestDashboardSeatsInBrowser(t *testing.T) {
 		t.Fatalf("after Keep: %+v", v)
 	}
 	b.wantNoScriptErrors()
+}
+
+// dashboardShots is where a dashboard test keeps its screenshots: the
+// test's own directory, or docs/images with DASHBOARD_SCREENSHOT=1 (to
+// refresh the documentation's).
+func dashboardShots(t *testing.T) string {
+	if os.Getenv("DASHBOARD_SCREENSHOT") == "1" {
+		return filepath.Join("..", "docs", "images")
+	}
+	return screenshotDir(t)
 }
