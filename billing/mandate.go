@@ -64,6 +64,9 @@ type MandateRequest struct {
 	BudgetCents       *int64
 	MaxChanges        *int
 	ExpiresAt         *time.Time
+	// MaxQuantity bounds the seats a change_seats it covers may set (1 to
+	// MaxSeats); required with change_seats, refused without it.
+	MaxQuantity *int64
 }
 
 // Mandate is a granted mandate with what it has spent.
@@ -77,7 +80,10 @@ type Mandate struct {
 	MaxAmountDueCents int64       `json:"max_amount_due_cents"`
 	BudgetCents       int64       `json:"budget_cents"`
 	MaxChanges        int         `json:"max_changes"`
-	Currency          string      `json:"currency"`
+	// MaxQuantity is the most seats a change of seats it covers may set
+	// (0: it covers none).
+	MaxQuantity int64  `json:"max_quantity,omitempty"`
+	Currency    string `json:"currency"`
 	CurrencyDigits
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt time.Time  `json:"expires_at"`
@@ -120,6 +126,7 @@ type MandateClaims struct {
 	MaxAmountDueCents int64       `json:"max_amount_due_cents"`
 	BudgetCents       int64       `json:"budget_cents"`
 	MaxChanges        int         `json:"max_changes"`
+	MaxQuantity       int64       `json:"max_quantity,omitempty"`
 	ExpiresAt         time.Time   `json:"expires_at"`
 	Currency          string      `json:"currency"`
 	CurrencyDigits
@@ -179,9 +186,10 @@ type mandateFacts struct {
 	op                     Operation
 	to                     string
 	atPeriodEnd            bool
-	cancels                bool // the change cancels a scheduled change (a keep, or an upgrade over a scheduled downgrade)
-	seats                  bool // the change changes the seats
-	ends                   bool // the change cancels or resumes the subscription
+	cancels                bool  // the change cancels a scheduled change (a keep, or an upgrade over a scheduled downgrade)
+	seats                  bool  // the change changes the seats
+	seatsTo                int64 // the seats after it
+	ends                   bool  // the change cancels or resumes the subscription
 	amountDueCents         int64
 }
 
@@ -205,9 +213,8 @@ func (m Mandate) covers(f mandateFacts, now time.Time) string {
 		// Ending a subscription is a person's to decide each time, and
 		// cancelling now cannot be undone.
 		return "cancellation"
-	case f.seats:
-		// A mandate bounds the seats it may add only with max_quantity,
-		// which mandates do not have yet: none covers a change of seats.
+	case f.seats && (m.MaxQuantity == 0 || f.seatsTo > m.MaxQuantity):
+		// Seats only within the max_quantity the person set.
 		return "seats"
 	case f.cancels:
 		// Cancelling a scheduled change (the person's downgrade, say)
@@ -249,7 +256,7 @@ func (s *Service) coveringMandate(ctx context.Context, caller Caller, acct Accou
 // through which client, and the change.
 func mandateFactsOf(caller Caller, op Operation, t Terms) mandateFacts {
 	return mandateFacts{org: caller.Org, principal: caller.Principal, client: caller.Client,
-		op: op, to: t.ToPlan, atPeriodEnd: t.AtPeriodEnd, cancels: t.Cancels != nil, seats: t.seatsTo() != t.seatsFrom(), ends: t.Cancellation != "",
+		op: op, to: t.ToPlan, atPeriodEnd: t.AtPeriodEnd, cancels: t.Cancels != nil, seats: t.seatsTo() != t.seatsFrom(), seatsTo: t.seatsTo(), ends: t.Cancellation != "",
 		amountDueCents: t.AmountDueCents}
 }
 
@@ -283,11 +290,12 @@ func (s *Service) spendMandate(ctx context.Context, tx Tx, caller Caller, c Conf
 // executeUnderMandate redeems the confirmation just issued for a covered
 // first call, as its second call, under mandate m. A mandate that no
 // longer covers it when locked leaves the ordinary proposal.
-func (s *Service) executeUnderMandate(ctx context.Context, caller Caller, req ChangeRequest, m *Mandate,
+func (s *Service) executeUnderMandate(ctx context.Context, caller Caller, m *Mandate,
 	c Confirmation, token string) (ChangeResult, error) {
 	caller.mandate = m.ID
-	res, err := s.confirmAdmitted(ctx, caller, ChangeRequest{Operation: req.Operation, To: req.To, At: req.At,
-		ConfirmToken: token, TokenWithheld: true})
+	second := requestOf(c) // the first call's request, as its confirmation names it
+	second.ConfirmToken, second.TokenWithheld = token, true
+	res, err := s.confirmAdmitted(ctx, caller, second)
 	switch {
 	case errors.Is(err, errMandateNoLongerCovers):
 		return s.proposal(c, token), nil

@@ -54,7 +54,7 @@ func (s *Service) GrantMandate(ctx context.Context, caller Caller, req MandateRe
 	}
 	claims := MandateClaims{Issuer: s.publicBaseURL, Subject: m.Principal, IssuedAt: now.Unix(), Expiry: m.ExpiresAt.Unix(),
 		MandateID: m.ID, Org: m.Org, Client: m.Client, Operations: m.Operations, ToPlans: m.ToPlans,
-		MaxAmountDueCents: m.MaxAmountDueCents, BudgetCents: m.BudgetCents, MaxChanges: m.MaxChanges,
+		MaxAmountDueCents: m.MaxAmountDueCents, BudgetCents: m.BudgetCents, MaxChanges: m.MaxChanges, MaxQuantity: m.MaxQuantity,
 		ExpiresAt: m.ExpiresAt, Currency: m.Currency, CurrencyDigits: m.CurrencyDigits, AuthTime: caller.AuthTime.UTC()}
 	if m.JWS, err = signer.SignMandate(claims); err != nil {
 		return Mandate{}, wrapErr(CodeInternal, "internal error", fmt.Errorf("sign mandate: %w", err))
@@ -91,8 +91,6 @@ func (s *Service) mandateOf(caller Caller, req MandateRequest, now time.Time, cu
 		switch _, ok := operationOf(op); {
 		case !ok:
 			return bad("operations must be " + operationList())
-		case op == OpSeats:
-			return bad("a mandate cannot cover change_seats: seats are changed with a person's consent each time")
 		case op == OpCancel || op == OpResume:
 			return bad("a mandate cannot cover cancelling or resuming: a person decides that each time")
 		}
@@ -102,6 +100,17 @@ func (s *Service) mandateOf(caller Caller, req MandateRequest, now time.Time, cu
 			return bad("to_plans must name plans of the catalog")
 		}
 	}
+	var maxQuantity int64
+	switch seats := slices.Contains(req.Operations, OpSeats); {
+	case seats && req.MaxQuantity == nil:
+		return bad("max_quantity is required with change_seats: the most seats the agent may set")
+	case seats && (*req.MaxQuantity < 1 || *req.MaxQuantity > MaxSeats):
+		return bad(fmt.Sprintf("max_quantity must be 1 to %d", MaxSeats))
+	case !seats && req.MaxQuantity != nil:
+		return bad("max_quantity bounds change_seats, which operations does not name")
+	case seats:
+		maxQuantity = *req.MaxQuantity
+	}
 	ops, plans := slices.Clone(req.Operations), slices.Clone(req.ToPlans)
 	slices.Sort(ops)
 	slices.Sort(plans)
@@ -109,7 +118,7 @@ func (s *Service) mandateOf(caller Caller, req MandateRequest, now time.Time, cu
 		ID: newMandateID(), Org: caller.Org, Principal: caller.Principal, Client: req.Client,
 		Operations: slices.Compact(ops), ToPlans: slices.Compact(plans),
 		MaxAmountDueCents: *req.MaxAmountDueCents, BudgetCents: *req.BudgetCents, MaxChanges: *req.MaxChanges,
-		Currency: currency, CurrencyDigits: DigitsOf(currency),
+		MaxQuantity: maxQuantity, Currency: currency, CurrencyDigits: DigitsOf(currency),
 		CreatedAt: now, ExpiresAt: req.ExpiresAt.UTC().Truncate(time.Second), Status: MandateActive,
 	}, nil
 }
@@ -194,6 +203,7 @@ type MandatesLeft struct {
 	MaxAmountDueCents int64       `json:"max_amount_due_cents"`
 	BudgetLeftCents   int64       `json:"budget_left_cents"`
 	ChangesLeft       int         `json:"changes_left"`
+	MaxQuantity       int64       `json:"max_quantity,omitempty"`
 	Currency          string      `json:"currency"`
 	CurrencyDigits
 	ExpiresAt time.Time `json:"expires_at"`
@@ -217,7 +227,7 @@ func (s *Service) ActiveMandates(ctx context.Context, caller Caller) ([]Mandates
 		}
 		left = append(left, MandatesLeft{ID: m.ID, Operations: m.Operations, ToPlans: m.ToPlans,
 			MaxAmountDueCents: m.MaxAmountDueCents, BudgetLeftCents: max(m.BudgetCents-m.SpentCents, 0),
-			ChangesLeft: m.MaxChanges - m.Changes, Currency: m.Currency, CurrencyDigits: m.CurrencyDigits,
+			ChangesLeft: m.MaxChanges - m.Changes, MaxQuantity: m.MaxQuantity, Currency: m.Currency, CurrencyDigits: m.CurrencyDigits,
 			ExpiresAt: m.ExpiresAt})
 	}
 	return left, nil
@@ -229,7 +239,7 @@ func (s *Service) ActiveMandates(ctx context.Context, caller Caller) ([]Mandates
 func (m Mandate) Words() string {
 	return fmt.Sprintf("%s may %s to %s without asking you: at most %s charged now per change and %s in all, "+
 		"at most %d %s, until %s. Policies that ask for more than a confirmation still apply.",
-		m.Client, opWords(m.Operations), m.ToPlansWords(), formatMoney(m.MaxAmountDueCents, m.Currency),
+		m.Client, opWords(m.Operations, m.MaxQuantity), m.ToPlansWords(), formatMoney(m.MaxAmountDueCents, m.Currency),
 		formatMoney(m.BudgetCents, m.Currency), m.MaxChanges, plural(m.MaxChanges, "change", "changes"),
 		m.ExpiresAt.UTC().Format("Jan 2, 2006 15:04 UTC"))
 }
@@ -248,15 +258,20 @@ func (l MandatesLeft) Words() string {
 	return fmt.Sprintf("Standing mandate %s lets you %s to %s without asking the user: at most %s charged now per change; "+
 		"%s and %d %s left; until %s. A first call it covers executes at once (its result carries mandate_id); "+
 		"any other change needs the usual confirmation.",
-		l.ID, opWords(l.Operations), strings.Join(l.ToPlans, " or "), formatMoney(l.MaxAmountDueCents, l.Currency),
+		l.ID, opWords(l.Operations, l.MaxQuantity), strings.Join(l.ToPlans, " or "), formatMoney(l.MaxAmountDueCents, l.Currency),
 		formatMoney(l.BudgetLeftCents, l.Currency), l.ChangesLeft, plural(l.ChangesLeft, "change", "changes"),
 		l.ExpiresAt.UTC().Format("Jan 2, 2006 15:04 UTC"))
 }
 
-func opWords(ops []Operation) string {
+// opWords names what a mandate's operations let an agent do: "upgrade or
+// change the seats (up to 10)".
+func opWords(ops []Operation, maxQuantity int64) string {
 	words := make([]string, len(ops))
 	for i, op := range ops {
 		words[i] = strings.TrimSuffix(string(op), "_plan")
+		if op == OpSeats {
+			words[i] = fmt.Sprintf("change the seats (up to %d)", maxQuantity)
+		}
 	}
 	return strings.Join(words, " or ")
 }

@@ -71,7 +71,7 @@ func (s *Service) propose(ctx context.Context, caller Caller, op *operation, req
 		return s.confirmAdmitted(ctx, caller, second)
 	}
 	if mandate != nil {
-		return s.executeUnderMandate(ctx, caller, req, mandate, c, token)
+		return s.executeUnderMandate(ctx, caller, mandate, c, token)
 	}
 	return s.proposal(c, token), nil
 }

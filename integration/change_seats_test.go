@@ -234,7 +234,7 @@ func TestChangeSeatsRequests(t *testing.T) {
 	p = h.proposeSeats(tok, 4, "")
 	wantStatus(t, h.do("POST", "/api/billing/upgrade", tok, map[string]string{"to": "pro", "confirm_token": p.ConfirmToken}),
 		http.StatusConflict, "consent_token_mismatch")
-	// A standing mandate never covers seats.
+	// A standing mandate covers seats only within a max_quantity.
 	grant := fmt.Sprintf(`{"client":"claude-desktop","operations":["change_seats"],"to_plans":["pro"],"max_amount_due_cents":100000,`+
 		`"budget_cents":100000,"max_changes":3,"expires_at":%q}`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 	wantStatus(t, h.offSpec().do("POST", "/api/billing/mandates", h.personAt("seatrules", "person-of-seatrules", time.Now(), false), json.RawMessage(grant)),
@@ -263,5 +263,39 @@ func TestChangeSeatsOverMCP(t *testing.T) {
 	structured(t, callTool(t, cs, "get_subscription", nil), &view)
 	if view.Quantity != 3 {
 		t.Fatalf("get_subscription: %+v", view)
+	}
+}
+
+// TestMandateCoversSeats: a person grants an agent seats up to a
+// max_quantity (contract §13, §15). A first call within it executes at
+// once under the mandate (its result names it); one beyond it, and one
+// at the period's end, are the usual proposal; a mandate without
+// max_quantity, or with it but without change_seats, is refused.
+func TestMandateCoversSeats(t *testing.T) {
+	t.Parallel()
+	h, sub, tok := seatsOrg(t, "seatmandate", "pro", 2)
+	g := generous()
+	g.Operations, g.ToPlans = []string{"change_seats"}, []string{"pro"}
+	person := h.personAt("seatmandate", "person-of-seatmandate", time.Now(), false)
+	wantStatus(t, h.do("POST", "/api/billing/mandates", person, g), http.StatusBadRequest, "invalid_request") // no max_quantity
+	upgrades := generous()
+	upgrades.MaxQuantity = 5
+	wantStatus(t, h.do("POST", "/api/billing/mandates", person, upgrades), http.StatusBadRequest, "invalid_request") // no change_seats
+	g.MaxQuantity = 5
+	m := h.grantMandate("seatmandate", "person-of-seatmandate", g)
+	if m.MaxQuantity != 5 || !strings.Contains(m.Words(), "change the seats (up to 5)") {
+		t.Fatalf("mandate: %+v (%s)", m, m.Words())
+	}
+	r := h.do("POST", "/api/billing/seats", tok, seatsBody(4, "", ""))
+	wantStatus(t, r, http.StatusOK, "")
+	var done billing.ChangeResult
+	r.decode(t, &done)
+	if done.MandateID != m.ID || h.seatsAtStripe(sub) != 4 {
+		t.Fatalf("within max_quantity: %s; Stripe %d seats", r.Body, h.seatsAtStripe(sub))
+	}
+	h.proposeSeats(tok, 6, "") // beyond it: a proposal, nothing made
+	h.proposeSeats(tok, 3, "period_end")
+	if got := h.seatsAtStripe(sub); got != 4 {
+		t.Fatalf("Stripe has %d seats, want 4", got)
 	}
 }

@@ -43,6 +43,7 @@ type mandateGrant struct {
 	BudgetCents       int64    `json:"budget_cents"`
 	MaxChanges        int      `json:"max_changes"`
 	ExpiresAt         string   `json:"expires_at"`
+	MaxQuantity       int64    `json:"max_quantity,omitempty"`
 }
 
 // generous lets test-agent make any change for an hour.

@@ -182,9 +182,26 @@ func reviewForm(c echo.Context, currency string) (billing.MandateRequest, error)
 			"every bound is required: amounts as numbers in %s, changes and days as whole numbers (days 1 to 90)", strings.ToUpper(currency))
 	}
 	expires := time.Now().Add(time.Duration(days) * 24 * time.Hour).UTC().Truncate(time.Second)
+	maxSeats, err := optionalInt(form.Get("max_quantity"))
+	if err != nil {
+		return billing.MandateRequest{}, err
+	}
 	return billing.MandateRequest{Client: strings.TrimSpace(form.Get("client")), Operations: operationsOf(form["operations"]),
 		ToPlans: form["to_plans"], MaxAmountDueCents: &maxDue, BudgetCents: &budget, MaxChanges: &changes,
-		ExpiresAt: &expires}, nil
+		ExpiresAt: &expires, MaxQuantity: maxSeats}, nil
+}
+
+// optionalInt reads the most seats a mandate may set: nil when the field
+// is empty (billing refuses it with change_seats, and without it).
+func optionalInt(v string) (*int64, error) {
+	if strings.TrimSpace(v) == "" || v == "0" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return nil, billing.Errorf(billing.CodeInvalidRequest, "the most seats must be a whole number")
+	}
+	return &n, nil
 }
 
 // grantForm reads the review's hidden fields: exactly the bounds stated.
@@ -197,12 +214,13 @@ func grantForm(c echo.Context) (billing.MandateRequest, error) {
 	budget, err2 := strconv.ParseInt(form.Get("budget_cents"), 10, 64)
 	changes, err3 := strconv.Atoi(form.Get("max_changes"))
 	expires, err4 := time.Parse(time.RFC3339, form.Get("expires_at"))
-	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+	maxSeats, err5 := optionalInt(form.Get("max_quantity"))
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil {
 		return billing.MandateRequest{}, billing.Errorf(billing.CodeInvalidRequest, "the reviewed bounds are incomplete: start again")
 	}
 	return billing.MandateRequest{Client: form.Get("client"), Operations: operationsOf(form["operations"]),
 		ToPlans: form["to_plans"], MaxAmountDueCents: &maxDue, BudgetCents: &budget, MaxChanges: &changes,
-		ExpiresAt: &expires}, nil
+		ExpiresAt: &expires, MaxQuantity: maxSeats}, nil
 }
 
 func operationsOf(values []string) []billing.Operation {

@@ -23,11 +23,12 @@ type mandateBody struct {
 	BudgetCents       *int64              `json:"budget_cents"`
 	MaxChanges        *int                `json:"max_changes"`
 	ExpiresAt         *string             `json:"expires_at"`
+	MaxQuantity       *int64              `json:"max_quantity"` // with change_seats only
 }
 
 func (b mandateBody) request() (billing.MandateRequest, error) {
 	req := billing.MandateRequest{Client: b.Client, Operations: b.Operations, ToPlans: b.ToPlans,
-		MaxAmountDueCents: b.MaxAmountDueCents, BudgetCents: b.BudgetCents, MaxChanges: b.MaxChanges}
+		MaxAmountDueCents: b.MaxAmountDueCents, BudgetCents: b.BudgetCents, MaxChanges: b.MaxChanges, MaxQuantity: b.MaxQuantity}
 	if b.ExpiresAt != nil {
 		at, err := time.Parse(time.RFC3339, *b.ExpiresAt)
 		if err != nil {

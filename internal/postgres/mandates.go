@@ -24,7 +24,8 @@ var (
 )
 
 const mandateColumns = `m.id, m.org, m.principal, m.client, m.operations, m.to_plans, m.max_amount_due_cents,
-	m.budget_cents, m.max_changes, m.currency, m.created_at, m.expires_at, m.revoked_at, coalesce(m.revoked_by, ''), m.jws`
+	m.budget_cents, m.max_changes, m.currency, m.created_at, m.expires_at, m.revoked_at, coalesce(m.revoked_by, ''), m.jws,
+	m.max_quantity`
 
 // mandateUsage is what the confirmations executed or executing under
 // mandate m spent: their quoted amounts due now, and their number.
@@ -38,7 +39,8 @@ const mandateStatus = `CASE WHEN m.revoked_at IS NOT NULL THEN 'revoked'
 
 func scanMandate(m *billing.Mandate) []any {
 	return []any{&m.ID, &m.Org, &m.Principal, &m.Client, &m.Operations, &m.ToPlans, &m.MaxAmountDueCents,
-		&m.BudgetCents, &m.MaxChanges, &m.Currency, &m.CreatedAt, &m.ExpiresAt, &m.RevokedAt, &m.RevokedBy, &m.JWS}
+		&m.BudgetCents, &m.MaxChanges, &m.Currency, &m.CreatedAt, &m.ExpiresAt, &m.RevokedAt, &m.RevokedBy, &m.JWS,
+		&m.MaxQuantity}
 }
 
 // withUsage completes a scanned mandate: its currency's digits.
@@ -53,10 +55,10 @@ func (s *Store) InsertMandate(ctx context.Context, m billing.Mandate, event bill
 		t := btx.(*storeTx)
 		batch := &pgx.Batch{}
 		batch.Queue(`INSERT INTO mandates (id, org, principal, client, operations, to_plans, max_amount_due_cents,
-			budget_cents, max_changes, currency, created_at, expires_at, jws)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			budget_cents, max_changes, currency, created_at, expires_at, jws, max_quantity)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 			m.ID, m.Org, m.Principal, m.Client, m.Operations, m.ToPlans, m.MaxAmountDueCents,
-			m.BudgetCents, m.MaxChanges, m.Currency, m.CreatedAt, m.ExpiresAt, m.JWS)
+			m.BudgetCents, m.MaxChanges, m.Currency, m.CreatedAt, m.ExpiresAt, m.JWS, m.MaxQuantity)
 		t.write(batch)
 		return t.Record(ctx, billing.Record{Events: []billing.AuditEvent{event}})
 	})

@@ -1,0 +1,1 @@
+ALTER TABLE mandates DROP COLUMN max_quantity;
