@@ -126,3 +126,36 @@ func TestOperationDanger(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowNeverIrreversible: allow runs a change at once only when it
+// can be undone and nothing is due now; cancelling now always asks.
+func TestAllowNeverIrreversible(t *testing.T) {
+	p := Policy{Rules: []PolicyRule{{Name: "agents go free", Action: ActionAllow}}}
+	for _, c := range []struct {
+		danger Danger
+		due    int64
+		want   Action
+	}{
+		{DangerReversible, 0, ActionAllow},
+		{DangerCharges, 0, ActionAllow},
+		{DangerCharges, 100, ActionConfirm},
+		{DangerIrreversible, 0, ActionConfirm},
+	} {
+		if got, _ := p.decide(changeFacts{op: OpCancel, danger: c.danger, amountDueCents: c.due}); got != c.want {
+			t.Errorf("%s, %d due: %s, want %s", c.danger, c.due, got, c.want)
+		}
+	}
+}
+
+// TestToPlansNamesPlanMoves: a rule's to_plans matches the plan a change
+// moves to, never the plan seats, cancelling or resuming keep.
+func TestToPlansNamesPlanMoves(t *testing.T) {
+	for _, c := range []struct {
+		op   Operation
+		want string
+	}{{OpUpgrade, "pro"}, {OpDowngrade, "pro"}, {OpSeats, ""}, {OpCancel, ""}, {OpResume, ""}} {
+		if got := planNamed(c.op, "pro"); got != c.want {
+			t.Errorf("%s: %q, want %q", c.op, got, c.want)
+		}
+	}
+}
