@@ -268,7 +268,7 @@ func (b *browser) signOut() {
 // waitTextContains waits until the element's text contains want.
 func (b *browser) waitTextContains(id, want string) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
 	defer cancel()
 	expr := `document.getElementById(` + jsString(id) + `).textContent.includes(` + jsString(want) + `)`
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr)); err != nil {

@@ -94,6 +94,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.wantNoScriptErrors()
 }
 
+// browserWait bounds how long a browser test waits for the page to reach a
+// state: it waits for the state, and the bound only ends a failing wait.
+// It is generous because CI runs the browser tests beside the full sweep on
+// two cores, where a page can take tens of seconds to render.
+const browserWait = 60 * time.Second
+
 // browser is one headless Chromium tab for a test.
 type browser struct {
 	t          *testing.T
@@ -188,7 +194,7 @@ func (b *browser) text(id string) string {
 // waitText waits until the element's text is want.
 func (b *browser) waitText(id, want string) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
 	defer cancel()
 	expr := `document.getElementById(` + jsString(id) + `).textContent.trim() === ` + jsString(want)
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr)); err != nil {

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
@@ -100,7 +99,7 @@ func TestMCPAppViewInBrowser(t *testing.T) {
 	view.waitState("approval-pending")
 	view.waitTrue(`document.getElementById("approvers-needed").textContent === "2 other billing administrators"`)
 	view.click("approval-link")
-	waitCtx, cancelWait := context.WithTimeout(b.ctx, 10*time.Second)
+	waitCtx, cancelWait := context.WithTimeout(b.ctx, browserWait)
 	_, err := chromedp.Run(waitCtx, chromedp.Poll[bool](`window.openedLinks.length > 0`))
 	cancelWait()
 	if err != nil {
@@ -275,7 +274,7 @@ func (b *browser) openViewWith(host, token, tool string, args url.Values, at str
 // waitTrue waits until expr is true in the view.
 func (v *viewFrame) waitTrue(expr string) {
 	v.t.Helper()
-	ctx, cancel := context.WithTimeout(v.ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(v.ctx, browserWait)
 	defer cancel()
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr)); err != nil {
 		v.t.Fatalf("in the view, %s never became true: %v", expr, err)
@@ -293,7 +292,7 @@ func (v *viewFrame) text(id string) string {
 
 func (v *viewFrame) waitState(state string) {
 	v.t.Helper()
-	ctx, cancel := context.WithTimeout(v.ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(v.ctx, browserWait)
 	defer cancel()
 	expr := `document.getElementById("view")?.dataset.state === ` + jsString(state)
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr)); err != nil {
@@ -319,7 +318,7 @@ func (v *viewFrame) click(id string) {
 // host) something containing want, and checks it never told it a token.
 func (b *browser) waitModelContext(want string) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
 	defer cancel()
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`window.modelContext.some((u) => u.includes(`+jsString(want)+`))`)); err != nil {
 		b.t.Fatalf("the view never told the model %s (it told it %s): %v", want, b.eval(`window.modelContext.join("\n")`), err)

@@ -35,7 +35,7 @@ func (h *harness) signInPeople(org string, admins []string, users ...string) {
 // the browser must be on (or be going to).
 func (b *browser) loginAs(subject string, fresh bool) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
 	defer cancel()
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("user-"+subject))); err != nil {
 		b.t.Fatalf("no login page with %s (at %s: %q): %v", subject, b.eval(`location.href`), b.eval(`document.body.innerText.slice(0, 300)`), err)

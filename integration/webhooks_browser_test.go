@@ -32,7 +32,7 @@ func TestWebhookDeliveriesInDashboard(t *testing.T) {
 	b := newBrowser(t)
 	b.do(chromedp.Navigate(h.url + "/"))
 	b.signIn(h.admin("hookweb", "wendy"))
-	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
 	defer cancel()
 	expr := `(() => { const t = document.getElementById("webhook-deliveries").textContent;
 		return !document.getElementById("webhooks").hidden && t.includes("change.failed") && t.includes("delivered") &&
