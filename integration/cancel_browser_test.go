@@ -37,6 +37,24 @@ func TestDashboardCancelInBrowser(t *testing.T) {
 		t.Fatal("Stripe has no pending cancellation")
 	}
 
+	// Resume, then cancel at the period's end again.
+	b.do(chromedp.Click(chromedp.ID("resume")))
+	b.do(chromedp.WaitVisible(chromedp.ID("confirm-dialog")))
+	if title := b.text("confirm-title"); title != "Resume the subscription?" {
+		t.Errorf("title %q", title)
+	}
+	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
+	b.waitTextContains("status", "Resumed: the subscription renews on")
+	b.waitTextContains("receipt-claims", "renews again")
+	if s, _ := h.fake.Subscription(sub); s.CancelAtPeriodEnd {
+		t.Fatal("Stripe still cancels at the period's end")
+	}
+	b.do(chromedp.Click(chromedp.ID("cancel-period-end")))
+	b.do(chromedp.WaitVisible(chromedp.ID("confirm-dialog")))
+	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
+	b.waitTextContains("ending-text", "unless resumed")
+	b.waitTextContains("receipt-claims", "ends on")
+
 	b.do(chromedp.Click(chromedp.ID("cancel-now")))
 	b.do(chromedp.WaitVisible(chromedp.ID("confirm-dialog")))
 	if title := b.text("confirm-title"); title != "Cancel the subscription now?" {

@@ -171,6 +171,49 @@ func TestMCPAppViewSeatsInBrowser(t *testing.T) {
 	b.wantNoScriptErrors()
 }
 
+// TestMCPAppViewCancelAndResumeInBrowser: cancelling at the period's end
+// and resuming in billingd's own view, in Chromium: the view says what
+// Confirm does in their words, and Confirm makes each at Stripe.
+func TestMCPAppViewCancelAndResumeInBrowser(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withEnv("CONFIRM_TTL", "5m"))
+	acct := h.createOrg("append", "Vector Build", "pro")
+	sub := acct.Subscription.StripeSubscriptionID
+	host := startAppHost(t, h)
+	token := h.mcpToken("append", "alice", "chat-host", auth.ScopeRead, auth.ScopeWrite)
+	b := newBrowser(t)
+
+	view := b.openViewWith(host, token, "cancel_subscription", url.Values{}, "period_end")
+	view.waitState("pending")
+	if title := view.text("title"); title != "Cancel the subscription at the end of the period?" {
+		t.Errorf("title %q", title)
+	}
+	if amounts := view.text("amounts"); !strings.Contains(amounts, "Access ends") {
+		t.Errorf("amounts %q", amounts)
+	}
+	b.screenshotViewAs(t, "mcp-app-view-cancel.png")
+	view.click("confirm")
+	view.waitState("done")
+	if outcome := view.text("outcome"); !strings.Contains(outcome, "then ends") {
+		t.Errorf("outcome %q", outcome)
+	}
+	if s, _ := h.fake.Subscription(sub); !s.CancelAtPeriodEnd {
+		t.Fatal("Stripe has no pending cancellation after Confirm")
+	}
+
+	view = b.openViewWith(host, token, "resume_subscription", url.Values{}, "")
+	view.waitState("pending")
+	if title := view.text("title"); title != "Resume the subscription?" {
+		t.Errorf("title %q", title)
+	}
+	view.click("confirm")
+	view.waitState("done")
+	if s, _ := h.fake.Subscription(sub); s.CancelAtPeriodEnd {
+		t.Fatal("Stripe still cancels at the period's end after Confirm")
+	}
+	b.wantNoScriptErrors()
+}
+
 // TestMCPAppViewExpiresInBrowser: when the countdown runs out the view says
 // the proposal expired and offers no button; nothing changes.
 func TestMCPAppViewExpiresInBrowser(t *testing.T) {

@@ -53,9 +53,10 @@ func TestMCPCancelAndResume(t *testing.T) {
 }
 
 // TestMCPElicitationSeatsAndCancel: with a client that shows forms,
-// change_seats and cancel_subscription ask the person themselves: the
-// dialog is the summary, the agent sees no token, and accepting makes the
-// change in the same call; declining a cancellation changes nothing.
+// change_seats, cancel_subscription and resume_subscription ask the person
+// themselves: the dialog is the summary, the agent sees no token, and
+// accepting makes the change in the same call; declining a cancellation
+// changes nothing.
 func TestMCPElicitationSeatsAndCancel(t *testing.T) {
 	t.Parallel()
 	h, sub, _ := seatsOrg(t, "elicitseats", "pro", 2)
@@ -69,6 +70,7 @@ func TestMCPElicitationSeatsAndCancel(t *testing.T) {
 		// On 2026-07-28 the answer comes back in a second request that must
 		// name everything the first did, the reason and comment too.
 		{"cancel_subscription", protocol20260728, map[string]any{"at": "period_end", "reason": "unused", "comment": "see you"}, "accept"},
+		{"resume_subscription", protocol20251125, map[string]any{}, "accept"},
 	} {
 		o := &host{h: h, token: h.user("elicitseats", "person-of-elicitseats"), answer: answerWith(c.answer, map[string]any{"confirm": true})}
 		cs := elicitConnect(t, h.url, h.mcpUser("elicitseats", "person-of-elicitseats"), c.version, formOnly, o, false)
@@ -88,7 +90,7 @@ func TestMCPElicitationSeatsAndCancel(t *testing.T) {
 		}
 	}
 	s, _ := h.fake.Subscription(sub)
-	if s.Items[0].Quantity != 4 || s.Status != "active" || !s.CancelAtPeriodEnd {
+	if s.Items[0].Quantity != 4 || s.Status != "active" || s.CancelAtPeriodEnd || s.CancellationDetails.Feedback != "" {
 		t.Fatalf("Stripe after the dialogs: %d seats, status %s, cancel_at_period_end %v", s.Items[0].Quantity, s.Status, s.CancelAtPeriodEnd)
 	}
 }

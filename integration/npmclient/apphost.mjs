@@ -3,9 +3,9 @@
 // and ext-apps' AppBridge talks to billingd's view in a sandboxed iframe over
 // postMessage. The test bundles it with esbuild (pinned in package-lock.json).
 //
-// Query parameters: token (bearer token), tool (upgrade_plan,
-// downgrade_plan or change_seats), to (the plan) or quantity (the seats)
-// and, optionally, at ("now" or "period_end"). What the model would read of the first
+// Query parameters: token (bearer token), tool (a change tool), to (the
+// plan) or quantity (the seats), and at ("now" or "period_end"), each
+// only when the tool takes it. What the model would read of the first
 // call is kept in window.modelSaw; links the view asks the host to open, in
 // window.openedLinks; context updates the view sends the model, in
 // window.modelContext.
@@ -49,7 +49,9 @@ async function main() {
   const view = contents.find((c) => c.mimeType === MIME);
 
   // The model's turn: the first call. Keep what the model would read.
-  const args = params.get("quantity") ? { quantity: Number(params.get("quantity")) } : { to: params.get("to") };
+  const args = {};
+  if (params.get("to")) args.to = params.get("to");
+  if (params.get("quantity")) args.quantity = Number(params.get("quantity"));
   if (params.get("at")) args.at = params.get("at");
   const result = await client.callTool({ name: tool.name, arguments: args });
   window.modelSaw = JSON.stringify({ content: result.content, structuredContent: result.structuredContent });
