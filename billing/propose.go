@@ -17,15 +17,14 @@ func (s *Service) propose(ctx context.Context, caller Caller, op *operation, req
 		return ChangeResult{}, err
 	}
 	now := activity.Now
-	if s.renewalDue(acct.Subscription, req.atPeriodEnd(), now) {
-		return ChangeResult{}, errRenewalDue()
-	}
 	from, w, err := s.target(op, acct.Subscription, req)
 	if err != nil {
 		return ChangeResult{}, err
 	}
-	if w.cancellation != "" && s.renewalDue(acct.Subscription, true, now) {
-		// The renewal could overtake a cancellation or a resumption.
+	// The renewal could overtake a change at the period's end, a
+	// cancellation or a resumption (datePassed is the same rule for the
+	// second call's terms).
+	if s.renewalDue(acct.Subscription, req.atPeriodEnd() || w.cancellation != "", now) {
 		return ChangeResult{}, errRenewalDue()
 	}
 	if err := schedulable(acct.Subscription, from, w, req); err != nil {

@@ -95,6 +95,9 @@ func TestCancelAtPeriodEnd(t *testing.T) {
 	}
 	wantStatus(t, h.do("POST", "/api/billing/upgrade", tok, map[string]string{"to": "scale"}), http.StatusConflict, "subscription_inactive")
 	wantStatus(t, h.do("POST", "/api/billing/seats", tok, map[string]int{"quantity": 3}), http.StatusConflict, "subscription_inactive")
+	// Also a request at the period's end, whose date has passed: the
+	// subscription is over, not renewing.
+	wantStatus(t, h.do("POST", "/api/billing/cancel", tok, body), http.StatusConflict, "subscription_inactive")
 }
 
 // TestCancelNow: access ends now and cannot be undone (irreversible); the

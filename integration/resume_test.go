@@ -15,7 +15,9 @@ import (
 func TestResume(t *testing.T) {
 	t.Parallel()
 	h, sub, tok := seatsOrg(t, "stays", "pro", 2)
-	wantStatus(t, h.do("POST", "/api/billing/resume", tok, map[string]string{}), http.StatusOK, "") // noop: nothing pending
+	if r := h.do("POST", "/api/billing/resume", tok, map[string]string{}); r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"noop":true`) {
+		t.Fatalf("resuming what is not ending: %d %s", r.Status, r.Body) // nothing pending: a noop, no token
+	}
 	cancel := h.proposeCancel(tok, map[string]string{"at": "period_end"})
 	wantStatus(t, h.do("POST", "/api/billing/cancel", tok, with(map[string]string{"at": "period_end"}, cancel.ConfirmToken)), http.StatusOK, "")
 

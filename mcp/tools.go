@@ -239,13 +239,10 @@ func seatsText(n int64) string {
 // scheduledSeatsText names the seats a scheduled change sets, if it sets
 // any: " with 1 seat".
 func scheduledSeatsText(n int64) string {
-	switch {
-	case n == 1:
+	if n == 1 {
 		return " with 1 seat"
-	case n > 1:
-		return fmt.Sprintf(" with %d seats", n)
 	}
-	return ""
+	return seatsText(n)
 }
 
 // subscriptionResult is get_subscription's result: the subscription as
