@@ -59,7 +59,7 @@ func (s *Service) confirmAdmitted(ctx context.Context, caller Caller, req Change
 	return s.confirm(ctx, caller, req)
 }
 
-// admittedExecutionTx is inExecutionTx behind the bulkhead, for the other
+// admittedExecutionTx is a transaction on s.executions behind the bulkhead, for the other
 // steps that hold their locks while the provider answers (settling, a
 // webhook's read of the subscription): they share the second calls' slots
 // and connections, and never take the main pool's. busy: every slot was
@@ -69,16 +69,28 @@ func (s *Service) admittedExecutionTx(ctx context.Context, fn func(Tx) error) (b
 		return true, nil
 	}
 	defer s.admission.slots.Release(1)
-	return false, s.inExecutionTx(ctx, fn)
+	return false, s.executions.InTx(ctx, fn)
 }
 
-// inExecutionTx runs fn, a step that calls the provider, on the store's
+// transactor runs transactions: a Store, or its connections for executions.
+type transactor interface {
+	InTx(ctx context.Context, fn func(Tx) error) error
+}
+
+// executionsOf is where store runs a step that calls the provider: on its
 // connections for executions, if it has them.
-func (s *Service) inExecutionTx(ctx context.Context, fn func(Tx) error) error {
-	if es, ok := s.store.(ExecutionStore); ok {
-		return es.InExecutionTx(ctx, fn)
+func executionsOf(store Store) transactor {
+	if es, ok := store.(ExecutionStore); ok {
+		return executionTxs{es}
 	}
-	return s.store.InTx(ctx, fn)
+	return store
+}
+
+// executionTxs is an ExecutionStore's executions pool as a transactor.
+type executionTxs struct{ ExecutionStore }
+
+func (e executionTxs) InTx(ctx context.Context, fn func(Tx) error) error {
+	return e.InExecutionTx(ctx, fn)
 }
 
 // errBusy: every execution slot of this replica is taken. Nothing was read

@@ -23,16 +23,8 @@ import (
 // Refusals are recorded and committed too, so that a mismatching call
 // really voids its token and leaves an audit trail.
 func (s *Service) confirm(ctx context.Context, caller Caller, req ChangeRequest) (ChangeResult, error) {
-	if !wellFormedToken(req.ConfirmToken) {
-		// Never a token billingd issued: answer like any unknown token,
-		// once the rate limit allows.
-		if err := s.readAndCheckRate(ctx, caller, limitFailedConfirms); err != nil {
-			return ChangeResult{}, err
-		}
-		return ChangeResult{}, s.rejectUnknown(ctx, caller, req.Operation)
-	}
 	var r redemption
-	err := s.inExecutionTx(ctx, func(tx Tx) (err error) {
+	err := s.executions.InTx(ctx, func(tx Tx) (err error) {
 		r, err = s.consume(ctx, tx, caller, req)
 		if err == nil {
 			s.at(ctx, StepCommit, &Confirmation{Org: caller.Org})
@@ -76,7 +68,7 @@ func (s *Service) consume(ctx context.Context, tx Tx, caller Caller, req ChangeR
 	if window := s.activityWindow(limitFailedConfirms); window > 0 {
 		tx.ReadActivity(caller.Org, caller.Principal, window, &activity)
 	}
-	c, acct, now, err := tx.LockByToken(ctx, caller.Org, caller.Principal, hashToken(req.ConfirmToken))
+	c, acct, now, err := tx.LockByToken(ctx, caller.Org, caller.Principal, lookupKey(req.ConfirmToken))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return redemption{}, fmt.Errorf("lock confirmation: %w", err)
 	}
@@ -275,24 +267,6 @@ func (s *Service) answerSettled(c Confirmation, acct Account) redemption {
 	}
 }
 
-// rolledBack answers a second call whose transaction did not commit: the
-// database failed. Before the recovery point nothing was sent and the token
-// is as it was; after it, the confirmation is executing and is settled by
-// the owner's retry or any replica's settler, with the same idempotency key.
-func (s *Service) rolledBack(req ChangeRequest, err error) error {
-	if errors.Is(err, ErrRecoveryPointSaved) {
-		return errOutcomeUnknown(err)
-	}
-	answer := storeError("confirm", err)
-	if errors.Is(err, ErrUnavailable) && !req.TokenWithheld {
-		// Not "nothing was changed": this call may repeat one whose change
-		// an earlier call sent (the owner's retry of an executing one), and
-		// the database that would tell is what failed.
-		answer = wrapErr(CodeUpstreamUnavailable, "the database is unavailable: retry with the same token shortly", err)
-	}
-	return answer
-}
-
 // errOutcomeUnknown: the change was sent (or is about to be) and the
 // provider did not say whether it made it. billingd settles it on its own;
 // the caller that holds the token may ask again with it (one that never
@@ -303,21 +277,6 @@ func errOutcomeUnknown(cause error) *Error {
 }
 
 const msgOutcomeUnknown = "the payment provider did not confirm the change yet; billingd is finding out whether it was made. "
-
-// answerFor is the answer to req of a second call that ended in err: one
-// whose outcome is unknown tells a caller that never held the token
-// (ChangeRequest.TokenWithheld) to read the subscription, not to retry
-// with a token it does not have.
-func answerFor(req ChangeRequest, err error) error {
-	var e *Error
-	if !req.TokenWithheld || !errors.As(err, &e) || !e.outcomeUnknown {
-		return err
-	}
-	told := *e
-	told.Message = msgOutcomeUnknown + "billingd settles it on its own within seconds: read the subscription " +
-		"(get_subscription, GET /api/billing/subscription) shortly to learn the outcome; do not start a new change"
-	return &told
-}
 
 // errUnsettled: another change of the subscription is being settled.
 func errUnsettled() *Error {

@@ -175,18 +175,14 @@ func (p Policy) decide(ch changeFacts) (Action, string) {
 	return action, rule
 }
 
-// planNamed is the plan a change of op moves to, as a rule's to_plans
+// planNamed is the plan a change of o moves to, as a rule's to_plans
 // names it: "" for an operation that names no plan (seats, cancelling,
 // resuming keep the plan), so that "upgrades to Pro may run at once" never
 // lets an agent cancel a Pro subscription, nor does "no Scale for agents"
 // stop one from reducing its seats.
-func planNamed(op Operation, to string) string {
-	if o, ok := operationOf(op); ok {
-		if reqTo, _ := o.fields(to, 0); reqTo == "" {
-			return ""
-		}
-	}
-	return to
+func planNamed(o *operation, to string) string {
+	reqTo, _ := o.fields(to, 0)
+	return reqTo
 }
 
 // approvalsRequired is how many people must approve the change when the
@@ -258,8 +254,8 @@ func overDailyLimit(ctx context.Context, counter changeCounter, p Policy, org st
 // The price can only make a change more restricted (a rule on the amount
 // matches more as the amount grows, and allow turns into confirm), so a
 // change denied at an amount of zero is denied at any amount.
-func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op Operation, to string) error {
-	action, reason := ruling(p, changeFacts{op: op, to: planNamed(op, to), agent: s.people.isAgent(p, caller)})
+func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op *operation, to string) error {
+	action, reason := ruling(p, changeFacts{op: op.name, to: planNamed(op, to), agent: s.people.isAgent(p, caller)})
 	if action != ActionDeny {
 		over, err := overDailyLimit(ctx, s.store, p, caller.Org)
 		if err != nil {
@@ -270,17 +266,17 @@ func (s *Service) refuseEarly(ctx context.Context, caller Caller, p Policy, op O
 		}
 		reason = reasonDailyLimit
 	}
-	return s.denyFirstCall(ctx, caller, op, reason)
+	return s.denyFirstCall(ctx, caller, op.name, reason)
 }
 
 // gate applies the org's policy to a quoted change: it returns the action
 // the policy asks for, or operation_denied when a rule on the amount denies
 // it (refuseEarly took the other denials before the quote).
-func (s *Service) gate(ctx context.Context, caller Caller, p Policy, op Operation, t Terms) (Action, error) {
-	action, reason := ruling(p, changeFacts{op: op, to: planNamed(op, t.ToPlan), amountDueCents: t.AmountDueCents,
+func (s *Service) gate(ctx context.Context, caller Caller, p Policy, op *operation, t Terms) (Action, error) {
+	action, reason := ruling(p, changeFacts{op: op.name, to: planNamed(op, t.ToPlan), amountDueCents: t.AmountDueCents,
 		danger: t.danger(), agent: s.people.isAgent(p, caller)})
 	if action == ActionDeny {
-		return "", s.denyFirstCall(ctx, caller, op, reason)
+		return "", s.denyFirstCall(ctx, caller, op.name, reason)
 	}
 	return action, nil
 }

@@ -67,7 +67,11 @@ func (s *Service) policyNow(ctx context.Context, tx Tx, c Confirmation, p Policy
 // factsOf are the facts the policy decides c's change on; an agent's if
 // it was issued to or redeemed by one, or agentNow.
 func factsOf(c Confirmation, agentNow bool) changeFacts {
-	return changeFacts{op: c.Operation, to: planNamed(c.Operation, c.Terms.ToPlan), amountDueCents: c.Terms.AmountDueCents,
+	to := c.Terms.ToPlan
+	if o, ok := operationOf(c.Operation); ok {
+		to = planNamed(o, to)
+	}
+	return changeFacts{op: c.Operation, to: to, amountDueCents: c.Terms.AmountDueCents,
 		danger: c.Terms.danger(), agent: c.Agent || agentNow}
 }
 

@@ -154,7 +154,8 @@ func TestToPlansNamesPlanMoves(t *testing.T) {
 		op   Operation
 		want string
 	}{{OpUpgrade, "pro"}, {OpDowngrade, "pro"}, {OpSeats, ""}, {OpCancel, ""}, {OpResume, ""}} {
-		if got := planNamed(c.op, "pro"); got != c.want {
+		o, _ := operationOf(c.op)
+		if got := planNamed(o, "pro"); got != c.want {
 			t.Errorf("%s: %q, want %q", c.op, got, c.want)
 		}
 	}

@@ -1,7 +1,6 @@
 package billing
 
 import (
-	"context"
 	"time"
 )
 
@@ -69,18 +68,4 @@ func (s *Service) checkRate(a Activity, which limit) error {
 	// The window slides: a slot frees when the oldest counted call leaves it.
 	wait := oldest.Add(s.limits.Window).Sub(a.Now)
 	return &Error{Code: CodeRateLimited, Message: message, RetryAfter: max(wait, time.Second)}
-}
-
-// readAndCheckRate is checkRate with the activity read on its own: for a
-// second call, before its transaction takes any lock.
-func (s *Service) readAndCheckRate(ctx context.Context, caller Caller, which limit) error {
-	window := s.activityWindow(which)
-	if window == 0 {
-		return nil
-	}
-	a, err := s.store.RecentActivity(ctx, caller.Org, caller.Principal, window)
-	if err != nil {
-		return storeError("read recent activity", err)
-	}
-	return s.checkRate(a, which)
 }

@@ -1,14 +1,15 @@
 package billing
 
 import (
-	"context"
+	"errors"
 	"time"
 )
 
 // The rules of a second call: whether it asks for what its token was issued
 // for (sameRequest), whether the token can still be redeemed
-// (checkRedeemable) and what the caller is told when it cannot. The steps
-// that apply them are in confirm.go.
+// (checkRedeemable), and what the caller is told when it cannot or when
+// its transaction failed (answerFor, rolledBack). The steps that apply
+// them are in confirm.go.
 
 // sameRequest reports whether a second call repeats the one c was issued
 // for: only then may it see c's outcome.
@@ -93,14 +94,6 @@ func replayOf(c Confirmation, acct Account) ChangeResult {
 	}
 	r.Replayed = true
 	return r
-}
-
-// rejectUnknown audits a second call whose token does not exist.
-func (s *Service) rejectUnknown(ctx context.Context, caller Caller, op Operation) error {
-	if err := s.store.AppendAudit(ctx, s.event(caller, op, EventTokenRejected, "", "invalid")); err != nil {
-		return storeError("audit rejection", err)
-	}
-	return errTokenInvalid()
 }
 
 func errTokenInvalid() *Error {
@@ -195,4 +188,37 @@ func errFailed(c Confirmation) *Error {
 
 func errTokenExpired() *Error {
 	return Errorf(CodeTokenExpired, "the confirmation token has expired: start again with a first call")
+}
+
+// rolledBack answers a second call whose transaction did not commit: the
+// database failed. Before the recovery point nothing was sent and the token
+// is as it was; after it, the confirmation is executing and is settled by
+// the owner's retry or any replica's settler, with the same idempotency key.
+func (s *Service) rolledBack(req ChangeRequest, err error) error {
+	if errors.Is(err, ErrRecoveryPointSaved) {
+		return errOutcomeUnknown(err)
+	}
+	answer := storeError("confirm", err)
+	if errors.Is(err, ErrUnavailable) && !req.TokenWithheld {
+		// Not "nothing was changed": this call may repeat one whose change
+		// an earlier call sent (the owner's retry of an executing one), and
+		// the database that would tell is what failed.
+		answer = wrapErr(CodeUpstreamUnavailable, "the database is unavailable: retry with the same token shortly", err)
+	}
+	return answer
+}
+
+// answerFor is the answer to req of a second call that ended in err: one
+// whose outcome is unknown tells a caller that never held the token
+// (ChangeRequest.TokenWithheld) to read the subscription, not to retry
+// with a token it does not have.
+func answerFor(req ChangeRequest, err error) error {
+	var e *Error
+	if !req.TokenWithheld || !errors.As(err, &e) || !e.outcomeUnknown {
+		return err
+	}
+	told := *e
+	told.Message = msgOutcomeUnknown + "billingd settles it on its own within seconds: read the subscription " +
+		"(get_subscription, GET /api/billing/subscription) shortly to learn the outcome; do not start a new change"
+	return &told
 }

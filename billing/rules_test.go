@@ -207,7 +207,7 @@ func TestPlanChange(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			sub := Subscription{Org: "org_vb", Plan: tt.current}
 			op, _ := operationOf(tt.op)
-			from, w, err := svc.target(op, sub, ChangeRequest{Operation: tt.op, To: tt.to})
+			from, w, err := svc.target(op, sub, ChangeRequest{Operation: tt.op, To: tt.to}, time.Now())
 			to := w.to
 			wantCode(t, err, tt.wantCode)
 			if tt.wantCode != "" {

@@ -248,22 +248,6 @@ func (s *Service) datePassed(t Terms, now time.Time) bool {
 		(t.AtPeriodEnd || t.Cancellation != "") && !soon.Before(t.NextChargeAt)
 }
 
-// renewalDue reports whether sub is at its renewal (within renewalMargin):
-// its scheduled change is taking effect and billingd has not recorded it
-// yet, or, for a change at the period's end, the period is ending.
-func (s *Service) renewalDue(sub Subscription, atPeriodEnd bool, now time.Time) bool {
-	soon := now.Add(s.renewalMargin())
-	return sub.Scheduled != nil && !soon.Before(sub.Scheduled.At) || atPeriodEnd && !soon.Before(sub.CurrentPeriodEnd)
-}
-
-// errRenewalDue: no change can be quoted or made from a subscription at
-// its renewal: a scheduled change is taking effect, or the period ends.
-func errRenewalDue() *Error {
-	return &Error{Code: CodeUpstreamUnavailable, RetryAfter: 30 * time.Second,
-		Message: "the subscription is renewing at the payment provider (a scheduled change or the period's end is " +
-			"due); nothing was changed: retry in a few minutes"}
-}
-
 // termsHoldForResend is termsHold for sending again a change that was
 // sent before (sent): the subscription may also have lost, since, the
 // scheduled change the confirmation cancels, and nothing else. The release

@@ -15,6 +15,7 @@ import (
 // its own.
 type Service struct {
 	store         Store
+	executions    transactor // where second calls' transactions run (admission.go)
 	payments      PaymentProvider
 	catalog       Catalog
 	ttl           time.Duration
@@ -113,7 +114,7 @@ func NewService(cfg Config) (*Service, error) {
 		cfg.Evidence = ev
 	}
 	return &Service{
-		store: cfg.Store, payments: cfg.Payments, catalog: cfg.Catalog,
+		store: cfg.Store, executions: executionsOf(cfg.Store), payments: cfg.Payments, catalog: cfg.Catalog,
 		ttl: cfg.TokenTTL, skew: cfg.ClockSkew, execTimeout: cfg.ExecutionTimeout, limits: cfg.Limits,
 		publicBaseURL: strings.TrimSuffix(cfg.PublicBaseURL, "/"), acrValues: cfg.VerifyACRValues, log: cfg.Logger,
 		evidence: cfg.Evidence, receipts: cfg.Receipts, livemode: cfg.Livemode,
@@ -272,7 +273,7 @@ func (s *Service) ChangePlan(ctx context.Context, caller Caller, req ChangeReque
 }
 
 // validateRequest checks the shape of a request before anything is looked
-// up. The token's shape is checked by confirm, where a malformed token is
+// up. The token's shape is checked by consume (lookupKey), where a malformed token is
 // answered like an unknown one.
 func validateRequest(req ChangeRequest) error {
 	_, err := checkRequest(req)
@@ -314,24 +315,6 @@ func (s *Service) readAccount(ctx context.Context, org, principal string, window
 		return Account{}, Activity{}, storeError("read account", err)
 	}
 	return acct, activity, nil
-}
-
-// event starts an audit event for the caller.
-func (s *Service) event(caller Caller, op Operation, name, confirmationID, reason string) AuditEvent {
-	outcome := "ok"
-	switch name {
-	case EventTokenRejected, EventOperationDenied, EventApprovalRejected, EventApprovalExpired:
-		outcome = "rejected"
-	case EventOperationFailed:
-		outcome = "failed"
-	case EventTokenRevoked:
-		outcome = "revoked"
-	}
-	return AuditEvent{
-		Event: name, Org: caller.Org, Principal: caller.Principal, Client: caller.Client,
-		Operation: string(op), ConfirmationID: confirmationID, Outcome: outcome, Reason: reason,
-		RequestID: caller.RequestID,
-	}
 }
 
 // storeError turns a store failure into the client's view of it.

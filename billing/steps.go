@@ -26,7 +26,7 @@ type Step struct {
 
 func (s Step) String() string { return s.Path + "/" + s.Name }
 
-// The first call (propose.go): it quotes and issues; nothing is sent.
+// The first call (propose.go): it quotes (quote.go) and issues (issue.go); nothing is sent.
 var (
 	// StepQuote: the subscription read, the provider is asked for a preview.
 	StepQuote = Step{"first_call", "quote"}

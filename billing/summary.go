@@ -103,3 +103,27 @@ func invisible(r rune) bool {
 		r == '\u115F' || r == '\u1160' || r == '\u3164' || r == '\uFFA0' || // Hangul fillers render blank
 		!unicode.IsPrint(r) && r != ' '
 }
+
+// scheduledWords names what a scheduled change changes to ("" for none):
+// its plan's name (its id outside the catalog), with its seats when it
+// schedules some ("Pro with 3 seats").
+func (s *Service) scheduledWords(sc *ScheduledChange) string {
+	if sc == nil {
+		return ""
+	}
+	name := sc.ToPlan
+	if p, ok := s.catalog.Plan(sc.ToPlan); ok {
+		name = p.Name
+	}
+	if sc.Quantity > 0 {
+		name += " with " + seatCount(sc.Quantity)
+	}
+	return name
+}
+
+func displayNameOr(o Org) string {
+	if name := DisplayName(o.Name); name != "" {
+		return name
+	}
+	return o.ID
+}

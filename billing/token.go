@@ -34,6 +34,16 @@ func hashToken(token string) []byte {
 	return sum[:]
 }
 
+// lookupKey is what a second call's token is looked up by: the hash of a
+// string of a token's shape, nil (which no confirmation has) for anything
+// else, which is then answered like any unknown token.
+func lookupKey(token string) []byte {
+	if !wellFormedToken(token) {
+		return nil
+	}
+	return hashToken(token)
+}
+
 // wellFormedToken reports whether s has the shape of a token billingd issues:
 // the prefix and URL-safe base64, at most MaxTokenLength long.
 func wellFormedToken(s string) bool {

@@ -368,3 +368,21 @@ type AuditEvent struct {
 	// (contract §11); part of the event's chain hash.
 	Consent *Consent `json:"consent,omitempty"`
 }
+
+// event starts an audit event for the caller.
+func (s *Service) event(caller Caller, op Operation, name, confirmationID, reason string) AuditEvent {
+	outcome := "ok"
+	switch name {
+	case EventTokenRejected, EventOperationDenied, EventApprovalRejected, EventApprovalExpired:
+		outcome = "rejected"
+	case EventOperationFailed:
+		outcome = "failed"
+	case EventTokenRevoked:
+		outcome = "revoked"
+	}
+	return AuditEvent{
+		Event: name, Org: caller.Org, Principal: caller.Principal, Client: caller.Client,
+		Operation: string(op), ConfirmationID: confirmationID, Outcome: outcome, Reason: reason,
+		RequestID: caller.RequestID,
+	}
+}

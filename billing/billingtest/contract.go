@@ -156,6 +156,10 @@ func testLockByTokenOwner(t *testing.T, s billing.Store) {
 		if _, _, _, err := tx.LockByToken(ctx, "own", "mallory", TokenHash("tok-own")); !errors.Is(err, billing.ErrNotFound) {
 			return fmt.Errorf("another principal: %v, want ErrNotFound", err)
 		}
+		// A string of no token's shape is looked up by no hash (nil).
+		if _, _, _, err := tx.LockByToken(ctx, "own", "alice", nil); !errors.Is(err, billing.ErrNotFound) {
+			return fmt.Errorf("no hash: %v, want ErrNotFound", err)
+		}
 		c, a, now, err := tx.LockByToken(ctx, "own", "alice", TokenHash("tok-own"))
 		if err != nil {
 			return err
