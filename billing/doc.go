@@ -25,10 +25,12 @@
 //
 //	operation.go  the gated operations, as data; each in op_*.go
 //	propose.go    the first call, step by step, each step in a file of its own:
+//	              target.go, policy.go, quote.go, mandate.go, issue.go
 //	target.go     what the request asks the subscription to become, if it can be quoted now
 //	quote.go      the terms, priced by the provider, and the request they make
 //	issue.go      the confirmation stored, with its summary and token
-//	admission.go  the bulkhead in front of second calls, and their connections
+//	admission.go  the bulkhead in front of every step that holds locks while the provider
+//	              answers (second calls, settling, webhooks), and their connections
 //	confirm.go    the second call, step by step: consume (lock, check), checkAtProvider,
 //	              the recovery point, send, recordAttempt; replay
 //	redeem.go     the rules a second call must meet, and what it is told when it fails

@@ -15,7 +15,7 @@ import (
 // its own.
 type Service struct {
 	store         Store
-	executions    transactor // where second calls' transactions run (admission.go)
+	executions    transactor // where steps that call the provider hold their transactions (admission.go)
 	payments      PaymentProvider
 	catalog       Catalog
 	ttl           time.Duration

@@ -277,7 +277,9 @@ type tx struct {
 
 func (tx *tx) LockByToken(_ context.Context, org, principal string, tokenHash []byte) (billing.Confirmation, billing.Account, time.Time, error) {
 	for _, c := range tx.state.Confirmations {
-		if bytes.Equal(c.TokenHash, tokenHash) && c.Org == org && c.Principal == principal {
+		// No hash (a malformed token's, lookupKey) is no token's: as in
+		// SQL, where NULL equals nothing.
+		if len(tokenHash) > 0 && bytes.Equal(c.TokenHash, tokenHash) && c.Org == org && c.Principal == principal {
 			a := tx.state.Accounts[org]
 			a.Unsettled = tx.state.executing(org, c.ID)
 			return c, a, tx.store.now, nil
