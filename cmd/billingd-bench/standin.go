@@ -71,11 +71,23 @@ func cannedStripe(subs *cannedSubscriptions) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
 		item := cannedItem{r.FormValue("items[0][id]"), r.FormValue("items[0][price]"), periodEnd}
+		oldPrice := "price_billingd_pro"
 		if v, ok := subs.Load(r.PathValue("id")); ok {
 			item.periodEnd = v.(cannedItem).periodEnd // a price swap keeps the period
+			oldPrice = v.(cannedItem).price
 		}
 		subs.Store(r.PathValue("id"), item)
-		writeJSON(w, cannedSubscription(r.PathValue("id"), item.id, item.price, item.periodEnd))
+		sub := cannedSubscription(r.PathValue("id"), item.id, item.price, item.periodEnd)
+		if r.FormValue("proration_behavior") == "always_invoice" {
+			// As Stripe: an update invoiced at once answers with the
+			// invoice it made (billingd expands latest_invoice), so that
+			// billingd states the amount invoiced, as it does in production,
+			// instead of warning that it is unknown.
+			prorationDate, _ := strconv.ParseInt(r.FormValue("proration_date"), 10, 64)
+			sub = withLatestInvoice(sub, cannedInvoice(fmt.Sprintf("in_bench%d", seq.Add(1)),
+				r.FormValue("metadata[billingd_confirmation_id]"), oldPrice, item.price, prorationDate, item.periodEnd, time.Now().Unix()))
+		}
+		writeJSON(w, sub)
 	})
 	mux.HandleFunc("GET /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
 		v, ok := subs.Load(r.PathValue("id"))
@@ -126,6 +138,48 @@ func cannedSubscription(id, itemID, priceID string, periodEnd int64) json.RawMes
 	b = appendJSONString(b, priceID)
 	b = append(b, `,"object":"price"}}]}}`...)
 	return b
+}
+
+// cannedInvoice is the invoice an upgrade invoiced at once makes: the
+// preview's amount, the unused time of the old price credited and the new
+// price charged from the proration date, named by the confirmation's
+// metadata, appended by hand like cannedSubscription.
+func cannedInvoice(id, confirmationID, oldPrice, newPrice string, prorationDate, periodEnd, created int64) json.RawMessage {
+	b := make([]byte, 0, 512)
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"object":"invoice","currency":"usd","amount_due":1500,"subtotal":1500,"total":1500,`+
+		`"billing_reason":"subscription_update","created":`...)
+	b = strconv.AppendInt(b, created, 10)
+	b = append(b, `,"subscription_details":{"metadata":{"billingd_confirmation_id":`...)
+	b = appendJSONString(b, confirmationID)
+	b = append(b, `}},"lines":{"object":"list","has_more":false,"data":[`...)
+	for i, l := range []struct {
+		price  string
+		amount int64
+	}{{oldPrice, -950}, {newPrice, 2450}} {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"object":"line_item","currency":"usd","proration":true,"amount":`...)
+		b = strconv.AppendInt(b, l.amount, 10)
+		b = append(b, `,"period":{"start":`...)
+		b = strconv.AppendInt(b, prorationDate, 10)
+		b = append(b, `,"end":`...)
+		b = strconv.AppendInt(b, periodEnd, 10)
+		b = append(b, `},"price":{"id":`...)
+		b = appendJSONString(b, l.price)
+		b = append(b, `,"object":"price"}}`...)
+	}
+	return append(b, `]}}`...)
+}
+
+// withLatestInvoice is the subscription sub with inv as its expanded
+// latest_invoice.
+func withLatestInvoice(sub, inv json.RawMessage) json.RawMessage {
+	out := append(sub[:len(sub)-1:len(sub)-1], `,"latest_invoice":`...)
+	out = append(out, inv...)
+	return append(out, '}')
 }
 
 // appendJSONString appends s as a JSON string.
