@@ -49,6 +49,9 @@ type env struct {
 	statements    bool      // pg_stat_statements is readable (statements.go)
 	pinned        *cpuSplit // -pin: where each side runs (pin.go)
 	cleanups      []func()  // run in reverse by tearDown
+	// answer and receipt are what billingd stored for an executed
+	// upgrade, once read (billingdAnswer): the mirror stores the same.
+	answer, receipt string
 }
 
 // setUp builds the environment; on error it tears down what it had built.
