@@ -77,7 +77,7 @@ var personMust = map[Act]string{
 
 // ReasonPersonRequired is the reason of an agent's refused act. A refused
 // act changes nothing, so it spends no one's proposal budget (the store's
-// RecentActivity leaves these events out).
+// activity counts, AccountForCall and ReadActivity, leave these events out).
 const ReasonPersonRequired = "person_required"
 
 // RequirePerson refuses act to an agent (person.go's rule, under the

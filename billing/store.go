@@ -15,8 +15,10 @@ type Store interface {
 	Account(ctx context.Context, org string) (Account, time.Time, error)
 
 	// AccountForCall is Account for a first call: with it, in the same
-	// round trip, principal's RecentActivity over window (none when window
-	// is 0). Activity.Now is the database's now either way.
+	// round trip, the principal's activity over the last window (none
+	// when window is 0), by the audit log: its issued tokens and refused
+	// first calls (OPERATION_DENIED without a confirmation), and its
+	// rejected second calls. Activity.Now is the database's now either way.
 	AccountForCall(ctx context.Context, org, principal string, window time.Duration) (Account, Activity, error)
 
 	// IssueConfirmation stores c (status pending, expiring ttl from the
@@ -50,11 +52,6 @@ type Store interface {
 	// need no lock and outcomes whose transaction was rolled back.
 	AppendAudit(ctx context.Context, events ...AuditEvent) error
 
-	// RecentActivity counts the principal's issued tokens and refused first
-	// calls (OPERATION_DENIED without a confirmation), and its rejected second
-	// calls, within the last window, by the audit log.
-	RecentActivity(ctx context.Context, org, principal string, window time.Duration) (Activity, error)
-
 	changeCounter
 
 	// CreateAccount stores a new org with its subscription.
@@ -86,7 +83,8 @@ type Tx interface {
 	// executing, as seen once the locks are held.
 	LockByToken(ctx context.Context, org, principal string, tokenHash []byte) (Confirmation, Account, time.Time, error)
 
-	// ReadActivity reads the principal's RecentActivity over window into
+	// ReadActivity reads the principal's activity over window (as
+	// AccountForCall counts it) into
 	// into, as part of the step's next exchange: into is filled once the
 	// next call of the Tx returns without error. A second call reads its
 	// rate limit this way, in the same round trip as its lock.

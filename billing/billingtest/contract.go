@@ -510,9 +510,9 @@ func testCounts(t *testing.T, s billing.Store) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.RecentActivity(ctx, "cnt", "alice", time.Hour)
-	if err != nil {
-		t.Fatal(err)
+	acct, a, err := s.AccountForCall(ctx, "cnt", "alice", time.Hour)
+	if err != nil || acct.Org.ID != "cnt" {
+		t.Fatalf("account for a call: org %q, %v", acct.Org.ID, err)
 	}
 	// Issued counts the token and the first call refused without one; a
 	// denial at execution (with a confirmation) is not a first call, and
@@ -521,11 +521,18 @@ func testCounts(t *testing.T, s billing.Store) {
 	if a.Issued != 2 || a.Rejected != 1 || a.OldestIssued.IsZero() || a.OldestRejected.IsZero() || a.Now.IsZero() {
 		t.Fatalf("recent activity %+v, want 2 issued and 1 rejected", a)
 	}
-	// The same counts come with a first call's account read.
-	acct, withAccount, err := s.AccountForCall(ctx, "cnt", "alice", time.Hour)
-	if err != nil || acct.Org.ID != "cnt" || !sameCounts(withAccount, a) || withAccount.Now.IsZero() {
-		t.Fatalf("activity with the account %+v (org %q), want %+v: %v", withAccount, acct.Org.ID, a, err)
-	}
+	// A second call reads the same counts in its lock's round trip.
+	inTx(t, s, func(tx billing.Tx) error {
+		var got billing.Activity
+		tx.ReadActivity("cnt", "alice", time.Hour, &got)
+		if _, _, _, err := tx.LockByToken(ctx, "cnt", "alice", TokenHash("tok-c1")); err != nil {
+			return err
+		}
+		if !sameCounts(got, a) || got.Now.IsZero() {
+			return fmt.Errorf("activity read in a transaction %+v, want %+v", got, a)
+		}
+		return nil
+	})
 	if _, none, err := s.AccountForCall(ctx, "cnt", "alice", 0); err != nil || !sameCounts(none, billing.Activity{}) || none.Now.IsZero() {
 		t.Fatalf("activity with the account over no window %+v: %v", none, err)
 	}

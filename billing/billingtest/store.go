@@ -211,13 +211,6 @@ func (s *Store) AppendAudit(_ context.Context, events ...billing.AuditEvent) err
 	return nil
 }
 
-// RecentActivity implements billing.Store.
-func (s *Store) RecentActivity(_ context.Context, org, principal string, window time.Duration) (billing.Activity, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state.activity(org, principal, s.now, window), nil
-}
-
 func (s State) activity(org, principal string, now time.Time, window time.Duration) billing.Activity {
 	a := billing.Activity{Now: now}
 	for _, e := range s.Audit {

@@ -339,17 +339,6 @@ func queueAudit(batch *pgx.Batch, events []billing.AuditEvent) {
 	}
 }
 
-// RecentActivity implements billing.Store.
-func (s *Store) RecentActivity(ctx context.Context, org, principal string, window time.Duration) (billing.Activity, error) {
-	var a billing.Activity
-	batch := &pgx.Batch{}
-	queueActivity(batch, org, principal, window, &a)
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return billing.Activity{}, fmt.Errorf("read recent activity: %w", classify(err))
-	}
-	return a, nil
-}
-
 // queueActivity queues the count of principal's recent activity into a:
 // tokens issued and first calls the policy refused (OPERATION_DENIED
 // without a confirmation), and rejected second calls. An agent's refused
