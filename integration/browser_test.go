@@ -182,6 +182,18 @@ func (b *browser) signIn(token string) {
 	b.waitText("status", "Signed in.")
 }
 
+// confirmInDialog clicks the dashboard's button, checks the title of the
+// confirm dialog it opens, and confirms.
+func (b *browser) confirmInDialog(button, wantTitle string) {
+	b.t.Helper()
+	b.do(chromedp.Click(chromedp.ID(button)))
+	b.do(chromedp.WaitVisible(chromedp.ID("confirm-dialog")))
+	if title := b.text("confirm-title"); title != wantTitle {
+		b.t.Errorf("%s: confirm dialog titled %q, want %q", button, title, wantTitle)
+	}
+	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
+}
+
 func (b *browser) text(id string) string {
 	b.t.Helper()
 	text, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.ID(id)))

@@ -22,12 +22,7 @@ func TestDashboardCancelInBrowser(t *testing.T) {
 	b.signIn(admin)
 	b.waitText("sub-seats", "2")
 
-	b.do(chromedp.Click(chromedp.ID("cancel-period-end")))
-	b.do(chromedp.WaitVisible(chromedp.ID("confirm-dialog")))
-	if title := b.text("confirm-title"); title != "Cancel the subscription at the end of the period?" {
-		t.Errorf("title %q", title)
-	}
-	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
+	b.confirmInDialog("cancel-period-end", "Cancel the subscription at the end of the period?")
 	b.waitTextContains("status", "Cancelled at the end of the period: the subscription ends on")
 	b.waitTextContains("ending-text", "unless resumed")
 	// The page goes on to show the change's receipt, which moves the
@@ -38,12 +33,7 @@ func TestDashboardCancelInBrowser(t *testing.T) {
 	}
 
 	// Resume, then cancel at the period's end again.
-	b.do(chromedp.Click(chromedp.ID("resume")))
-	b.do(chromedp.WaitVisible(chromedp.ID("confirm-dialog")))
-	if title := b.text("confirm-title"); title != "Resume the subscription?" {
-		t.Errorf("title %q", title)
-	}
-	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
+	b.confirmInDialog("resume", "Resume the subscription?")
 	b.waitTextContains("status", "Resumed: the subscription renews on")
 	b.waitTextContains("receipt-claims", "renews again")
 	if s, _ := h.fake.Subscription(sub); s.CancelAtPeriodEnd {

@@ -64,12 +64,7 @@ func TestDashboardSeatsInBrowser(t *testing.T) {
 	b.screenshot(filepath.Join(shots, "dashboard-seats.png"))
 
 	// Keep: the scheduled seats are cancelled.
-	b.do(chromedp.Click(chromedp.ID("keep-plan")))
-	b.do(chromedp.WaitVisible(chromedp.ID("confirm-dialog")))
-	if title := b.text("confirm-title"); title != "Keep Pro?" {
-		t.Errorf("keep title %q", title)
-	}
-	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
+	b.confirmInDialog("keep-plan", "Keep Pro?")
 	b.waitText("status", "Kept Pro: the scheduled change is cancelled.")
 	if v := h.subscriptionView(admin); v.ScheduledChange != nil || v.Quantity != 4 {
 		t.Fatalf("after Keep: %+v", v)
