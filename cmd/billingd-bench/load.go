@@ -204,3 +204,25 @@ func (c caller) post(ctx context.Context, path, bearer string, body changeBody, 
 	}
 	return p.ConfirmToken, nil
 }
+
+// get sends a GET with bearer and wants a 200.
+func (c caller) get(ctx context.Context, path, bearer string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d, want 200: %.200s", path, resp.StatusCode, data)
+	}
+	return nil
+}
