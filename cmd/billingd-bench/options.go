@@ -70,11 +70,14 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.dataClients, "data-clients", 16, "concurrent clients for the old-rows rows")
 	oldRows := fs.String("old-rows", "0,1000000,5000000", "old confirmation rows for the data-size rows, ascending (\"\": no data-size rows)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up at the start of each run")
-	// Three rounds of each side at 3 s (plus warm-up and the settles
-	// between runs) make a row take about 35 s, and make bench about 17
-	// minutes (docs/performance.md); one 6 s run of each side took about 17 s.
+	// Five rounds of each side at 3 s (plus warm-up and the settles
+	// between runs) make a row take about a minute, and make bench about
+	// 25 minutes on a slow 2-core machine (docs/performance.md). With three,
+	// two runs on an AMD EPYC VM whose runs of pgbench alone moved by up to
+	// 50% from one to the next disagreed by 13 and 14 points on two ratios:
+	// one odd run of either side moves a median of three, not one of five.
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "measured time of each run (each round of each side)")
-	fs.IntVar(&o.rounds, "rounds", 3, "rounds per row: billingd and the pgbench mirror run alternately, this many times each; the report gives medians and spreads")
+	fs.IntVar(&o.rounds, "rounds", 5, "rounds per row: billingd and the pgbench mirror run alternately, this many times each; the report gives medians and spreads")
 	fs.IntVar(&o.fsyncSeconds, "fsync-seconds", 1, "seconds per test of pg_test_fsync, run once at the start for the disk's commit ceiling (0: skip)")
 	// billingd's default main pool is 16 connections (pgx's own, max(4,
 	// cores), is 4 here; 16 measured 7–10% more handshakes per second at 16
