@@ -23,11 +23,13 @@ import (
 //go:embed scripts/*.sql
 var scripts embed.FS
 
-// runPgbench runs the mirror script of w with clients connections for the
-// same warm-up and measured time as the service, and measures it the same
-// way: from pgbench's per-transaction log, transactions completed in the
-// window after the warm-up.
+// runPgbench runs the mirror script of w for clients clients, on as many
+// connections up to billingd's main pool (options.mainPool), for the same
+// warm-up and measured time as the service, and measures it the same way:
+// from pgbench's per-transaction log, transactions completed in the window
+// after the warm-up.
 func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, error) {
+	clients = min(clients, e.opts.mainPool())
 	dir, err := os.MkdirTemp(e.tmp, fmt.Sprintf("pgbench-%s-%d-", w, clients))
 	if err != nil {
 		return sample{}, err

@@ -48,8 +48,8 @@ func renderResults(opts options, res results) string {
 		"Stripe stand-in `%s` on loopback, each client owning its own orgs.", poolDescription(opts), opts.orgs, opts.principals, opts.stripe)
 	if len(res.throughput) > 0 {
 		fmt.Fprintf(&b, " Every row but those at Stripe's pace: %s; "+
-			"pgbench runs scripts/ (billingd's statements, checked by scripts_test.go) with `-M prepared` and as many connections as clients.",
-			roundsText(opts))
+			"pgbench runs scripts/ (billingd's statements, checked by scripts_test.go) with `-M prepared` and as many connections as clients, up to billingd's main pool (%d): beyond it pgbench's backends queue on the WAL write lock and the mirror, by a different amount each run, stops being a ceiling.",
+			roundsText(opts), opts.mainPool())
 	}
 	b.WriteString("\n\n")
 	if res.pinned != "" {
@@ -199,13 +199,12 @@ func rowTargets(rows []comparison, r comparison) []target {
 		target{fmt.Sprintf("handshake p99 ≤ %.0f × its p50 at %d clients", targetP99OverP50, targetClients),
 			fmt.Sprintf("%.2f ms / %.2f ms (%.1f ×)", p99, p50, p99/p50), p99 <= targetP99OverP50*p50})
 	if many, ok := findRow(rows, w, targetManyClient); ok {
-		manySvc, manyPG := many.service.rate().median, many.pgbench.rate().median
-		svc, pg := r.service.rate().median, r.pgbench.rate().median
+		// Only billingd's: the mirror runs no more connections at 64
+		// clients than at 16 (options.mainPool), because it collapsed.
+		manySvc, svc := many.service.rate().median, r.service.rate().median
 		ts = append(ts,
 			target{fmt.Sprintf("no collapse: billingd's handshakes/s at %d clients ≥ at %d", targetManyClient, targetClients),
-				fmt.Sprintf("%.0f vs %.0f", manySvc, svc), manySvc >= svc},
-			target{fmt.Sprintf("no collapse: the mirror's handshakes/s at %d clients ≥ at %d", targetManyClient, targetClients),
-				fmt.Sprintf("%.0f vs %.0f", manyPG, pg), manyPG >= pg})
+				fmt.Sprintf("%.0f vs %.0f", manySvc, svc), manySvc >= svc})
 	}
 	return ts
 }
