@@ -167,7 +167,7 @@ func withDatabase(serverURL, name string) (string, error) {
 // On a server the bench does not own (BENCH_DATABASE_URL, closeIdle) it also
 // lets billingd's pools close a connection idle for a second: billingd
 // keeps up to 16 + 32 open after a run at Stripe's pace or with 64 clients,
-// and pgbench's 64 connections come next, on a server whose
+// and pgbench's connections come next, on a server whose
 // max_connections may be stock (100) and shared. The bench's own cluster
 // has room for both (max_connections=200), and there billingd keeps pgx's
 // default (30 minutes), as a deployed replica does: closing idle

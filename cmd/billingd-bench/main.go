@@ -8,7 +8,8 @@
 //
 //   - first calls only (propose) and full handshakes (propose, then confirm)
 //     at several concurrencies, each against pgbench running scripts/ — the
-//     same SQL billingd executes per call — at the same concurrency, the two
+//     same SQL billingd executes per call — at the same concurrency up to
+//     billingd's main pool (mirrorConnections), the two
 //     alternating for -rounds rounds each (rounds.go), reported as medians
 //     with their spread;
 //   - propose and handshake again with 0, 1 million and 5 million old

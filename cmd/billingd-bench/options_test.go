@@ -1,31 +1,87 @@
 package main
 
 import (
+	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/billingd/billingd/internal/postgres"
 )
 
-// The mirror runs at most billingd's main pool of connections: with the
-// default pool, 16 at 64 clients; with -pool-max-conns, that many.
+func mustParse(t *testing.T, args ...string) options {
+	t.Helper()
+	o, err := parseOptions(args, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// The mirror runs as many connections as clients up to billingd's main
+// pool: 16 by default at 64 clients, the pool's size with -pool-max-conns.
 func TestMirrorRunsAtMostBillingdsMainPool(t *testing.T) {
+	def, small := mustParse(t), mustParse(t, "-pool-max-conns=8")
 	for _, tc := range []struct {
-		args []string
-		want int
+		o             options
+		clients, want int
 	}{
-		{nil, postgres.DefaultMaxConns},
-		{[]string{"-pool-max-conns=8"}, 8},
+		{def, 1, 1}, {def, 16, 16}, {def, 64, postgres.DefaultMaxConns},
+		{small, 4, 4}, {small, 64, 8},
 	} {
-		o, err := parseOptions(tc.args, func(string) string { return "" }, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := o.mainPool(); got != tc.want {
-			t.Errorf("%v: main pool %d, want %d", tc.args, got, tc.want)
+		if got := mirrorConnections(tc.o, tc.clients); got != tc.want {
+			t.Errorf("pool %d, %d clients: mirror on %d connections, want %d", tc.o.mainPool(), tc.clients, got, tc.want)
 		}
 	}
-	if o, _ := parseOptions(nil, func(string) string { return "" }, io.Discard); o.rounds != 5 {
-		t.Errorf("default rounds %d, want 5: a median of three moved with one odd run", o.rounds)
+}
+
+// A row whose mirror ran fewer connections than clients says so.
+func TestThroughputTableNamesTheMirrorsConnections(t *testing.T) {
+	row := threeRounds()
+	row.clients, row.mirror = 64, 16
+	var b strings.Builder
+	writeThroughput(&b, []comparison{row})
+	writeRounds(&b, []comparison{row})
+	if got := strings.Count(b.String(), "| handshake | 64 (mirror: 16) |"); got != 2 {
+		t.Errorf("64 (mirror: 16) in %d tables, want 2:\n%s", got, b.String())
+	}
+}
+
+// presentTokens sends every principal's token exactly once, and stops at
+// the first refusal.
+func TestPresentTokensSendsEachTokenOnce(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	refuse := ""
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bearer := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		mu.Lock()
+		seen[bearer]++
+		mu.Unlock()
+		if r.Method != http.MethodGet || r.URL.Path != "/api/billing/plans" || bearer == refuse {
+			http.Error(w, "no", http.StatusUnauthorized)
+		}
+	}))
+	defer srv.Close()
+	accounts := []*account{
+		{users: []user{{bearer: "a1"}, {bearer: "a2"}}},
+		{users: []user{{bearer: "b1"}, {bearer: "b2"}, {bearer: "b3"}}},
+	}
+	c := caller{hc: srv.Client(), base: srv.URL}
+	n, err := presentTokens(context.Background(), c, accounts, 2)
+	if err != nil || n != 5 {
+		t.Fatalf("presentTokens: %d, %v; want 5, nil", n, err)
+	}
+	for _, b := range []string{"a1", "a2", "b1", "b2", "b3"} {
+		if seen[b] != 1 {
+			t.Errorf("token %s sent %d times, want 1", b, seen[b])
+		}
+	}
+	refuse = "b2"
+	if _, err := presentTokens(context.Background(), c, accounts, 2); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("a refused token: %v, want the 401", err)
 	}
 }

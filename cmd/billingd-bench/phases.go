@@ -23,6 +23,7 @@ type results struct {
 	loadBefore string        // /proc/loadavg: other work on the machine skews everything
 	loadAfter  string
 	pinned     string // -pin: where each side ran
+	tokenCheck tokenCheck
 }
 
 // comparison is billingd and its pgbench mirror doing one workload at one
@@ -31,6 +32,7 @@ type results struct {
 type comparison struct {
 	workload workload
 	clients  int
+	mirror   int           // the mirror's connections (mirrorConnections)
 	service  side          // billingd's rounds
 	pgbench  side          // the mirror's rounds
 	rssKiB   int64         // billingd's largest resident set right after a round
@@ -66,7 +68,7 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 	for _, t := range res.trips {
 		e.log.Printf("round trips, %s: %d (min %d, max %d), %d commits waiting for the WAL flush: %v", t.call, t.median, t.min, t.max, t.commits, t.example)
 	}
-	if err := e.warmUp(ctx); err != nil {
+	if res.tokenCheck, err = e.warmUp(ctx); err != nil {
 		return results{}, err
 	}
 	for _, w := range []workload{propose, handshake} {
@@ -98,21 +100,57 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 
 // warmUp gives the tables some rows before anything is measured: on empty
 // tables billingd's connections would cache plans made for empty tables.
-func (e *env) warmUp(ctx context.Context) error {
+// Then it presents every principal's token, twice (tokenCheck).
+func (e *env) warmUp(ctx context.Context) (tokenCheck, error) {
 	c := caller{hc: newHTTPClient(16), base: e.baseURL}
 	defer c.hc.CloseIdleConnections()
 	s := load(ctx, c, e.accounts, handshake, 16, newWindow(0, 3*time.Second))
 	if s.errors > 0 {
-		return fmt.Errorf("warm-up: %d errors, first: %v", s.errors, s.firstErrs)
+		return tokenCheck{}, fmt.Errorf("warm-up: %d errors, first: %v", s.errors, s.firstErrs)
 	}
 	e.log.Printf("warm-up: %d handshakes", len(s.latencies))
-	start := time.Now()
-	n, err := presentTokens(ctx, c, e.accounts, 16)
+	check, err := e.checkTokens(ctx, c)
 	if err != nil {
-		return fmt.Errorf("warm-up: %w", err)
+		return tokenCheck{}, fmt.Errorf("warm-up: %w", err)
 	}
-	e.log.Printf("warm-up: every principal's token presented once (%d in %s)", n, time.Since(start).Round(time.Millisecond))
-	return nil
+	e.log.Printf("warm-up: %s", check)
+	return check, nil
+}
+
+// tokenCheck is what billingd's first check of a token costs: its CPU per
+// call over calls with tokens it has not seen (first) and over the same
+// calls again (again), every one a GET /api/billing/plans.
+type tokenCheck struct {
+	tokens       int
+	first, again time.Duration
+}
+
+func (t tokenCheck) String() string {
+	return fmt.Sprintf("%d tokens presented twice: billingd's CPU per call %.0f µs the first time, %.0f µs the second; "+
+		"a token's first check costs %.0f µs", t.tokens, us(t.first), us(t.again), us(t.first-t.again))
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// checkTokens presents every principal's token twice (presentTokens),
+// measuring billingd's CPU each time.
+func (e *env) checkTokens(ctx context.Context, c caller) (tokenCheck, error) {
+	var check tokenCheck
+	for _, into := range []*time.Duration{&check.first, &check.again} {
+		before, err := processCPU(e.billingd.Process.Pid)
+		if err != nil {
+			return tokenCheck{}, err
+		}
+		if check.tokens, err = presentTokens(ctx, c, e.accounts, 16); err != nil {
+			return tokenCheck{}, err
+		}
+		after, err := processCPU(e.billingd.Process.Pid)
+		if err != nil {
+			return tokenCheck{}, err
+		}
+		*into = (after - before) / time.Duration(check.tokens)
+	}
+	return check, nil
 }
 
 // presentTokens sends one cheap authenticated read (GET /api/billing/plans:
@@ -121,8 +159,8 @@ func (e *env) warmUp(ctx context.Context) error {
 // client's calls are after its first one (internal/auth/cache.go). Without
 // it, how many of a row's calls paid for a full ES256 check depended on
 // how many calls the rows before it had made: the first rows paid for
-// most of the 20,000 tokens, the later ones for none. The check itself is
-// measured apart: internal/auth's BenchmarkVerify.
+// most of the 20,000 tokens, the later ones for none. What the check costs
+// is reported apart (tokenCheck). It stops at the first failure.
 func presentTokens(ctx context.Context, c caller, accounts []*account, clients int) (int, error) {
 	var bearers []string
 	for _, a := range accounts {
@@ -169,7 +207,7 @@ func (e *env) runDataSizes(ctx context.Context) ([]dataSize, error) {
 // mirror, alternately, -rounds times each (rounds.go), every run from the
 // same settled state (see settle).
 func (e *env) compare(ctx context.Context, w workload, clients int) (comparison, error) {
-	row, start := comparison{workload: w, clients: clients}, time.Now()
+	row, start := comparison{workload: w, clients: clients, mirror: mirrorConnections(e.opts, clients)}, time.Now()
 	billingdRound := func(round int) (summary, error) {
 		s, rss, err := e.billingdRound(ctx, w, clients, round)
 		row.rssKiB = max(row.rssKiB, rss)
@@ -300,10 +338,10 @@ func (e *env) syncPlans(ctx context.Context) error {
 
 // latencyOnly runs the rows at Stripe's pace alone (-latency-only).
 func (e *env) latencyOnly(ctx context.Context, res results) (results, error) {
-	if err := e.warmUp(ctx); err != nil {
+	var err error
+	if res.tokenCheck, err = e.warmUp(ctx); err != nil {
 		return results{}, err
 	}
-	var err error
 	if res.latency, err = e.runLatency(ctx); err != nil {
 		return results{}, err
 	}

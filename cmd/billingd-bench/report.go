@@ -46,6 +46,9 @@ func renderResults(opts options, res results) string {
 	fmt.Fprintf(&b, "Setup: the real `billingd serve` binary (connection pools: %s), %d orgs × %d principals with real ES256 JWTs, "+
 		"each presented once before the first row (so every row's calls come with a token billingd has checked before, as a client's do after its first), "+
 		"Stripe stand-in `%s` on loopback, each client owning its own orgs.", poolDescription(opts), opts.orgs, opts.principals, opts.stripe)
+	if res.tokenCheck.tokens > 0 {
+		fmt.Fprintf(&b, " A token's first check (ES256) is the cost those rows leave out: %s.", res.tokenCheck)
+	}
 	if len(res.throughput) > 0 {
 		fmt.Fprintf(&b, " Every row but those at Stripe's pace: %s; "+
 			"pgbench runs scripts/ (billingd's statements, checked by scripts_test.go) with `-M prepared` and as many connections as clients, up to billingd's main pool (%d): beyond it pgbench's backends queue on the WAL write lock and the mirror, by a different amount each run, stops being a ceiling.",

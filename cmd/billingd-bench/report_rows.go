@@ -38,6 +38,15 @@ func roundsText(opts options) string {
 		opts.rounds, opts.duration, opts.warmup)
 }
 
+// clientsCell is a row's clients, and the mirror's connections where it
+// ran fewer (mirrorConnections): "64 (mirror: 16)".
+func clientsCell(r comparison) string {
+	if r.mirror > 0 && r.mirror < r.clients {
+		return fmt.Sprintf("%d (mirror: %d)", r.clients, r.mirror)
+	}
+	return fmt.Sprint(r.clients)
+}
+
 func writeThroughput(b *strings.Builder, rows []comparison) {
 	b.WriteString("### Throughput and latency\n\n")
 	b.WriteString("Latency in ms; a handshake is both calls. Each figure is the median of the row's rounds, " +
@@ -52,8 +61,8 @@ func writeThroughput(b *strings.Builder, rows []comparison) {
 		if s.shed() > 0 { // second calls beyond CONFIRM_CONCURRENCY, sent again after Retry-After
 			errs += fmt.Sprintf(" (%d shed)", s.shed())
 		}
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %.2f | %s | %s | %s | %s | %.2f | %s | %.1f |\n",
-			r.workload, r.clients, withSpread("%.0f", s.rate()), withSpread("%.2f", s.p50()), withSpread("%.2f", s.p99()),
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s | %.2f | %s | %.1f |\n",
+			r.workload, clientsCell(r), withSpread("%.0f", s.rate()), withSpread("%.2f", s.p50()), withSpread("%.2f", s.p99()),
 			ms(s.longest()), errs, withSpread("%.0f", p.rate()), withSpread("%.2f", p.p50()), withSpread("%.2f", p.p99()),
 			ms(p.longest()), ratioText(r), mib(r.rssKiB))
 	}
@@ -80,7 +89,7 @@ func writeRounds(b *strings.Builder, rows []comparison) {
 				ratios = append(ratios, pct(r.service[i].rate/r.pgbench[i].rate))
 			}
 		}
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s |\n", r.workload, r.clients,
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", r.workload, clientsCell(r),
 			strings.Join(svc, " · "), strings.Join(pg, " · "), strings.Join(ratios, " · "), r.elapsed.Round(time.Second))
 	}
 	b.WriteString("\n")
@@ -115,7 +124,7 @@ func writeCPUBudget(b *strings.Builder, rows []comparison) {
 		if s.cpu(cpuTotal).median == 0 || p.cpu(cpuTotal).median == 0 {
 			continue
 		}
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.workload, r.clients,
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.workload, clientsCell(r),
 			withSpread("%.0f", s.cpu(cpuBillingd)), withSpread("%.0f", s.cpu(cpuBench)), withSpread("%.0f", s.cpu(cpuPostgres)),
 			withSpread("%.0f", s.cpu(cpuTotal)), withSpread("%.0f", p.cpu(cpuPostgres)), withSpread("%.0f", p.cpu(cpuPgbench)),
 			withSpread("%.0f", p.cpu(cpuTotal)), pct(p.cpu(cpuTotal).median/s.cpu(cpuTotal).median), pct(r.ratio().median), pct(cpuBound(r)))

@@ -11,7 +11,7 @@ import (
 // privateServerSettings are what make bench's own PostgreSQL runs with
 // besides the stock settings (fsync on, 128 MB of shared buffers): every
 // run gets PostgreSQL's time per statement (statements.go) and room for
-// billingd's pools and 64 pgbench connections at once.
+// billingd's pools and pgbench's connections at once.
 var privateServerSettings = []string{
 	"shared_preload_libraries=pg_stat_statements",
 	"pg_stat_statements.track_planning=on",
