@@ -126,7 +126,7 @@ fuzz: ## run every fuzz target for FUZZTIME (default 15s) each
 
 # BENCH_DATABASE_URL picks the PostgreSQL server (default 127.0.0.1:5432,
 # user postgres); BENCH_FLAGS adds flags (go run ./cmd/billingd-bench -h).
-bench: ## measure billingd against a pgbench mirror of its SQL, alternately in rounds (~17 min; PostgreSQL, pgbench)
+bench: ## measure billingd against a pgbench mirror of its SQL, alternately in rounds (~25 min on 2 cores; PostgreSQL, pgbench)
 	go run ./cmd/billingd-bench -out cmd/billingd-bench/RESULTS.md -doc docs/performance.md $(BENCH_FLAGS)
 
 lint: $(STATICCHECK) ## go vet, gofmt check and staticcheck (installed pinned into .tools/)

@@ -44,7 +44,7 @@ func renderResults(opts options, res results) string {
 	fmt.Fprintf(&b, "Machine: %s. Load average before / after the run: %s / %s "+
 		"(anything above 0 is other work sharing the machine, which skews both columns).\n\n", res.machine, res.loadBefore, res.loadAfter)
 	fmt.Fprintf(&b, "Setup: the real `billingd serve` binary (connection pools: %s), %d orgs × %d principals with real ES256 JWTs, "+
-		"each presented once before the first row (so every row's calls come with a token billingd has checked before, as a client's do after its first), "+
+		"each presented before the first row (so every row's calls come with a token billingd has checked before, as a client's do after its first), "+
 		"Stripe stand-in `%s` on loopback, each client owning its own orgs.", poolDescription(opts), opts.orgs, opts.principals, opts.stripe)
 	if res.tokenCheck.tokens > 0 {
 		fmt.Fprintf(&b, " A token's first check (ES256) is the cost those rows leave out: %s.", res.tokenCheck)
