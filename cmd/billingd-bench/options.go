@@ -179,14 +179,7 @@ func intList(s string) ([]int, error) {
 }
 
 // mainPool is billingd's main pool size in this run, and the most
-// connections the mirror runs. billingd takes any number of clients
-// through at most that many connections for its first calls; the mirror is
-// the database's ceiling for billingd's statements, and on a 2-core machine
-// pgbench does less beyond it, not more: with 64 connections its backends
-// queue on the WAL write lock, and by how much it fell differed from run to
-// run (28 November, AMD EPYC, the same code: 64-client handshake ratios of
-// 85%, 71% and 97% against a mirror at 64 connections). A ratio against
-// that measures the mirror's collapse, not billingd.
+// connections the mirror runs (mirrorConnections says why).
 func (o options) mainPool() int {
 	if o.poolMaxConns == 0 {
 		return postgres.DefaultMaxConns

@@ -260,9 +260,14 @@ func (e *env) mirrorDone(ctx context.Context, w workload) (int, error) {
 }
 
 // mirrorConnections is how many connections the mirror runs for clients
-// clients: as many, up to billingd's main pool (options.mainPool). At 64
-// clients that is 16 for both workloads, although billingd's second calls
-// also hold connections of its executions pool (up to 32 more): the mirror
-// is the database's best for billingd's statements on this machine, and
-// what billingd's extra connections cost it counts against billingd.
+// clients: as many, up to billingd's main pool (options.mainPool), which
+// takes any number of clients for billingd's first calls. The mirror is
+// the database's ceiling for billingd's statements, and on a 2-core machine
+// pgbench does less beyond that, not more: with 64 connections its
+// backends queue on the WAL write lock, and by how much it fell differed
+// from run to run (28 November, AMD EPYC, the same code: 64-client
+// handshake ratios of 85%, 71% and 97%), so a ratio against it measured
+// the mirror's collapse. At 64 clients the cap is 16 for both workloads,
+// although billingd's second calls also hold connections of its executions
+// pool (up to 32 more): what those cost counts against billingd.
 func mirrorConnections(o options, clients int) int { return min(clients, o.mainPool()) }

@@ -130,8 +130,6 @@ func (t tokenCheck) String() string {
 		"a token's first check costs %.0f µs", t.tokens, us(t.first), us(t.again), us(t.first-t.again))
 }
 
-func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
 // checkTokens presents every principal's token twice (presentTokens),
 // measuring billingd's CPU each time.
 func (e *env) checkTokens(ctx context.Context, c caller) (tokenCheck, error) {

@@ -41,3 +41,5 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 
 // ms formats a duration in milliseconds with two decimals' worth of detail.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
