@@ -145,24 +145,21 @@ func keepAliveTransport() *http.Transport {
 	return t
 }
 
-// httpClient returns the client to send requests with, carrying the
-// configured timeout.
+// httpClient returns the client to send requests with: a copy of
+// cfg.HTTPClient (or a new one), carrying the configured timeout when it has
+// none, its transport under sizedBody and cfg.WrapTransport.
 func httpClient(cfg Config) *http.Client {
-	timeout := requestTimeout(cfg)
-	if cfg.HTTPClient == nil {
-		return &http.Client{Timeout: timeout, Transport: wrap(cfg, keepAliveTransport())}
+	c := http.Client{Transport: keepAliveTransport()}
+	if cfg.HTTPClient != nil {
+		c = *cfg.HTTPClient // a copy, so the caller's client keeps its settings
+		if c.Transport == nil {
+			c.Transport = http.DefaultTransport
+		}
 	}
-	if cfg.HTTPClient.Timeout != 0 && cfg.WrapTransport == nil {
-		return cfg.HTTPClient
-	}
-	c := *cfg.HTTPClient // a copy, so the caller's client keeps its settings
 	if c.Timeout == 0 {
-		c.Timeout = timeout
+		c.Timeout = requestTimeout(cfg)
 	}
-	if c.Transport == nil {
-		c.Transport = http.DefaultTransport
-	}
-	c.Transport = wrap(cfg, c.Transport)
+	c.Transport = wrap(cfg, sizedBody{c.Transport})
 	return &c
 }
 

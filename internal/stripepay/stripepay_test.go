@@ -188,8 +188,8 @@ func TestHTTPClientTimeout(t *testing.T) {
 		t.Errorf("default timeout %v, want %v", c.Timeout, DefaultTimeout)
 	}
 	own := &http.Client{Timeout: 3 * time.Second}
-	if c := httpClient(Config{HTTPClient: own}); c != own {
-		t.Error("a client with its own timeout should be used as is")
+	if c := httpClient(Config{HTTPClient: own}); c.Timeout != own.Timeout || c == own {
+		t.Errorf("a client with its own timeout: %v on the copy used, want %v", c.Timeout, own.Timeout)
 	}
 }
 
@@ -208,7 +208,7 @@ func TestWrapTransport(t *testing.T) {
 			t.Errorf("client given %v: transport %T not wrapped", cfg.HTTPClient, c.Transport)
 		}
 	}
-	if own.Transport != nil || len(wrapped) != 2 || wrapped[1] != http.DefaultTransport {
+	if own.Transport != nil || len(wrapped) != 2 || wrapped[1] != (sizedBody{http.DefaultTransport}) {
 		t.Errorf("the caller's client changed (%T) or the wrapper did not get its transport (%v)", own.Transport, wrapped)
 	}
 }

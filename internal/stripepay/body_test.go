@@ -1,0 +1,113 @@
+package stripepay
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
+)
+
+// TestStripeRequestsCarryTheirLength: every request billingd sends Stripe
+// on a plan change's path carries its form with a Content-Length, never
+// chunked (see sizedBody), and Stripe still reads the whole form.
+func TestStripeRequestsCarryTheirLength(t *testing.T) {
+	fake := stripepaytest.New()
+	fake.SetClock(func() time.Time { return periodStart })
+	fake.SetPrice(pricePro, 1900, "usd")
+	fake.SetPrice(priceScale, 4900, "usd")
+	type seen struct {
+		method, path string
+		length       int64
+		chunked      bool
+		form         int
+	}
+	var mu sync.Mutex
+	var requests []seen
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		requests = append(requests, seen{r.Method, r.URL.Path, r.ContentLength, len(r.TransferEncoding) > 0, len(body)})
+		mu.Unlock()
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		fake.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p := New(Config{SecretKey: "sk_test_fake", APIBase: srv.URL})
+	ctx := context.Background()
+	cust, err := p.CreateCustomer(ctx, billing.NewCustomer{OrgID: "org_1", Name: "Vector Build", PriceID: pricePro}, "org:org_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := fakeEnv{fake: fake, p: p, cust: cust}
+	change := env.change(priceScale, true)
+	if _, err := p.PreviewPlanChange(ctx, change); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ReadSubscription(ctx, cust.SubscriptionID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ApplyPlanChange(ctx, change, "key_1"); err != nil {
+		t.Fatal(err)
+	}
+	posts := 0
+	for _, r := range requests {
+		if r.chunked || r.length != int64(r.form) {
+			t.Errorf("%s %s: Content-Length %d, chunked %v, form of %d bytes; want its length, not chunked",
+				r.method, r.path, r.length, r.chunked, r.form)
+		}
+		if r.method == http.MethodPost {
+			posts++
+		}
+	}
+	if posts < 3 {
+		t.Errorf("%d POSTs seen (%v), want the customer's, the preview's and the update's", posts, requests)
+	}
+}
+
+// TestSizedBodyLeavesTheRequestAlone: the caller's request is not changed,
+// its body is closed, and the request sent can be resent from GetBody.
+func TestSizedBodyLeavesTheRequestAlone(t *testing.T) {
+	var sent *http.Request
+	rt := sizedBody{roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent = r
+		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
+	})}
+	body := &closeRecorder{Reader: strings.NewReader("plan=pro&quantity=2")}
+	req, _ := http.NewRequest(http.MethodPost, "http://stripe.test/v1/subscriptions/sub_1", nil)
+	req.Body = body // as stripe-go sets it: no ContentLength
+	if _, err := rt.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if req.ContentLength != 0 || req.Body != body || !body.closed {
+		t.Errorf("caller's request: length %d, body replaced %v, closed %v; want 0, same body, closed",
+			req.ContentLength, req.Body != body, body.closed)
+	}
+	if sent == req || sent.ContentLength != 19 {
+		t.Fatalf("sent the caller's request (%v) or length %d, want a copy of length 19", sent == req, sent.ContentLength)
+	}
+	for range 2 {
+		again, _ := sent.GetBody()
+		if b, _ := io.ReadAll(again); string(b) != "plan=pro&quantity=2" {
+			t.Errorf("GetBody gave %q", b)
+		}
+	}
+
+	get, _ := http.NewRequest(http.MethodGet, "http://stripe.test/v1/subscriptions/sub_1", nil)
+	if _, err := rt.RoundTrip(get); err != nil || sent != get {
+		t.Errorf("a request without a body should pass as is (err %v)", err)
+	}
+}
+
+type closeRecorder struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeRecorder) Close() error { c.closed = true; return nil }
