@@ -15,14 +15,20 @@ import (
 // billingd process, this process (load generator, Stripe stand-in, issuer),
 // the PostgreSQL backends serving a run, and pgbench itself.
 
-// cpuUse is CPU time one run used, per part.
+// cpuUse is CPU time one run used, per part, and of billingd's the part in
+// the kernel and its read and write system calls.
 type cpuUse struct {
 	billingd, bench, postgres, pgbench time.Duration
+	billingdKernel                     time.Duration
+	billingdReadsWrites                int64
 }
 
-// cpuPerOp is cpuUse divided by the operations of the run, in µs.
+// cpuPerOp is cpuUse divided by the operations of the run, in µs (system
+// calls in calls).
 type cpuPerOp struct {
 	billingd, bench, postgres, pgbench float64
+	billingdKernel                     float64
+	billingdReadsWrites                float64
 }
 
 func (u cpuUse) perOp(ops int) cpuPerOp {
@@ -30,7 +36,8 @@ func (u cpuUse) perOp(ops int) cpuPerOp {
 		return cpuPerOp{}
 	}
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(ops) }
-	return cpuPerOp{billingd: per(u.billingd), bench: per(u.bench), postgres: per(u.postgres), pgbench: per(u.pgbench)}
+	return cpuPerOp{billingd: per(u.billingd), bench: per(u.bench), postgres: per(u.postgres), pgbench: per(u.pgbench),
+		billingdKernel: per(u.billingdKernel), billingdReadsWrites: float64(u.billingdReadsWrites) / float64(ops)}
 }
 
 // total is what one operation cost the machine.

@@ -51,3 +51,45 @@ func TestStatReaderRereads(t *testing.T) {
 		t.Error("an exited process's file is still open")
 	}
 }
+
+// TestProcessUsageCountsWritesAndKernelTime: a process's writes show in
+// its read and write count, and its kernel time is part of its CPU time.
+func TestProcessUsageCountsWritesAndKernelTime(t *testing.T) {
+	pid := os.Getpid()
+	before, err := processUsage(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	for range 1000 {
+		if _, err := devNull.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used, err := processUsage(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := used.since(before)
+	if d.readsWrites < 1000 {
+		t.Errorf("%d reads and writes counted over 1000 writes", d.readsWrites)
+	}
+	if used.kernel > used.cpu || used.kernel < 0 {
+		t.Errorf("kernel time %s of CPU time %s", used.kernel, used.cpu)
+	}
+}
+
+func TestParseStatTimesSplitsUserAndKernel(t *testing.T) {
+	stat := []byte("42 (a (b) c) S 1 42 42 0 -1 4194304 100 0 0 0 250 75 0 0 20 0 8 0 123 0 0")
+	user, system, err := parseStatTimes(42, stat)
+	if err != nil || user != 2500*time.Millisecond || system != 750*time.Millisecond {
+		t.Errorf("got %s user, %s kernel, %v; want 2.5s, 750ms", user, system, err)
+	}
+	if _, _, err := parseStatTimes(42, []byte("42 (x) S 1")); err == nil {
+		t.Error("a short stat was read")
+	}
+}

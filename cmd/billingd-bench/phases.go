@@ -276,7 +276,7 @@ func (e *env) runService(ctx context.Context, w workload, clients, round int) (s
 	pid := e.billingd.Process.Pid
 	backends := watchBackends(ctx, e.pool, "billingd")
 	waits := sampleWaits(ctx, e.pool, "billingd")
-	billingd0, err := processCPU(pid)
+	billingd0, err := processUsage(pid)
 	if err != nil {
 		return sample{}, err
 	}
@@ -291,14 +291,16 @@ func (e *env) runService(ctx context.Context, w workload, clients, round int) (s
 	c := caller{hc: newHTTPClient(clients), base: e.baseURL}
 	s := load(ctx, c, e.accounts, w, clients, newWindow(e.opts.warmup, e.opts.duration))
 	c.hc.CloseIdleConnections()
-	billingd1, err := processCPU(pid)
+	billingd1, err := processUsage(pid)
 	if err != nil {
 		return sample{}, err
 	}
 	if err := stopProfile(); err != nil {
 		return sample{}, err
 	}
-	s.cpu = cpuUse{billingd: billingd1 - billingd0, bench: selfCPU() - self0, postgres: backends.total()}
+	used := billingd1.since(billingd0)
+	s.cpu = cpuUse{billingd: used.cpu, bench: selfCPU() - self0, postgres: backends.total(),
+		billingdKernel: used.kernel, billingdReadsWrites: used.readsWrites}
 	s.waits = waits.waits()
 	s.active = waits.active()
 	if s.stmts, err = e.readStatements(ctx); err != nil {

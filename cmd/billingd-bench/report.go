@@ -63,6 +63,7 @@ func renderResults(opts options, res results) string {
 		writeCeiling(&b, res.ceiling, res.trips)
 		writeRounds(&b, res.throughput)
 		writeCPUBudget(&b, res.throughput)
+		writeOwnCPU(&b, res.throughput, res.machine.syscall)
 		writeStatements(&b, res.throughput)
 		writeWaits(&b, res.throughput)
 	}

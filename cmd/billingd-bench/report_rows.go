@@ -103,6 +103,9 @@ var (
 	cpuPgbench  = func(c cpuPerOp) float64 { return c.pgbench }
 	cpuTotal    = func(c cpuPerOp) float64 { return c.total() }
 	cpuNotMine  = func(c cpuPerOp) float64 { return c.bench + c.postgres } // all but billingd's own
+
+	cpuKernel      = func(c cpuPerOp) float64 { return c.billingdKernel }
+	cpuReadsWrites = func(c cpuPerOp) float64 { return c.billingdReadsWrites }
 )
 
 // writeCPUBudget explains the ratios: when every part shares the cores,
@@ -128,6 +131,33 @@ func writeCPUBudget(b *strings.Builder, rows []comparison) {
 			withSpread("%.0f", s.cpu(cpuBillingd)), withSpread("%.0f", s.cpu(cpuBench)), withSpread("%.0f", s.cpu(cpuPostgres)),
 			withSpread("%.0f", s.cpu(cpuTotal)), withSpread("%.0f", p.cpu(cpuPostgres)), withSpread("%.0f", p.cpu(cpuPgbench)),
 			withSpread("%.0f", p.cpu(cpuTotal)), pct(p.cpu(cpuTotal).median/s.cpu(cpuTotal).median), pct(r.ratio().median), pct(cpuBound(r)))
+	}
+	b.WriteString("\n")
+}
+
+// writeOwnCPU splits billingd's own CPU per operation into the kernel's
+// part and counts its reads and writes: on a machine where a system call
+// is expensive, much of what billingd spends is the kernel carrying its
+// messages (to PostgreSQL, Stripe, the client, the log), which only fewer
+// messages make cheaper.
+func writeOwnCPU(b *strings.Builder, rows []comparison, syscall time.Duration) {
+	b.WriteString("### billingd's own CPU\n\n")
+	fmt.Fprintf(b, "billingd's CPU per operation (as above), the part of it in the kernel (stime), and its read and write "+
+		"system calls per operation (/proc/<pid>/io: read, write, send, recv and their kin, a read that found nothing "+
+		"to read included; epoll, futex and the Go scheduler's sleeps not counted), priced at what the cheapest "+
+		"system call costs on this machine (%.2f µs, getppid): a floor, since a write wakes its reader. "+
+		"Medians of the rounds, spread in brackets.\n\n", us(syscall))
+	b.WriteString("| workload | clients | billingd µs/op | in the kernel | reads and writes | × a system call's cost, µs |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|\n")
+	for _, r := range rows {
+		s := r.service
+		if s.cpu(cpuBillingd).median == 0 {
+			continue
+		}
+		calls := s.cpu(cpuReadsWrites)
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %.0f |\n", r.workload, clientsCell(r),
+			withSpread("%.0f", s.cpu(cpuBillingd)), withSpread("%.0f", s.cpu(cpuKernel)), withSpread("%.1f", calls),
+			calls.median*us(syscall))
 	}
 	b.WriteString("\n")
 }

@@ -112,6 +112,22 @@ func TestCPUTableShowsMediansAndSpreads(t *testing.T) {
 	}
 }
 
+func TestOwnCPUTableSplitsTheKernelAndPricesTheSystemCalls(t *testing.T) {
+	row := threeRounds()
+	for i, k := range []float64{1200, 1000, 1100} {
+		row.service[i].cpu.billingdKernel = k
+		row.service[i].cpu.billingdReadsWrites = 40 + float64(i)
+	}
+	var b strings.Builder
+	writeOwnCPU(&b, []comparison{row}, 5*time.Microsecond)
+	// billingd 2900 µs (7%), 1100 in the kernel (18%), 41 reads and
+	// writes (5%), 41 × 5 µs = 205 µs.
+	want := "| handshake | 16 | 2900 (7%) | 1100 (18%) | 41.0 (5%) | 205 |\n"
+	if !strings.Contains(b.String(), want) || !strings.Contains(b.String(), "(5.00 µs, getppid)") {
+		t.Errorf("own CPU table:\n%s\nwant the row:\n%s", b.String(), want)
+	}
+}
+
 func TestWithSpreadLeavesOutAnEmptyRange(t *testing.T) {
 	if got := withSpread("%.0f", spread{300, 300, 300}); got != "300" {
 		t.Errorf("one round: %q, want 300", got)
