@@ -303,7 +303,7 @@ var errExited = errors.New("billingd exited")
 // deployment that keeps 90 days of history; the purge job still runs every
 // minute and finds nothing to delete.
 func (e *env) billingdEnv() []string {
-	return []string{
+	return append([]string{
 		"LISTEN_ADDR=" + e.listenAddr,
 		"STRIPE_SECRET_KEY=sk_test_bench", "STRIPE_API_BASE=" + e.stripeURL,
 		"OAUTH_ISSUER=" + e.issuer.IssuerURL(),
@@ -312,7 +312,7 @@ func (e *env) billingdEnv() []string {
 		"LOG_FORMAT=json",
 		"METRICS_ADDR=" + e.metricsAddr,
 		fmt.Sprintf("PPROF=%t", e.opts.profile != ""),
-	}
+	}, e.opts.billingdEnv...) // -billingd-env: later entries win
 }
 
 // stopProcess asks cmd to stop (SIGTERM drains requests) and kills it if it

@@ -29,6 +29,7 @@ type options struct {
 	rounds       int // runs of each side per row, alternating (rounds.go)
 	fsyncSeconds int // pg_test_fsync's -s (ceiling.go); 0: no ceiling
 	poolMaxConns int
+	billingdEnv  []string // KEY=VALUE pairs added to billingd's environment
 	out          string
 	doc          string
 	keep         bool
@@ -86,6 +87,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	// clients), and its executions pool CONFIRM_CONCURRENCY: the bench runs
 	// billingd's defaults.
 	fs.IntVar(&o.poolMaxConns, "pool-max-conns", 0, "pool_max_conns for billingd's DATABASE_URL (0: billingd's default)")
+	billingdEnv := fs.String("billingd-env", "", "comma-separated KEY=VALUE pairs added to billingd's environment, to measure a setting (e.g. GOMAXPROCS=1,GOGC=200)")
 	latencyClients := fs.String("latency-clients", "8,32,128", "concurrent clients for the rows at Stripe's pace (\"\": none)")
 	fs.DurationVar(&o.latencyPreview, "latency-preview", 150*time.Millisecond, "Stripe's latency for an invoice preview")
 	fs.DurationVar(&o.latencyUpdate, "latency-update", 300*time.Millisecond, "Stripe's latency for a subscription update with an invoice")
@@ -119,12 +121,29 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 			return options{}, fmt.Errorf("-old-rows: %w", err)
 		}
 	}
+	if o.billingdEnv, err = envList(*billingdEnv); err != nil {
+		return options{}, fmt.Errorf("-billingd-env: %w", err)
+	}
 	if *latencyClients != "" {
 		if o.latencyClients, err = intList(*latencyClients); err != nil {
 			return options{}, fmt.Errorf("-latency-clients: %w", err)
 		}
 	}
 	return o, o.check()
+}
+
+// envList splits "K=V,K2=V2" into environment entries; "" is none.
+func envList(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	vars := strings.Split(s, ",")
+	for _, v := range vars {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return nil, fmt.Errorf("%q is not KEY=VALUE", v)
+		}
+	}
+	return vars, nil
 }
 
 func (o options) check() error {

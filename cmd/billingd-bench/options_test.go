@@ -5,10 +5,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/billingd/billingd/internal/devissuer"
 	"github.com/billingd/billingd/internal/postgres"
 )
 
@@ -83,5 +85,29 @@ func TestPresentTokensSendsEachTokenOnce(t *testing.T) {
 	refuse = "b2"
 	if _, err := presentTokens(context.Background(), c, accounts, 2); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("a refused token: %v, want the 401", err)
+	}
+}
+
+// TestBillingdEnvAddsToBillingdsEnvironment: -billingd-env's pairs come
+// after billingd's own settings (the last of a key wins in exec), and are
+// named among the report's flags.
+func TestBillingdEnvAddsToBillingdsEnvironment(t *testing.T) {
+	o := mustParse(t, "-billingd-env=GOMAXPROCS=1,LOG_FORMAT=text")
+	iss, err := devissuer.New("http://issuer.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{opts: o, issuer: iss}
+	got := e.billingdEnv()
+	if tail := got[len(got)-2:]; tail[0] != "GOMAXPROCS=1" || tail[1] != "LOG_FORMAT=text" {
+		t.Errorf("billingd's environment ends %q, want the flag's pairs last", tail)
+	}
+	if !slices.Contains(o.args, "-billingd-env=GOMAXPROCS=1,LOG_FORMAT=text") {
+		t.Errorf("report's flags %q do not name -billingd-env", o.args)
+	}
+	for _, bad := range []string{"GOMAXPROCS", "=1", "A=1,,B=2"} {
+		if _, err := parseOptions([]string{"-billingd-env=" + bad}, func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("-billingd-env=%s accepted", bad)
+		}
 	}
 }
