@@ -36,8 +36,12 @@ func (u cpuUse) perOp(ops int) cpuPerOp {
 		return cpuPerOp{}
 	}
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(ops) }
-	return cpuPerOp{billingd: per(u.billingd), bench: per(u.bench), postgres: per(u.postgres), pgbench: per(u.pgbench),
+	c := cpuPerOp{billingd: per(u.billingd), bench: per(u.bench), postgres: per(u.postgres), pgbench: per(u.pgbench),
 		billingdKernel: per(u.billingdKernel), billingdReadsWrites: float64(u.billingdReadsWrites) / float64(ops)}
+	if u.billingdReadsWrites < 0 { // not kept by this kernel
+		c.billingdReadsWrites = -1
+	}
+	return c
 }
 
 // total is what one operation cost the machine.

@@ -312,7 +312,7 @@ func (e *env) billingdEnv() []string {
 		"LOG_FORMAT=json",
 		"METRICS_ADDR=" + e.metricsAddr,
 		fmt.Sprintf("PPROF=%t", e.opts.profile != ""),
-	}, e.opts.billingdEnv...) // -billingd-env: later entries win
+	}, e.opts.billingdEnv...) // -billingd-env: none of the keys above (benchSettings)
 }
 
 // stopProcess asks cmd to stop (SIGTERM drains requests) and kills it if it

@@ -25,10 +25,11 @@ type machine struct {
 	postgres string
 	settings string
 	goVer    string
-	// syscall is what one system call costs this process: getppid, the
-	// cheapest there is. On a VM whose guest kernel traps to the
-	// hypervisor it costs 50–100× what it does on bare metal, and every
-	// message billingd sends or receives pays it.
+	// syscall is what the cheapest system call (getppid) costs here. It
+	// differs between machines by far more than their CPUs do (kernel
+	// mitigations, virtualization: 1.07 µs on make bench's EPYC VM of 28
+	// November), and every message billingd sends or receives pays at
+	// least one.
 	syscall time.Duration
 }
 
@@ -120,23 +121,33 @@ const clockTick = 10 * time.Millisecond
 
 // processCPU is user+system time of pid, from /proc/<pid>/stat.
 func processCPU(pid int) (time.Duration, error) {
-	u, err := processUsage(pid)
-	return u.cpu, err
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(pid, b)
 }
 
 // usage is what a process has used so far: CPU time, the part of it in
-// the kernel, and its read and write system calls (read, write, send,
-// recv and their kin; /proc/<pid>/io's syscr + syscw).
+// the kernel, and its read and write system calls (/proc/<pid>/io's syscr
+// + syscw: read, write, readv, writev and their kin, which is how Go's
+// sockets and files read and write; -1 where the kernel does not keep
+// them).
 type usage struct {
 	cpu, kernel time.Duration
 	readsWrites int64
 }
 
 func (u usage) since(before usage) usage {
-	return usage{cpu: u.cpu - before.cpu, kernel: u.kernel - before.kernel, readsWrites: u.readsWrites - before.readsWrites}
+	d := usage{cpu: u.cpu - before.cpu, kernel: u.kernel - before.kernel, readsWrites: -1}
+	if u.readsWrites >= 0 && before.readsWrites >= 0 {
+		d.readsWrites = u.readsWrites - before.readsWrites
+	}
+	return d
 }
 
-// processUsage reads pid's usage from /proc/<pid>/stat and /proc/<pid>/io.
+// processUsage reads pid's usage from /proc/<pid>/stat and, if it can,
+// /proc/<pid>/io.
 func processUsage(pid int) (usage, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -146,19 +157,30 @@ func processUsage(pid int) (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
-	u := usage{cpu: user + system, kernel: system}
-	for _, field := range []string{"syscr", "syscw"} {
-		v, ok := procField(fmt.Sprintf("/proc/%d/io", pid), field)
-		if !ok {
-			return usage{}, fmt.Errorf("no %s in /proc/%d/io", field, pid)
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return usage{}, fmt.Errorf("/proc/%d/io %s: %w", pid, field, err)
-		}
-		u.readsWrites += n
+	return usage{cpu: user + system, kernel: system, readsWrites: readsWrites(pid)}, nil
+}
+
+// readsWrites is syscr + syscw of /proc/<pid>/io, or -1.
+func readsWrites(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return -1
 	}
-	return u, nil
+	var n, found int64
+	for line := range strings.Lines(string(b)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		if k == "syscr" || k == "syscw" {
+			c, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return -1
+			}
+			n, found = n+c, found+1
+		}
+	}
+	if found != 2 {
+		return -1
+	}
+	return n
 }
 
 // statReader reads /proc/<pid>/stat of many processes again and again

@@ -52,9 +52,9 @@ func TestStatReaderRereads(t *testing.T) {
 	}
 }
 
-// TestProcessUsageCountsWritesAndKernelTime: a process's writes show in
-// its read and write count, and its kernel time is part of its CPU time.
-func TestProcessUsageCountsWritesAndKernelTime(t *testing.T) {
+// TestProcessUsageCountsWrites: a process's writes show in its read and
+// write count; a count the kernel does not keep stays unknown.
+func TestProcessUsageCountsWrites(t *testing.T) {
 	pid := os.Getpid()
 	before, err := processUsage(pid)
 	if err != nil {
@@ -78,8 +78,8 @@ func TestProcessUsageCountsWritesAndKernelTime(t *testing.T) {
 	if d.readsWrites < 1000 {
 		t.Errorf("%d reads and writes counted over 1000 writes", d.readsWrites)
 	}
-	if used.kernel > used.cpu || used.kernel < 0 {
-		t.Errorf("kernel time %s of CPU time %s", used.kernel, used.cpu)
+	if gone := (usage{readsWrites: -1}).since(before); gone.readsWrites != -1 {
+		t.Errorf("a count the kernel does not keep became %d", gone.readsWrites)
 	}
 }
 

@@ -87,7 +87,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	// clients), and its executions pool CONFIRM_CONCURRENCY: the bench runs
 	// billingd's defaults.
 	fs.IntVar(&o.poolMaxConns, "pool-max-conns", 0, "pool_max_conns for billingd's DATABASE_URL (0: billingd's default)")
-	billingdEnv := fs.String("billingd-env", "", "comma-separated KEY=VALUE pairs added to billingd's environment, to measure a setting (e.g. GOMAXPROCS=1,GOGC=200)")
+	fs.Var((*envFlag)(&o.billingdEnv), "billingd-env", "KEY=VALUE added to billingd's environment, to measure a setting (e.g. GOMAXPROCS=1); repeat for more; not the settings the bench sets itself")
 	latencyClients := fs.String("latency-clients", "8,32,128", "concurrent clients for the rows at Stripe's pace (\"\": none)")
 	fs.DurationVar(&o.latencyPreview, "latency-preview", 150*time.Millisecond, "Stripe's latency for an invoice preview")
 	fs.DurationVar(&o.latencyUpdate, "latency-update", 300*time.Millisecond, "Stripe's latency for a subscription update with an invoice")
@@ -108,7 +108,13 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return options{}, err
 	}
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name != "out" && f.Name != "doc" && f.Name != "profile" {
+		switch f.Name {
+		case "out", "doc", "profile":
+		case "billingd-env": // repeated: each as given
+			for _, kv := range o.billingdEnv {
+				o.args = append(o.args, "-billingd-env="+kv)
+			}
+		default:
 			o.args = append(o.args, "-"+f.Name+"="+f.Value.String())
 		}
 	})
@@ -121,9 +127,6 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 			return options{}, fmt.Errorf("-old-rows: %w", err)
 		}
 	}
-	if o.billingdEnv, err = envList(*billingdEnv); err != nil {
-		return options{}, fmt.Errorf("-billingd-env: %w", err)
-	}
 	if *latencyClients != "" {
 		if o.latencyClients, err = intList(*latencyClients); err != nil {
 			return options{}, fmt.Errorf("-latency-clients: %w", err)
@@ -132,19 +135,29 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	return o, o.check()
 }
 
-// envList splits "K=V,K2=V2" into environment entries; "" is none.
-func envList(s string) ([]string, error) {
-	if s == "" {
-		return nil, nil
+// envFlag is -billingd-env: each use adds one KEY=VALUE (a value may hold
+// commas, as GODEBUG's do).
+type envFlag []string
+
+func (e *envFlag) String() string { return strings.Join(*e, " ") }
+
+func (e *envFlag) Set(kv string) error {
+	k, _, ok := strings.Cut(kv, "=")
+	switch {
+	case !ok || k == "" || strings.ContainsAny(k, " \t"):
+		return fmt.Errorf("%q is not KEY=VALUE", kv)
+	case slices.Contains(benchSettings, k):
+		return fmt.Errorf("%s is set by the bench itself", k)
 	}
-	vars := strings.Split(s, ",")
-	for _, v := range vars {
-		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
-			return nil, fmt.Errorf("%q is not KEY=VALUE", v)
-		}
-	}
-	return vars, nil
+	*e = append(*e, kv)
+	return nil
 }
+
+// benchSettings are the environment variables the bench gives billingd
+// itself (billingdEnv, startBillingd): -billingd-env may not change them,
+// or billingd and the bench's in-process services would disagree.
+var benchSettings = []string{"DATABASE_URL", "LISTEN_ADDR", "METRICS_ADDR", "PPROF", "STRIPE_SECRET_KEY", "STRIPE_API_BASE",
+	"OAUTH_ISSUER", "PURGE_RETENTION", "MIGRATE_ON_START", "LOG_FORMAT", "PATH", "HOME"}
 
 func (o options) check() error {
 	switch {

@@ -88,24 +88,32 @@ func TestPresentTokensSendsEachTokenOnce(t *testing.T) {
 	}
 }
 
-// TestBillingdEnvAddsToBillingdsEnvironment: -billingd-env's pairs come
-// after billingd's own settings (the last of a key wins in exec), and are
-// named among the report's flags.
+// TestBillingdEnvAddsToBillingdsEnvironment: each -billingd-env adds one
+// setting (a value may hold commas), named among the report's flags and in
+// its setup; the settings the bench makes itself are refused.
 func TestBillingdEnvAddsToBillingdsEnvironment(t *testing.T) {
-	o := mustParse(t, "-billingd-env=GOMAXPROCS=1,LOG_FORMAT=text")
+	o := mustParse(t, "-billingd-env=GOMAXPROCS=1", "-billingd-env=GODEBUG=madvdontneed=1,gctrace=0")
 	iss, err := devissuer.New("http://issuer.test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{opts: o, issuer: iss}
 	got := e.billingdEnv()
-	if tail := got[len(got)-2:]; tail[0] != "GOMAXPROCS=1" || tail[1] != "LOG_FORMAT=text" {
-		t.Errorf("billingd's environment ends %q, want the flag's pairs last", tail)
+	if tail := got[len(got)-2:]; tail[0] != "GOMAXPROCS=1" || tail[1] != "GODEBUG=madvdontneed=1,gctrace=0" {
+		t.Errorf("billingd's environment ends %q, want the flag's settings", tail)
 	}
-	if !slices.Contains(o.args, "-billingd-env=GOMAXPROCS=1,LOG_FORMAT=text") {
+	for _, kv := range got[:len(got)-2] {
+		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(benchSettings, k) {
+			t.Errorf("the bench sets %s but -billingd-env may change it: add it to benchSettings", k)
+		}
+	}
+	if !slices.Contains(o.args, "-billingd-env=GODEBUG=madvdontneed=1,gctrace=0") {
 		t.Errorf("report's flags %q do not name -billingd-env", o.args)
 	}
-	for _, bad := range []string{"GOMAXPROCS", "=1", "A=1,,B=2"} {
+	if d := poolDescription(o); !strings.Contains(d, "`GOMAXPROCS=1 GODEBUG=madvdontneed=1,gctrace=0`") {
+		t.Errorf("setup %q does not name billingd's added environment", d)
+	}
+	for _, bad := range []string{"GOMAXPROCS", "=1", " GOGC=200", "DATABASE_URL=postgres://elsewhere", "LOG_FORMAT=text"} {
 		if _, err := parseOptions([]string{"-billingd-env=" + bad}, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("-billingd-env=%s accepted", bad)
 		}

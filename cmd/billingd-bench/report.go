@@ -83,10 +83,14 @@ func renderResults(opts options, res results) string {
 }
 
 func poolDescription(opts options) string {
-	if opts.poolMaxConns == 0 {
-		return "billingd's defaults: 16 connections, and 32 for executions (CONFIRM_CONCURRENCY)"
+	d := "billingd's defaults: 16 connections, and 32 for executions (CONFIRM_CONCURRENCY)"
+	if opts.poolMaxConns != 0 {
+		d = fmt.Sprintf("pool_max_conns=%d, and 32 for executions (CONFIRM_CONCURRENCY)", opts.poolMaxConns)
 	}
-	return fmt.Sprintf("pool_max_conns=%d, and 32 for executions (CONFIRM_CONCURRENCY)", opts.poolMaxConns)
+	if len(opts.billingdEnv) > 0 {
+		d += fmt.Sprintf("; billingd's environment adds `%s` (-billingd-env), which may change them", strings.Join(opts.billingdEnv, " "))
+	}
+	return d
 }
 
 func (o options) command() string {

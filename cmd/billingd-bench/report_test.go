@@ -126,6 +126,13 @@ func TestOwnCPUTableSplitsTheKernelAndPricesTheSystemCalls(t *testing.T) {
 	if !strings.Contains(b.String(), want) || !strings.Contains(b.String(), "(5.00 µs, getppid)") {
 		t.Errorf("own CPU table:\n%s\nwant the row:\n%s", b.String(), want)
 	}
+
+	row.service[1].cpu.billingdReadsWrites = -1 // a kernel without /proc/<pid>/io
+	b.Reset()
+	writeOwnCPU(&b, []comparison{row}, 5*time.Microsecond)
+	if want := "| handshake | 16 | 2900 (7%) | 1100 (18%) | n/a | n/a |\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("own CPU table without counts:\n%s\nwant the row:\n%s", b.String(), want)
+	}
 }
 
 func TestWithSpreadLeavesOutAnEmptyRange(t *testing.T) {

@@ -147,7 +147,8 @@ func keepAliveTransport() *http.Transport {
 
 // httpClient returns the client to send requests with: a copy of
 // cfg.HTTPClient (or a new one), carrying the configured timeout when it has
-// none, its transport under sizedBody and cfg.WrapTransport.
+// none, its transport under cfg.WrapTransport and sizedBody (outermost, so
+// that tracing sees each request with its length).
 func httpClient(cfg Config) *http.Client {
 	c := http.Client{Transport: keepAliveTransport()}
 	if cfg.HTTPClient != nil {
@@ -159,7 +160,7 @@ func httpClient(cfg Config) *http.Client {
 	if c.Timeout == 0 {
 		c.Timeout = requestTimeout(cfg)
 	}
-	c.Transport = wrap(cfg, sizedBody{c.Transport})
+	c.Transport = sizedBody{wrap(cfg, c.Transport)}
 	return &c
 }
 

@@ -204,11 +204,12 @@ func TestWrapTransport(t *testing.T) {
 	own := &http.Client{Timeout: 3 * time.Second}
 	for _, cfg := range []Config{{WrapTransport: wrap}, {WrapTransport: wrap, HTTPClient: own}} {
 		c := httpClient(cfg)
-		if _, ok := c.Transport.(roundTripFunc); !ok {
-			t.Errorf("client given %v: transport %T not wrapped", cfg.HTTPClient, c.Transport)
+		sized, ok := c.Transport.(sizedBody)
+		if _, wrappedByCfg := sized.next.(roundTripFunc); !ok || !wrappedByCfg {
+			t.Errorf("client given %v: transport %T (%T) not sized over the wrapper", cfg.HTTPClient, c.Transport, sized.next)
 		}
 	}
-	if own.Transport != nil || len(wrapped) != 2 || wrapped[1] != (sizedBody{http.DefaultTransport}) {
+	if own.Transport != nil || len(wrapped) != 2 || wrapped[1] != http.DefaultTransport {
 		t.Errorf("the caller's client changed (%T) or the wrapper did not get its transport (%v)", own.Transport, wrapped)
 	}
 }
