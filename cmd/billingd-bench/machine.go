@@ -121,11 +121,8 @@ const clockTick = 10 * time.Millisecond
 
 // processCPU is user+system time of pid, from /proc/<pid>/stat.
 func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseStatCPU(pid, b)
+	u, err := processUsage(pid)
+	return u.cpu, err
 }
 
 // usage is what a process has used so far: CPU time, the part of it in
@@ -162,23 +159,14 @@ func processUsage(pid int) (usage, error) {
 
 // readsWrites is syscr + syscw of /proc/<pid>/io, or -1.
 func readsWrites(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return -1
-	}
-	var n, found int64
-	for line := range strings.Lines(string(b)) {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
-		if k == "syscr" || k == "syscw" {
-			c, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return -1
-			}
-			n, found = n+c, found+1
+	var n int64
+	for _, field := range []string{"syscr", "syscw"} {
+		v, ok := procField(fmt.Sprintf("/proc/%d/io", pid), field)
+		c, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil {
+			return -1
 		}
-	}
-	if found != 2 {
-		return -1
+		n += c
 	}
 	return n
 }

@@ -140,14 +140,14 @@ func writeCPUBudget(b *strings.Builder, rows []comparison) {
 // is expensive, much of what billingd spends is the kernel carrying its
 // messages (to PostgreSQL, Stripe, the client, the log), which only fewer
 // messages make cheaper.
-func writeOwnCPU(b *strings.Builder, rows []comparison, syscall time.Duration) {
+func writeOwnCPU(b *strings.Builder, rows []comparison, perSyscall time.Duration) {
 	b.WriteString("### billingd's own CPU\n\n")
 	fmt.Fprintf(b, "billingd's CPU per operation (as above), the part of it in the kernel (stime), and its read and write "+
 		"system calls per operation (/proc/<pid>/io: read, write, readv, writev, which Go's sockets and files use, a read "+
 		"that found nothing to read included; epoll, futex and the Go scheduler's sleeps not counted), priced at what the "+
 		"cheapest system call costs on this machine (%.2f µs, getppid): a low floor, since a write over loopback also "+
 		"delivers to its reader and wakes it. "+
-		"Medians of the rounds, spread in brackets.\n\n", us(syscall))
+		"Medians of the rounds, spread in brackets.\n\n", us(perSyscall))
 	b.WriteString("| workload | clients | billingd µs/op | in the kernel | reads and writes | × a system call's cost, µs |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
@@ -157,7 +157,7 @@ func writeOwnCPU(b *strings.Builder, rows []comparison, syscall time.Duration) {
 		}
 		calls, priced := "n/a", "n/a" // the kernel keeps no /proc/<pid>/io
 		if c := s.cpu(cpuReadsWrites); c.min >= 0 {
-			calls, priced = withSpread("%.1f", c), fmt.Sprintf("%.0f", c.median*us(syscall))
+			calls, priced = withSpread("%.1f", c), fmt.Sprintf("%.0f", c.median*us(perSyscall))
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", r.workload, clientsCell(r),
 			withSpread("%.0f", s.cpu(cpuBillingd)), withSpread("%.0f", s.cpu(cpuKernel)), calls, priced)

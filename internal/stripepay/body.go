@@ -39,10 +39,12 @@ func (t sizedBody) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	sized := req.WithContext(req.Context()) // a RoundTripper must not change the caller's request
 	sized.ContentLength = int64(len(form))
-	sized.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(form)), nil }
-	sized.Body, _ = sized.GetBody()
-	if len(form) == 0 {
-		sized.Body = http.NoBody
+	sized.GetBody = func() (io.ReadCloser, error) {
+		if len(form) == 0 {
+			return http.NoBody, nil
+		}
+		return io.NopCloser(bytes.NewReader(form)), nil
 	}
+	sized.Body, _ = sized.GetBody()
 	return t.next.RoundTrip(sized)
 }

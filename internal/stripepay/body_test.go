@@ -1,27 +1,19 @@
 package stripepay
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/billingd/billingd/billing"
-	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
 // TestStripeRequestsCarryTheirLength: every request billingd sends Stripe
 // on a plan change's path carries its form with a Content-Length, never
 // chunked (see sizedBody), and Stripe still reads the whole form.
 func TestStripeRequestsCarryTheirLength(t *testing.T) {
-	fake := stripepaytest.New()
-	fake.SetClock(func() time.Time { return periodStart })
-	fake.SetPrice(pricePro, 1900, "usd")
-	fake.SetPrice(priceScale, 4900, "usd")
 	type seen struct {
 		method, path string
 		length       int64
@@ -30,32 +22,30 @@ func TestStripeRequestsCarryTheirLength(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var requests []seen
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		requests = append(requests, seen{r.Method, r.URL.Path, r.ContentLength, len(r.TransferEncoding) > 0, len(body)})
-		mu.Unlock()
-		r.Body = io.NopCloser(strings.NewReader(string(body)))
-		fake.Handler().ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	p := New(Config{SecretKey: "sk_test_fake", APIBase: srv.URL})
+	record := func(stripe http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			requests = append(requests, seen{r.Method, r.URL.Path, r.ContentLength, len(r.TransferEncoding) > 0, len(body)})
+			mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			stripe.ServeHTTP(w, r)
+		})
+	}
+	env := newFakeEnvBehind(t, Config{}, record)
 	ctx := context.Background()
-	cust, err := p.CreateCustomer(ctx, billing.NewCustomer{OrgID: "org_1", Name: "Vector Build", PriceID: pricePro}, "org:org_1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := fakeEnv{fake: fake, p: p, cust: cust}
 	change := env.change(priceScale, true)
-	if _, err := p.PreviewPlanChange(ctx, change); err != nil {
+	if _, err := env.p.PreviewPlanChange(ctx, change); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.ReadSubscription(ctx, cust.SubscriptionID); err != nil {
+	if _, err := env.p.ReadSubscription(ctx, env.cust.SubscriptionID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.ApplyPlanChange(ctx, change, "key_1"); err != nil {
+	if _, err := env.p.ApplyPlanChange(ctx, change, "key_1"); err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	sent := map[string]bool{}
 	for _, r := range requests {
 		if r.chunked || r.length != int64(r.form) {
@@ -64,7 +54,7 @@ func TestStripeRequestsCarryTheirLength(t *testing.T) {
 		}
 		sent[r.method+" "+r.path] = true
 	}
-	sub := "/v1/subscriptions/" + cust.SubscriptionID
+	sub := "/v1/subscriptions/" + env.cust.SubscriptionID
 	for _, want := range []string{"POST /v1/customers", "POST /v1/invoices/create_preview", "GET " + sub, "POST " + sub} {
 		if !sent[want] {
 			t.Errorf("no %s among %v", want, requests)

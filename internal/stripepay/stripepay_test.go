@@ -319,11 +319,18 @@ type fakeEnv struct {
 // created through the provider.
 func newFakeEnv(t *testing.T, cfg Config) fakeEnv {
 	t.Helper()
+	return newFakeEnvBehind(t, cfg, func(h http.Handler) http.Handler { return h })
+}
+
+// newFakeEnvBehind is newFakeEnv with the fake's handler wrapped by front,
+// which sees every request as Stripe would.
+func newFakeEnvBehind(t *testing.T, cfg Config, front func(http.Handler) http.Handler) fakeEnv {
+	t.Helper()
 	fake := stripepaytest.New()
 	fake.SetClock(func() time.Time { return periodStart })
 	fake.SetPrice(pricePro, 1900, "usd")
 	fake.SetPrice(priceScale, 4900, "usd")
-	srv := httptest.NewServer(fake.Handler())
+	srv := httptest.NewServer(front(fake.Handler()))
 	t.Cleanup(srv.Close)
 	cfg.SecretKey, cfg.APIBase = "sk_test_fake", srv.URL
 	p := New(cfg)
