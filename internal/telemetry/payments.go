@@ -11,10 +11,14 @@ import (
 )
 
 // ObservePayments wraps a payment provider so that every call is timed into
-// billingd_stripe_request_duration_seconds and logged with the request id
-// that caused it and, when executing, the confirmation id Stripe records in
-// the subscription's metadata: the log line joins the two. The wrapped
-// provider's answers pass through unchanged.
+// billingd_stripe_request_duration_seconds, and every call that changes
+// something at Stripe, or fails, is logged with the request id that caused
+// it and, when executing, the confirmation id Stripe records in the
+// subscription's metadata: the log line joins the two. A read that succeeds
+// (a preview, a subscription read, an invoice list) is only timed: its line
+// said nothing the request's access line and the metric do not, and it was a
+// write to the log on every first call (issue 39). The wrapped provider's
+// answers pass through unchanged.
 func (m *Metrics) ObservePayments(next billing.PaymentProvider, log *slog.Logger) billing.PaymentProvider {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -31,7 +35,7 @@ type observedPayments struct {
 func (p *observedPayments) PreviewPlanChange(ctx context.Context, change billing.PlanChange) (billing.Preview, error) {
 	start := time.Now()
 	preview, err := p.next.PreviewPlanChange(ctx, change)
-	p.observe(ctx, "preview_plan_change", start, err)
+	p.observeRead(ctx, "preview_plan_change", start, err)
 	return preview, err
 }
 
@@ -45,14 +49,14 @@ func (p *observedPayments) ApplyPlanChange(ctx context.Context, change billing.P
 func (p *observedPayments) ReadSubscription(ctx context.Context, subscriptionID string) (billing.ProviderSubscription, error) {
 	start := time.Now()
 	state, err := p.next.ReadSubscription(ctx, subscriptionID)
-	p.observe(ctx, "read_subscription", start, err)
+	p.observeRead(ctx, "read_subscription", start, err)
 	return state, err
 }
 
 func (p *observedPayments) SubscriptionInvoices(ctx context.Context, subscriptionID string, since time.Time) ([]billing.Invoice, error) {
 	start := time.Now()
 	invoices, err := p.next.SubscriptionInvoices(ctx, subscriptionID, since)
-	p.observe(ctx, "list_invoices", start, err)
+	p.observeRead(ctx, "list_invoices", start, err)
 	return invoices, err
 }
 
@@ -63,10 +67,26 @@ func (p *observedPayments) CreateCustomer(ctx context.Context, c billing.NewCust
 	return created, err
 }
 
+// observe times a call that changes something at Stripe and logs it.
 func (p *observedPayments) observe(ctx context.Context, call string, start time.Time, err error, attrs ...any) {
 	elapsed := time.Since(start)
 	outcome := providerOutcome(err)
 	p.m.stripe.WithLabelValues(call, outcome).Observe(elapsed.Seconds())
+	p.logCall(ctx, call, outcome, elapsed, attrs)
+}
+
+// observeRead times a call that changes nothing at Stripe and logs it only
+// when it failed.
+func (p *observedPayments) observeRead(ctx context.Context, call string, start time.Time, err error) {
+	elapsed := time.Since(start)
+	outcome := providerOutcome(err)
+	p.m.stripe.WithLabelValues(call, outcome).Observe(elapsed.Seconds())
+	if err != nil {
+		p.logCall(ctx, call, outcome, elapsed, nil)
+	}
+}
+
+func (p *observedPayments) logCall(ctx context.Context, call, outcome string, elapsed time.Duration, attrs []any) {
 	attrs = append(attrs, "call", call, "outcome", outcome, "duration_ms", elapsed.Milliseconds(),
 		"request_id", requestid.From(ctx))
 	p.log.InfoContext(ctx, "stripe call", attrs...)
