@@ -34,7 +34,7 @@ import (
 	"github.com/billingd/billingd/billing"
 )
 
-// DefaultTimeout bounds one HTTP request to Stripe when Config.Timeout is
+// DefaultTimeout bounds one call to Stripe, its retries included, when Config.Timeout is
 // zero. Stripe answers plan changes in well under a second; 20s leaves room
 // for a slow payment authorisation without holding the confirming
 // transaction open indefinitely.
@@ -56,8 +56,9 @@ type Config struct {
 	// APIBase overrides Stripe's API URL (e.g. stripe-mock or a fake);
 	// "" means Stripe's.
 	APIBase string
-	// Timeout is the per-request HTTP timeout; 0 means DefaultTimeout. It
-	// also applies to HTTPClient when that client has no timeout of its own.
+	// Timeout bounds each call to Stripe, its retries included; 0 means
+	// DefaultTimeout. It is the context's deadline (bound), not
+	// http.Client.Timeout: see httpClient.
 	Timeout time.Duration
 	// HTTPClient is used for the requests; nil means a new client. It is
 	// never modified.
@@ -146,9 +147,16 @@ func keepAliveTransport() *http.Transport {
 }
 
 // httpClient returns the client to send requests with: a copy of
-// cfg.HTTPClient (or a new one), carrying the configured timeout when it has
-// none, its transport under cfg.WrapTransport and sizedBody (outermost, so
-// that tracing sees each request with its length).
+// cfg.HTTPClient (or a new one) with its transport under cfg.WrapTransport
+// and sizedBody (outermost, so that tracing sees each request with its
+// length).
+//
+// It sets no http.Client.Timeout: every call is already bounded by its
+// context (bound, cfg.Timeout), and behind a transport that is not
+// net/http's own (sizedBody is always in front) a client timeout costs a
+// goroutine and a timer per request, started and stopped on billingd's CPU
+// for a deadline the context already enforces. A caller's client keeps
+// the timeout it has.
 func httpClient(cfg Config) *http.Client {
 	c := http.Client{Transport: keepAliveTransport()}
 	if cfg.HTTPClient != nil {
@@ -156,9 +164,6 @@ func httpClient(cfg Config) *http.Client {
 		if c.Transport == nil {
 			c.Transport = http.DefaultTransport
 		}
-	}
-	if c.Timeout == 0 {
-		c.Timeout = requestTimeout(cfg)
 	}
 	c.Transport = sizedBody{wrap(cfg, c.Transport)}
 	return &c

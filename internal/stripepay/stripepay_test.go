@@ -178,18 +178,61 @@ func TestIdempotencyKeyChecked(t *testing.T) {
 	}
 }
 
-func TestHTTPClientTimeout(t *testing.T) {
+// TestHTTPClientSetsNoTimeout: the client billingd makes has no
+// http.Client.Timeout (behind sizedBody it would start a goroutine and a
+// timer per request: every call is bounded by its context instead, see
+// TestEveryCallEndsAtTheTimeout), and a caller's client keeps its own and
+// is never modified.
+func TestHTTPClientSetsNoTimeout(t *testing.T) {
 	mine := &http.Client{}
-	c := httpClient(Config{HTTPClient: mine, Timeout: time.Second})
-	if c.Timeout != time.Second || mine.Timeout != 0 {
-		t.Errorf("timeout %v on the client used, %v on the caller's; want 1s and untouched 0", c.Timeout, mine.Timeout)
+	if c := httpClient(Config{HTTPClient: mine, Timeout: time.Second}); c.Timeout != 0 || mine.Timeout != 0 || c == mine {
+		t.Errorf("timeout %v on the client used, %v on the caller's; want 0 and untouched 0", c.Timeout, mine.Timeout)
 	}
-	if c := httpClient(Config{}); c.Timeout != DefaultTimeout {
-		t.Errorf("default timeout %v, want %v", c.Timeout, DefaultTimeout)
+	if c := httpClient(Config{Timeout: time.Second}); c.Timeout != 0 {
+		t.Errorf("timeout %v on billingd's own client, want 0 (the context bounds each call)", c.Timeout)
 	}
 	own := &http.Client{Timeout: 3 * time.Second}
 	if c := httpClient(Config{HTTPClient: own}); c.Timeout != own.Timeout || c == own {
 		t.Errorf("a client with its own timeout: %v on the copy used, want %v", c.Timeout, own.Timeout)
+	}
+}
+
+// TestEveryCallEndsAtTheTimeout: each call of the handshake's path, held
+// at Stripe for 10 s, ends unavailable at Config.Timeout.
+func TestEveryCallEndsAtTheTimeout(t *testing.T) {
+	t.Parallel()
+	calls := []struct {
+		endpoint stripepaytest.Endpoint
+		call     func(fakeEnv) error
+	}{
+		{stripepaytest.CreatePreview, func(e fakeEnv) error {
+			_, err := e.p.PreviewPlanChange(context.Background(), e.change(priceScale, true))
+			return err
+		}},
+		{stripepaytest.GetSubscription, func(e fakeEnv) error {
+			_, err := e.p.ReadSubscription(context.Background(), e.cust.SubscriptionID)
+			return err
+		}},
+		{stripepaytest.UpdateSubscription, func(e fakeEnv) error {
+			_, err := e.p.ApplyPlanChange(context.Background(), e.change(priceScale, true), "conf_1:apply")
+			return err
+		}},
+		{stripepaytest.ListInvoices, func(e fakeEnv) error {
+			_, err := e.p.SubscriptionInvoices(context.Background(), e.cust.SubscriptionID, periodStart)
+			return err
+		}},
+	}
+	for _, c := range calls {
+		t.Run(string(c.endpoint), func(t *testing.T) {
+			t.Parallel()
+			env := newFakeEnv(t, Config{Timeout: 100 * time.Millisecond})
+			env.fake.FailNextAt(c.endpoint, stripepaytest.Delay(10*time.Second))
+			err := c.call(env)
+			assertKind(t, err, billing.ErrUnavailable)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%v: context.DeadlineExceeded not in the chain", err)
+			}
+		})
 	}
 }
 
