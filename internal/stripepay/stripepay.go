@@ -14,7 +14,9 @@
 // Stripe's rate limit (a 429 rate_limit: more requests would only make it
 // worse); that is billing.ErrRateLimited, a definite "nothing was done".
 // Each retry holds the second call's database connection for its wait, so
-// the default is one, and a retry never outlives STRIPE_TIMEOUT. What is
+// the default is one, and no retry is sent after STRIPE_TIMEOUT (stripe-go
+// sleeps before a retry without watching the context, so a call can end up
+// to one wait after it, having sent nothing more). What is
 // still unknown after them, billing settles itself, under the same key.
 // (net/http's Transport may also resend a request by itself when a reused
 // keep-alive connection dies before any answer; safe for the same reason.)
@@ -118,8 +120,9 @@ func New(cfg Config) *Provider {
 }
 
 // bound limits one call, stripe-go's retries included, to the request
-// timeout: a retry never makes a call outlive STRIPE_TIMEOUT, and a request
-// cut off by it is not retried (stripe-go stops once the context ends).
+// timeout: no request of the call is sent after STRIPE_TIMEOUT, and a
+// request cut off by it is not retried (stripe-go stops once the context
+// ends, after the wait it had begun).
 func (p *Provider) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, p.timeout)
 }

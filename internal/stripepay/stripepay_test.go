@@ -181,7 +181,7 @@ func TestIdempotencyKeyChecked(t *testing.T) {
 // TestHTTPClientSetsNoTimeout: the client billingd makes has no
 // http.Client.Timeout (behind sizedBody it would start a goroutine and a
 // timer per request: every call is bounded by its context instead, see
-// TestEveryCallEndsAtTheTimeout), and a caller's client keeps its own and
+// TestStripeCallsEndAtTheTimeout), and a caller's client keeps its own and
 // is never modified.
 func TestHTTPClientSetsNoTimeout(t *testing.T) {
 	mine := &http.Client{}
@@ -197,9 +197,10 @@ func TestHTTPClientSetsNoTimeout(t *testing.T) {
 	}
 }
 
-// TestEveryCallEndsAtTheTimeout: each call of the handshake's path, held
-// at Stripe for 10 s, ends unavailable at Config.Timeout.
-func TestEveryCallEndsAtTheTimeout(t *testing.T) {
+// TestStripeCallsEndAtTheTimeout: a preview, a read, an update, an invoice
+// list, a cancellation and a schedule, each held at Stripe for 10 s, end
+// unavailable at Config.Timeout.
+func TestStripeCallsEndAtTheTimeout(t *testing.T) {
 	t.Parallel()
 	calls := []struct {
 		endpoint stripepaytest.Endpoint
@@ -221,11 +222,23 @@ func TestEveryCallEndsAtTheTimeout(t *testing.T) {
 			_, err := e.p.SubscriptionInvoices(context.Background(), e.cust.SubscriptionID, periodStart)
 			return err
 		}},
+		{stripepaytest.CancelSubscription, func(e fakeEnv) error {
+			change := e.change(pricePro, false)
+			change.Cancellation = billing.CancelNow
+			_, err := e.p.ApplyPlanChange(context.Background(), change, "conf_1:cancel")
+			return err
+		}},
+		{stripepaytest.CreateSchedule, func(e fakeEnv) error {
+			_, err := e.p.ApplyPlanChange(context.Background(), e.atPeriodEnd(priceScale, "cfm_1"), "conf_1:schedule")
+			return err
+		}},
 	}
 	for _, c := range calls {
 		t.Run(string(c.endpoint), func(t *testing.T) {
 			t.Parallel()
-			env := newFakeEnv(t, Config{Timeout: 100 * time.Millisecond})
+			// 1 s: the setup's own requests (a customer, its subscription)
+			// must not meet it on a loaded machine; 10 s held must.
+			env := newFakeEnv(t, Config{Timeout: time.Second})
 			env.fake.FailNextAt(c.endpoint, stripepaytest.Delay(10*time.Second))
 			err := c.call(env)
 			assertKind(t, err, billing.ErrUnavailable)

@@ -15,10 +15,12 @@ import (
 // something at Stripe, or fails, is logged with the request id that caused
 // it and, when executing, the confirmation id Stripe records in the
 // subscription's metadata: the log line joins the two. A read that succeeds
-// (a preview, a subscription read, an invoice list) is only timed: its line
-// said nothing the request's access line and the metric do not, and it was a
-// write to the log on every first call (issue 39). The wrapped provider's
-// answers pass through unchanged.
+// (a preview, a subscription read, an invoice list) for a request is only
+// timed: its line said nothing the request's access line and the metric do
+// not, and it was a write to the log on every first call (issue 39). Reads
+// of the background rounds (settling, restoring), which have no access
+// line, are still logged. The wrapped provider's answers pass through
+// unchanged.
 func (m *Metrics) ObservePayments(next billing.PaymentProvider, log *slog.Logger) billing.PaymentProvider {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -75,13 +77,13 @@ func (p *observedPayments) observe(ctx context.Context, call string, start time.
 	p.logCall(ctx, call, outcome, elapsed, attrs)
 }
 
-// observeRead times a call that changes nothing at Stripe and logs it only
-// when it failed.
+// observeRead times a call that changes nothing at Stripe and logs it
+// when it failed or when no request made it.
 func (p *observedPayments) observeRead(ctx context.Context, call string, start time.Time, err error) {
 	elapsed := time.Since(start)
 	outcome := providerOutcome(err)
 	p.m.stripe.WithLabelValues(call, outcome).Observe(elapsed.Seconds())
-	if err != nil {
+	if err != nil || requestid.From(ctx) == "" {
 		p.logCall(ctx, call, outcome, elapsed, nil)
 	}
 }

@@ -67,7 +67,8 @@ func (p answeringProvider) CreateCustomer(context.Context, billing.NewCustomer, 
 
 // TestObservePayments: each call is timed under its call name and the kind
 // of its answer and passes the answer through unchanged; a change is logged
-// with the request id and the confirmation id, a read only when it failed.
+// with the request id and the confirmation id, a request's read only when it
+// failed, a background round's read always.
 func TestObservePayments(t *testing.T) {
 	tests := []struct {
 		err     error
@@ -93,6 +94,18 @@ func TestObservePayments(t *testing.T) {
 			if _, err := p.PreviewPlanChange(ctx, billing.PlanChange{}); !errors.Is(err, tt.err) {
 				t.Fatalf("preview error %v, want %v", err, tt.err)
 			}
+			if _, err := p.ReadSubscription(ctx, "sub_1"); !errors.Is(err, tt.err) {
+				t.Fatalf("read error %v, want %v", err, tt.err)
+			}
+			if _, err := p.SubscriptionInvoices(ctx, "sub_1", time.Time{}); !errors.Is(err, tt.err) {
+				t.Fatalf("list error %v, want %v", err, tt.err)
+			}
+			if _, err := p.ReadSubscription(context.Background(), "sub_1"); !errors.Is(err, tt.err) { // a background round's
+				t.Fatalf("read error %v, want %v", err, tt.err)
+			}
+			if _, err := p.CreateCustomer(ctx, billing.NewCustomer{OrgID: "org_1"}, "org:org_1"); !errors.Is(err, tt.err) {
+				t.Fatalf("create error %v, want %v", err, tt.err)
+			}
 			for _, call := range []string{"apply_plan_change", "preview_plan_change"} {
 				if n := sampleCount(t, m, "billingd_stripe_request_duration_seconds", call, tt.outcome); n != 1 {
 					t.Errorf("%s/%s observed %d times, want 1", call, tt.outcome, n)
@@ -112,9 +125,12 @@ func TestObservePayments(t *testing.T) {
 				lines = append(lines, line)
 			}
 			want := []logLine{{"apply_plan_change", tt.outcome, "req-1", "cfm_1"}}
-			if tt.err != nil { // a read is logged only when it failed
-				want = append(want, logLine{"preview_plan_change", tt.outcome, "req-1", ""})
+			if tt.err != nil { // a request's read is logged only when it failed
+				want = append(want, logLine{"preview_plan_change", tt.outcome, "req-1", ""},
+					logLine{"read_subscription", tt.outcome, "req-1", ""}, logLine{"list_invoices", tt.outcome, "req-1", ""})
 			}
+			want = append(want, logLine{"read_subscription", tt.outcome, "", ""}, // no request: always
+				logLine{"create_customer", tt.outcome, "req-1", ""})
 			if !slices.Equal(lines, want) {
 				t.Errorf("log lines %+v, want %+v", lines, want)
 			}
