@@ -71,25 +71,27 @@ func (p *observedPayments) CreateCustomer(ctx context.Context, c billing.NewCust
 
 // observe times a call that changes something at Stripe and logs it.
 func (p *observedPayments) observe(ctx context.Context, call string, start time.Time, err error, attrs ...any) {
-	elapsed := time.Since(start)
-	outcome := providerOutcome(err)
-	p.m.stripe.WithLabelValues(call, outcome).Observe(elapsed.Seconds())
-	p.logCall(ctx, call, outcome, elapsed, attrs)
+	p.logCall(ctx, call, err, p.measure(call, start, err), attrs)
 }
 
 // observeRead times a call that changes nothing at Stripe and logs it
 // when it failed or when no request made it.
 func (p *observedPayments) observeRead(ctx context.Context, call string, start time.Time, err error) {
-	elapsed := time.Since(start)
-	outcome := providerOutcome(err)
-	p.m.stripe.WithLabelValues(call, outcome).Observe(elapsed.Seconds())
+	elapsed := p.measure(call, start, err)
 	if err != nil || requestid.From(ctx) == "" {
-		p.logCall(ctx, call, outcome, elapsed, nil)
+		p.logCall(ctx, call, err, elapsed, nil)
 	}
 }
 
-func (p *observedPayments) logCall(ctx context.Context, call, outcome string, elapsed time.Duration, attrs []any) {
-	attrs = append(attrs, "call", call, "outcome", outcome, "duration_ms", elapsed.Milliseconds(),
+// measure records the call in billingd_stripe_request_duration_seconds.
+func (p *observedPayments) measure(call string, start time.Time, err error) time.Duration {
+	elapsed := time.Since(start)
+	p.m.stripe.WithLabelValues(call, providerOutcome(err)).Observe(elapsed.Seconds())
+	return elapsed
+}
+
+func (p *observedPayments) logCall(ctx context.Context, call string, err error, elapsed time.Duration, attrs []any) {
+	attrs = append(attrs, "call", call, "outcome", providerOutcome(err), "duration_ms", elapsed.Milliseconds(),
 		"request_id", requestid.From(ctx))
 	p.log.InfoContext(ctx, "stripe call", attrs...)
 }

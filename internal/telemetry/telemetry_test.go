@@ -106,9 +106,11 @@ func TestObservePayments(t *testing.T) {
 			if _, err := p.CreateCustomer(ctx, billing.NewCustomer{OrgID: "org_1"}, "org:org_1"); !errors.Is(err, tt.err) {
 				t.Fatalf("create error %v, want %v", err, tt.err)
 			}
-			for _, call := range []string{"apply_plan_change", "preview_plan_change"} {
-				if n := sampleCount(t, m, "billingd_stripe_request_duration_seconds", call, tt.outcome); n != 1 {
-					t.Errorf("%s/%s observed %d times, want 1", call, tt.outcome, n)
+			// Every call is timed, logged or not.
+			for call, want := range map[string]uint64{"apply_plan_change": 1, "preview_plan_change": 1,
+				"read_subscription": 2, "list_invoices": 1, "create_customer": 1} {
+				if n := sampleCount(t, m, "billingd_stripe_request_duration_seconds", call, tt.outcome); n != want {
+					t.Errorf("%s/%s observed %d times, want %d", call, tt.outcome, n, want)
 				}
 			}
 			type logLine struct {
