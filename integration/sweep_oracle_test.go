@@ -53,6 +53,8 @@ import (
 //     bounds as the person granted them (max_changes, budget_cents,
 //     max_amount_due_cents), counted from Stripe's writes, and each
 //     receipt names the mandate.
+//  8. billingd stops waiting for Stripe at STRIPE_TIMEOUT: no write of its
+//     was answered to it more than twice that after it reached Stripe.
 
 // sweepConfirmation is a confirmation as the database has it: the second
 // witness.
@@ -78,6 +80,22 @@ func (sw *sweep) judge(sc *sweepCase) {
 	sw.judgeReceipts(sc)
 	sw.judgeQuotedAmounts(sc)
 	sw.judgeMandates(sc)
+	sw.judgeWaits(sc)
+}
+
+// judgeWaits is rule 8. A write Stripe answered while billingd was still
+// waiting, longer after it arrived than billingd's bound allows, shows a
+// call without that bound: a second held by a Stripe that stalls. The
+// second STRIPE_TIMEOUT is slack for the fake to see the hang-up on a
+// loaded machine; a write held 2.5 × STRIPE_TIMEOUT ("Stripe stalls")
+// passes it. Stripe's own writes (dashboard, renewal) have no answer.
+func (sw *sweep) judgeWaits(sc *sweepCase) {
+	for _, w := range sw.h.fake.WritesFor(sc.sub) {
+		if waited := w.Replied.Sub(w.Arrived); w.Answered && waited > 2*sweepStripeTimeout {
+			sc.violate(8, "billingd waited %v for Stripe's answer to %s (%s); STRIPE_TIMEOUT is %v",
+				waited.Round(time.Millisecond), w.Endpoint, w.Key, sweepStripeTimeout)
+		}
+	}
 }
 
 // judgeQuotedAmounts is rule 5 for what a person agreed to pay: the amount

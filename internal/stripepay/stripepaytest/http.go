@@ -91,8 +91,10 @@ func (s *Server) endpoint(e Endpoint, fn endpointFunc) http.Handler {
 			s.noteRead(sub)
 		}
 		s.deliver(w, r, res, fault)
-		if logged >= 0 && r.Context().Err() != nil {
-			s.unanswered(logged) // the client gave up before the answer came (a delay, a stall held past it)
+		if logged >= 0 {
+			// A client gone by now gave up before the answer came (a
+			// delay, a stall held past its timeout).
+			s.delivered(logged, time.Now(), r.Context().Err() != nil)
 		}
 	})
 }

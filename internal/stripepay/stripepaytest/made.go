@@ -64,6 +64,9 @@ type Write struct {
 	// Answered: the client got the write's own answer (not lost, replaced
 	// by a 500, cut, or held until the client gave up).
 	Answered bool
+	// Replied is when the fake sent that answer (zero when not Answered):
+	// how long after Arrived the client was still waiting for it.
+	Replied time.Time
 }
 
 // Changed reports whether the write changed the subscription.
@@ -166,12 +169,17 @@ func (s *Server) endWrite(w writing, answered bool) int {
 	return len(s.writes) - 1
 }
 
-// unanswered marks the write at i as one whose answer the client never
-// got.
-func (s *Server) unanswered(i int) {
+// delivered notes what came of the answer to the write at i: sent at
+// replied, or never got, when the client had already gone.
+func (s *Server) delivered(i int, replied time.Time, clientGone bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.writes[i].Answered = false
+	if clientGone {
+		s.writes[i].Answered = false
+	}
+	if s.writes[i].Answered {
+		s.writes[i].Replied = replied
+	}
 }
 
 // noteRead logs a read of the subscription.

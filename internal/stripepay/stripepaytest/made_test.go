@@ -38,7 +38,7 @@ func TestWritesAreLoggedWithTheirStates(t *testing.T) {
 		t.Fatalf("%d writes logged, want the update and the dashboard's: %+v", len(writes), writes)
 	}
 	update, dashboard := writes[0], writes[1]
-	if update.Endpoint != stripepaytest.UpdateSubscription || update.Key != "k_lost" || update.Answered ||
+	if update.Endpoint != stripepaytest.UpdateSubscription || update.Key != "k_lost" || update.Answered || !update.Replied.IsZero() ||
 		update.Before.PriceID != pricePro || update.After.PriceID != priceScale || update.Invoice == "" || !update.Changed() {
 		t.Fatalf("update logged as %+v", update)
 	}
@@ -65,7 +65,28 @@ func TestStalledWriteArrivesBeforeItExecutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	writes := e.fake.WritesFor(e.org.SubscriptionID)
-	if len(writes) != 1 || writes[0].At.Sub(writes[0].Arrived) < 200*time.Millisecond || !writes[0].Answered {
+	if len(writes) != 1 || writes[0].At.Sub(writes[0].Arrived) < 200*time.Millisecond || !writes[0].Answered ||
+		writes[0].Replied.Before(writes[0].At) {
 		t.Fatalf("stalled write logged as %+v", writes)
+	}
+}
+
+// TestWriteHeldPastTheClientsTimeoutIsNotAnswered: a client that gave up
+// on a held answer never got it, and the log says so (no Replied time): the
+// oracle's rule 8 tells a caller that kept its deadline from one that
+// waited.
+func TestWriteHeldPastTheClientsTimeoutIsNotAnswered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, stripepay.Config{Timeout: time.Second})
+	e.fake.FailNext(stripepaytest.Delay(10 * time.Second))
+	if _, err := e.p.ApplyPlanChange(context.Background(), e.change(priceScale), "k_held"); !errors.Is(err, billing.ErrUnavailable) {
+		t.Fatalf("held answer: %v", err)
+	}
+	// The fake logs the hang-up once its handler sees it: wait for that.
+	for e.fake.Running(e.org.SubscriptionID) > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if writes := e.fake.WritesFor(e.org.SubscriptionID); len(writes) != 1 || writes[0].Answered || !writes[0].Replied.IsZero() {
+		t.Fatalf("held write logged as %+v", writes)
 	}
 }
