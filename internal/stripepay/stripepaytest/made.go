@@ -64,8 +64,10 @@ type Write struct {
 	// Answered: the client got the write's own answer (not lost, replaced
 	// by a 500, cut, or held until the client gave up).
 	Answered bool
-	// Replied is when the fake sent that answer (zero when not Answered):
-	// how long after Arrived the client was still waiting for it.
+	// Replied is when the fake sent that answer to a client still waiting
+	// for it: how long after Arrived the client waited. Zero when not
+	// Answered, for Stripe's own writes (answered to no one), and until
+	// the answer is sent.
 	Replied time.Time
 }
 

@@ -72,21 +72,34 @@ func TestStalledWriteArrivesBeforeItExecutes(t *testing.T) {
 }
 
 // TestWriteHeldPastTheClientsTimeoutIsNotAnswered: a client that gave up
-// on a held answer never got it, and the log says so (no Replied time): the
-// oracle's rule 8 tells a caller that kept its deadline from one that
-// waited.
+// on a held answer never got it, and the log says so (no Replied time),
+// whether the fake stopped holding when the client went (Delay) or held
+// on (Linger, the sweep's "Stripe stalls"): the oracle's rule 8 tells a
+// caller that kept its deadline from one that waited.
 func TestWriteHeldPastTheClientsTimeoutIsNotAnswered(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, stripepay.Config{Timeout: time.Second})
-	e.fake.FailNext(stripepaytest.Delay(10 * time.Second))
-	if _, err := e.p.ApplyPlanChange(context.Background(), e.change(priceScale), "k_held"); !errors.Is(err, billing.ErrUnavailable) {
-		t.Fatalf("held answer: %v", err)
-	}
-	// The fake logs the hang-up once its handler sees it: wait for that.
-	for e.fake.Running(e.org.SubscriptionID) > 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if writes := e.fake.WritesFor(e.org.SubscriptionID); len(writes) != 1 || writes[0].Answered || !writes[0].Replied.IsZero() {
-		t.Fatalf("held write logged as %+v", writes)
+	for name, fault := range map[string]stripepaytest.Fault{
+		"delay":  stripepaytest.Delay(10 * time.Second),
+		"linger": stripepaytest.Linger(3 * time.Second),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, stripepay.Config{Timeout: time.Second})
+			e.fake.FailNext(fault)
+			if _, err := e.p.ApplyPlanChange(context.Background(), e.change(priceScale), "k_held"); !errors.Is(err, billing.ErrUnavailable) {
+				t.Fatalf("held answer: %v", err)
+			}
+			// The fake logs the hang-up once its handler is done: wait
+			// for that (a lingering write executes 3 s after it came).
+			for i := 0; e.fake.Running(e.org.SubscriptionID) > 0; i++ {
+				if i == 2000 {
+					t.Fatal("the fake still handles the write after 20 s")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if writes := e.fake.WritesFor(e.org.SubscriptionID); len(writes) != 1 || writes[0].Answered || !writes[0].Replied.IsZero() {
+				t.Fatalf("held write logged as %+v", writes)
+			}
+		})
 	}
 }
