@@ -89,14 +89,9 @@ func TestWriteHeldPastTheClientsTimeoutIsNotAnswered(t *testing.T) {
 			if _, err := e.p.ApplyPlanChange(context.Background(), e.change(priceScale), "k_held"); !errors.Is(err, billing.ErrUnavailable) {
 				t.Fatalf("held answer: %v", err)
 			}
-			// The fake logs the hang-up once its handler is done: wait
-			// for that (a lingering write executes 3 s after it came).
-			for i := 0; e.fake.Running(e.org.SubscriptionID) > 0; i++ {
-				if i == 2000 {
-					t.Fatal("the fake still handles the write after 20 s")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			// The fake logs the hang-up once its handler is done (a
+			// lingering write executes 3 s after it came).
+			eventually(t, "the fake done with the write", func() bool { return e.fake.Running(e.org.SubscriptionID) == 0 })
 			if writes := e.fake.WritesFor(e.org.SubscriptionID); len(writes) != 1 || writes[0].Answered || !writes[0].Replied.IsZero() {
 				t.Fatalf("held write logged as %+v", writes)
 			}
