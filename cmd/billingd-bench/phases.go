@@ -280,6 +280,10 @@ func (e *env) runService(ctx context.Context, w workload, clients, round int) (s
 	if err != nil {
 		return sample{}, err
 	}
+	heap0, err := readHeapUse(ctx, e.metricsAddr)
+	if err != nil {
+		return sample{}, err
+	}
 	self0 := selfCPU()
 	if err := e.resetStatements(ctx); err != nil {
 		return sample{}, err
@@ -295,12 +299,16 @@ func (e *env) runService(ctx context.Context, w workload, clients, round int) (s
 	if err != nil {
 		return sample{}, err
 	}
+	heap1, err := readHeapUse(ctx, e.metricsAddr)
+	if err != nil {
+		return sample{}, err
+	}
 	if err := stopProfile(); err != nil {
 		return sample{}, err
 	}
 	used := billingd1.since(billingd0)
 	s.cpu = cpuUse{billingd: used.cpu, bench: selfCPU() - self0, postgres: backends.total(),
-		billingdKernel: used.kernel, billingdReadsWrites: used.readsWrites}
+		billingdKernel: used.kernel, billingdReadsWrites: used.readsWrites, billingdHeap: heap1.since(heap0)}
 	s.waits = waits.waits()
 	s.active = waits.active()
 	if s.stmts, err = e.readStatements(ctx); err != nil {
