@@ -5,70 +5,59 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
 
-// heapUse is what billingd's Go runtime has done so far, read from the
-// Go collector on its /metrics: the bytes it allocated on the heap and the
-// garbage collections it finished. Like the reads and writes, these are
-// counts of what a call does, not times: they move with the code, not with
-// how busy the machine is, so a change that allocates less shows as a
-// smaller count even when the CPU figures' noise hides it.
-type heapUse struct {
-	allocBytes, gcCycles int64
-}
+// allocated is how many bytes billingd's Go runtime has allocated on the
+// heap so far, from the Go collector on its /metrics. Like the reads and
+// writes, it is a count of what a call does, not a time: it moves with the
+// code, not with how busy the machine is, so a change that allocates less
+// shows as a smaller count even when the noise of the CPU figures hides it.
+// (The garbage collections that allocation costs are not counted: how many
+// there are depends on the live heap, which grows with requests in flight,
+// and on GOGC, and a run of a few seconds finishes only a handful.)
 
-func (h heapUse) since(before heapUse) heapUse {
-	return heapUse{allocBytes: h.allocBytes - before.allocBytes, gcCycles: h.gcCycles - before.gcCycles}
-}
+// metricAllocBytes is the Go collector's name for the count.
+const metricAllocBytes = "go_memstats_alloc_bytes_total"
 
-// The Go collector's names for the two counts.
-const (
-	metricAllocBytes = "go_memstats_alloc_bytes_total"
-	metricGCCycles   = "go_gc_duration_seconds"
-)
-
-// readHeapUse scrapes billingd's /metrics at addr (its METRICS_ADDR). The
-// scrape itself allocates in billingd, tens of kilobytes, against the
-// hundreds of megabytes of a run.
-func readHeapUse(ctx context.Context, addr string) (heapUse, error) {
+// readAllocated scrapes billingd's /metrics at addr (its METRICS_ADDR).
+// The scrape allocates a little in billingd itself: its own encoding,
+// uncompressed (identity), so that promhttp does not build a gzip writer,
+// close to a megabyte when its pool is empty.
+func readAllocated(ctx context.Context, addr string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
-		return heapUse{}, err
+		return 0, err
 	}
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return heapUse{}, fmt.Errorf("read billingd's metrics: %w", err)
+		return 0, fmt.Errorf("read billingd's metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return heapUse{}, fmt.Errorf("read billingd's metrics: %s", resp.Status)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 500))
+		return 0, fmt.Errorf("read billingd's metrics: %s: %s", resp.Status, body)
 	}
-	return parseHeapUse(resp.Body)
+	return parseAllocated(resp.Body)
 }
 
-// parseHeapUse takes the two counts from a text exposition.
-func parseHeapUse(r io.Reader) (heapUse, error) {
+// parseAllocated takes the count from a text exposition.
+func parseAllocated(r io.Reader) (int64, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(r)
 	if err != nil {
-		return heapUse{}, fmt.Errorf("parse billingd's metrics: %w", err)
+		return 0, fmt.Errorf("parse billingd's metrics: %w", err)
 	}
-	alloc, ok := onlyMetric(families, metricAllocBytes)
-	gc, ok2 := onlyMetric(families, metricGCCycles)
-	if !ok || !ok2 || alloc.GetCounter() == nil || gc.GetSummary() == nil {
-		return heapUse{}, fmt.Errorf("billingd's metrics lack %s or %s", metricAllocBytes, metricGCCycles)
+	f, ok := families[metricAllocBytes]
+	if !ok || len(f.GetMetric()) != 1 || f.GetType() != dto.MetricType_COUNTER {
+		return 0, fmt.Errorf("billingd's metrics lack the counter %s", metricAllocBytes)
 	}
-	return heapUse{allocBytes: int64(alloc.GetCounter().GetValue()), gcCycles: int64(gc.GetSummary().GetSampleCount())}, nil
-}
-
-func onlyMetric(families map[string]*dto.MetricFamily, name string) (*dto.Metric, bool) {
-	f, ok := families[name]
-	if !ok || len(f.GetMetric()) != 1 {
-		return nil, false
-	}
-	return f.GetMetric()[0], true
+	return int64(f.GetMetric()[0].GetCounter().GetValue()), nil
 }

@@ -16,22 +16,22 @@ import (
 // the PostgreSQL backends serving a run, and pgbench itself.
 
 // cpuUse is CPU time one run used, per part, and of billingd's the part in
-// the kernel, its read and write system calls, and what its runtime
-// allocated and collected (heapUse).
+// the kernel, its read and write system calls, and the bytes its runtime
+// allocated (readAllocated).
 type cpuUse struct {
 	billingd, bench, postgres, pgbench time.Duration
 	billingdKernel                     time.Duration
 	billingdReadsWrites                int64
-	billingdHeap                       heapUse
+	billingdAllocBytes                 int64
 }
 
 // cpuPerOp is cpuUse divided by the operations of the run, in µs (system
-// calls in calls, allocation in KiB, collections per 1000 operations).
+// calls in calls, allocation in KiB).
 type cpuPerOp struct {
 	billingd, bench, postgres, pgbench float64
 	billingdKernel                     float64
 	billingdReadsWrites                float64
-	billingdAllocKiB, billingdGCsPerK  float64
+	billingdAllocKiB                   float64
 }
 
 func (u cpuUse) perOp(ops int) cpuPerOp {
@@ -41,8 +41,7 @@ func (u cpuUse) perOp(ops int) cpuPerOp {
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(ops) }
 	c := cpuPerOp{billingd: per(u.billingd), bench: per(u.bench), postgres: per(u.postgres), pgbench: per(u.pgbench),
 		billingdKernel: per(u.billingdKernel), billingdReadsWrites: float64(u.billingdReadsWrites) / float64(ops),
-		billingdAllocKiB: float64(u.billingdHeap.allocBytes) / 1024 / float64(ops),
-		billingdGCsPerK:  float64(u.billingdHeap.gcCycles) * 1000 / float64(ops)}
+		billingdAllocKiB: float64(u.billingdAllocBytes) / 1024 / float64(ops)}
 	if u.billingdReadsWrites < 0 { // not kept by this kernel
 		c.billingdReadsWrites = -1
 	}

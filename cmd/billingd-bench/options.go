@@ -98,7 +98,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&o.latencyDuration, "latency-duration", 15*time.Second, "measured time of each row at Stripe's pace")
 	fs.IntVar(&o.latencyOneOrg, "latency-one-org", 32, "clients of the row at Stripe's pace with one org per client, no tail and reads at loopback speed (0: none)")
 	fs.BoolVar(&o.latencyOnly, "latency-only", false, "run only the rows at Stripe's pace (no pgbench rows, old rows or round trips)")
-	fs.StringVar(&o.profile, "profile", "", "write CPU profiles of billingd (served by PPROF on its metrics listener) and of the bench process over each billingd run at -profile-clients to this directory")
+	fs.StringVar(&o.profile, "profile", "", "write CPU profiles of billingd (served by PPROF on its metrics listener) and of the bench process over each billingd run at -profile-clients to this directory (those runs' CPU and allocation include the profilers')")
 	fs.IntVar(&o.profileClients, "profile-clients", 16, "the concurrency whose runs -profile profiles")
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.StringVar(&o.doc, "doc", "", "also replace the results between the bench markers in this page (make bench: docs/performance.md)")

@@ -276,11 +276,12 @@ func (e *env) runService(ctx context.Context, w workload, clients, round int) (s
 	pid := e.billingd.Process.Pid
 	backends := watchBackends(ctx, e.pool, "billingd")
 	waits := sampleWaits(ctx, e.pool, "billingd")
-	billingd0, err := processUsage(pid)
+	// The scrape first: its own CPU falls outside the CPU counted.
+	allocated0, err := readAllocated(ctx, e.metricsAddr)
 	if err != nil {
 		return sample{}, err
 	}
-	heap0, err := readHeapUse(ctx, e.metricsAddr)
+	billingd0, err := processUsage(pid)
 	if err != nil {
 		return sample{}, err
 	}
@@ -299,16 +300,19 @@ func (e *env) runService(ctx context.Context, w workload, clients, round int) (s
 	if err != nil {
 		return sample{}, err
 	}
-	heap1, err := readHeapUse(ctx, e.metricsAddr)
-	if err != nil {
-		return sample{}, err
-	}
+	self1 := selfCPU()
 	if err := stopProfile(); err != nil {
 		return sample{}, err
 	}
+	// After the profiles, so that a profiled run's count always holds what
+	// the profiler allocated, never by chance half of it.
+	allocated1, err := readAllocated(ctx, e.metricsAddr)
+	if err != nil {
+		return sample{}, err
+	}
 	used := billingd1.since(billingd0)
-	s.cpu = cpuUse{billingd: used.cpu, bench: selfCPU() - self0, postgres: backends.total(),
-		billingdKernel: used.kernel, billingdReadsWrites: used.readsWrites, billingdHeap: heap1.since(heap0)}
+	s.cpu = cpuUse{billingd: used.cpu, bench: self1 - self0, postgres: backends.total(),
+		billingdKernel: used.kernel, billingdReadsWrites: used.readsWrites, billingdAllocBytes: allocated1 - allocated0}
 	s.waits = waits.waits()
 	s.active = waits.active()
 	if s.stmts, err = e.readStatements(ctx); err != nil {

@@ -107,7 +107,6 @@ var (
 	cpuKernel      = func(c cpuPerOp) float64 { return c.billingdKernel }
 	cpuReadsWrites = func(c cpuPerOp) float64 { return c.billingdReadsWrites }
 	cpuAllocKiB    = func(c cpuPerOp) float64 { return c.billingdAllocKiB }
-	cpuGCsPerK     = func(c cpuPerOp) float64 { return c.billingdGCsPerK }
 )
 
 // writeCPUBudget explains the ratios: when every part shares the cores,
@@ -141,19 +140,20 @@ func writeCPUBudget(b *strings.Builder, rows []comparison) {
 // part and counts its reads and writes: on a machine where a system call
 // is expensive, much of what billingd spends is the kernel carrying its
 // messages (to PostgreSQL, Stripe, the client, the log), which only fewer
-// messages make cheaper.
+// messages make cheaper. Its allocation per operation is the other count:
+// what malloc and the garbage collector cost follows it.
 func writeOwnCPU(b *strings.Builder, rows []comparison, perSyscall time.Duration) {
 	b.WriteString("### billingd's own CPU\n\n")
 	fmt.Fprintf(b, "billingd's CPU per operation (as above), the part of it in the kernel (stime), and its read and write "+
 		"system calls per operation (/proc/<pid>/io: read, write, readv, writev, which Go's sockets and files use, a read "+
 		"that found nothing to read included; epoll, futex and the Go scheduler's sleeps not counted), priced at what the "+
 		"cheapest system call costs on this machine (%.2f µs, getppid): a low floor, since a write over loopback also "+
-		"delivers to its reader and wakes it. Then what billingd's Go runtime allocated per operation and how many "+
-		"garbage collections it finished per 1000 operations (its /metrics: go_memstats_alloc_bytes_total, "+
-		"go_gc_duration_seconds): like the reads and writes, counts that follow the code, not the machine's pace. "+
+		"delivers to its reader and wakes it. Then what billingd's Go runtime allocated on the heap per operation "+
+		"(its /metrics: go_memstats_alloc_bytes_total), which its garbage collector later pays for: like the reads "+
+		"and writes, a count that follows the code, not the machine's pace. "+
 		"Medians of the rounds, spread in brackets.\n\n", us(perSyscall))
-	b.WriteString("| workload | clients | billingd µs/op | in the kernel | reads and writes | × a system call's cost, µs | KiB allocated | collections per 1000 |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| workload | clients | billingd µs/op | in the kernel | reads and writes | × a system call's cost, µs | KiB allocated/op |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
 		s := r.service
 		if s.cpu(cpuBillingd).median == 0 {
@@ -163,9 +163,9 @@ func writeOwnCPU(b *strings.Builder, rows []comparison, perSyscall time.Duration
 		if c := s.cpu(cpuReadsWrites); c.min >= 0 {
 			calls, priced = withSpread("%.1f", c), fmt.Sprintf("%.0f", c.median*us(perSyscall))
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.workload, clientsCell(r),
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.workload, clientsCell(r),
 			withSpread("%.0f", s.cpu(cpuBillingd)), withSpread("%.0f", s.cpu(cpuKernel)), calls, priced,
-			withSpread("%.1f", s.cpu(cpuAllocKiB)), withSpread("%.1f", s.cpu(cpuGCsPerK)))
+			withSpread("%.1f", s.cpu(cpuAllocKiB)))
 	}
 	b.WriteString("\n")
 }

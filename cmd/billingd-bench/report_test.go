@@ -118,14 +118,12 @@ func TestOwnCPUTableSplitsTheKernelAndPricesTheSystemCalls(t *testing.T) {
 		row.service[i].cpu.billingdKernel = k
 		row.service[i].cpu.billingdReadsWrites = 40 + float64(i)
 		row.service[i].cpu.billingdAllocKiB = 100 + 10*float64(i)
-		row.service[i].cpu.billingdGCsPerK = 4
 	}
 	var b strings.Builder
 	writeOwnCPU(&b, []comparison{row}, 5*time.Microsecond)
 	// billingd 2900 µs (7%), 1100 in the kernel (18%), 41 reads and
-	// writes (5%), 41 × 5 µs = 205 µs, 110 KiB allocated (18%), 4
-	// collections per 1000.
-	want := "| handshake | 16 | 2900 (7%) | 1100 (18%) | 41.0 (5%) | 205 | 110.0 (18%) | 4.0 |\n"
+	// writes (5%), 41 × 5 µs = 205 µs, 110 KiB allocated (18%).
+	want := "| handshake | 16 | 2900 (7%) | 1100 (18%) | 41.0 (5%) | 205 | 110.0 (18%) |\n"
 	if !strings.Contains(b.String(), want) || !strings.Contains(b.String(), "(5.00 µs, getppid)") {
 		t.Errorf("own CPU table:\n%s\nwant the row:\n%s", b.String(), want)
 	}
@@ -133,7 +131,7 @@ func TestOwnCPUTableSplitsTheKernelAndPricesTheSystemCalls(t *testing.T) {
 	row.service[1].cpu.billingdReadsWrites = -1 // a kernel without /proc/<pid>/io
 	b.Reset()
 	writeOwnCPU(&b, []comparison{row}, 5*time.Microsecond)
-	if want := "| handshake | 16 | 2900 (7%) | 1100 (18%) | n/a | n/a | 110.0 (18%) | 4.0 |\n"; !strings.Contains(b.String(), want) {
+	if want := "| handshake | 16 | 2900 (7%) | 1100 (18%) | n/a | n/a | 110.0 (18%) |\n"; !strings.Contains(b.String(), want) {
 		t.Errorf("own CPU table without counts:\n%s\nwant the row:\n%s", b.String(), want)
 	}
 }
