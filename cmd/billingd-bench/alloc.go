@@ -12,40 +12,31 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// allocated is how many bytes billingd's Go runtime has allocated on the
-// heap so far, from the Go collector on its /metrics. Like the reads and
-// writes, it is a count of what a call does, not a time: it moves with the
-// code, not with how busy the machine is, so a change that allocates less
-// shows as a smaller count even when the noise of the CPU figures hides it.
-// (The garbage collections that allocation costs are not counted: how many
-// there are depends on the live heap, which grows with requests in flight,
-// and on GOGC, and a run of a few seconds finishes only a handful.)
-
-// metricAllocBytes is the Go collector's name for the count.
+// metricAllocBytes is the Go collector's count of the bytes billingd's
+// runtime has allocated on the heap so far.
 const metricAllocBytes = "go_memstats_alloc_bytes_total"
 
-// readAllocated scrapes billingd's /metrics at addr (its METRICS_ADDR).
+// readAllocated scrapes that count from billingd's /metrics at addr (its
+// METRICS_ADDR). Like the reads and writes, it is a count of what a call
+// does, not a time: it moves with the code, not with how busy the machine
+// is, so a change that allocates less shows as a smaller count even when
+// the noise of the CPU figures hides it. (The garbage collections that
+// allocation costs are not counted: how many there are depends on the live
+// heap, which grows with requests in flight, and on GOGC, and a run of a
+// few seconds finishes only a handful.)
+//
 // The scrape allocates a little in billingd itself: its own encoding,
 // uncompressed (identity), so that promhttp does not build a gzip writer,
 // close to a megabyte when its pool is empty.
 func readAllocated(ctx context.Context, addr string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := http.DefaultClient.Do(req)
+	body, err := get(ctx, "http://"+addr+"/metrics", http.Header{"Accept-Encoding": {"identity"}})
 	if err != nil {
 		return 0, fmt.Errorf("read billingd's metrics: %w", err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 500))
-		return 0, fmt.Errorf("read billingd's metrics: %s: %s", resp.Status, body)
-	}
-	return parseAllocated(resp.Body)
+	defer body.Close()
+	return parseAllocated(body)
 }
 
 // parseAllocated takes the count from a text exposition.
