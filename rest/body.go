@@ -54,67 +54,123 @@ func decodeStrict(r io.Reader, v any) error {
 		return readError(err)
 	}
 	if err := json.Unmarshal(data, v, strictJSON); err != nil {
-		return billing.Errorf(billing.CodeInvalidRequest, "%s", refusal(err))
+		return billing.Errorf(billing.CodeInvalidRequest, "%s", refusal(reflect.TypeOf(v), err))
 	}
 	return nil
 }
 
-// refusal says what is wrong with a body the decoder refused, and where.
-func refusal(err error) string {
+// refusal says what is wrong with a body of type t the decoder refused,
+// and where.
+func refusal(t reflect.Type, err error) string {
 	var syntax *jsontext.SyntacticError
 	var semantic *json.SemanticError
 	switch {
 	case errors.As(err, &syntax) && errors.Is(syntax.Err, jsontext.ErrDuplicateName):
-		return where(syntax.JSONPointer.Parent()) + " has a repeated field"
+		// The decoder checks a whole value's syntax before its type, so
+		// the repeated name may be inside a value the client wrote in
+		// place of a string: then that is what is wrong.
+		at, found := place(t, syntax.JSONPointer.Parent())
+		if at.whole && found.Kind() == reflect.Struct {
+			return at.name + " has a repeated field"
+		}
+		return at.wrongKind(found)
 	case errors.As(err, &semantic) && errors.Is(semantic.Err, json.ErrUnknownName):
-		return where(semantic.JSONPointer.Parent()) + " has an unknown field"
+		at, found := place(t, semantic.JSONPointer.Parent())
+		if at.whole && found.Kind() == reflect.Struct {
+			return at.name + " has an unknown field"
+		}
+		return at.wrongKind(found)
 	case errors.As(err, &semantic) && errors.Is(semantic.Err, errNull):
-		return where(semantic.JSONPointer) + " must not be null"
+		at, _ := place(t, semantic.JSONPointer)
+		return at.name + " must not be null"
 	case errors.As(err, &semantic) && semantic.GoType != nil:
-		return where(semantic.JSONPointer) + " must be " + jsonKindOf(semantic.GoType)
+		at, found := place(t, semantic.JSONPointer)
+		return at.wrongKind(found)
 	}
 	return "request body must be one JSON object"
 }
 
-// where names the value at p as billing's own messages do:
-// rules[2].to_plans. Every token of p is a field name billingd knows or an
-// index: refusal drops the name of an unknown or repeated field.
-func where(p jsontext.Pointer) string {
-	var b strings.Builder
-	for tok := range p.Tokens() {
-		if _, err := strconv.Atoi(tok); err == nil {
-			b.WriteString("[" + tok + "]")
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(tok)
-	}
-	if b.Len() == 0 {
-		return "request body"
-	}
-	return b.String()
+// location is where in a request a refusal points, as billing's own
+// messages name it: rules[2].to_plans.
+type location struct {
+	name string
+	// whole: every token of the pointer named a place in the request's
+	// type; else name stops at the last one that did.
+	whole bool
 }
 
-// jsonKindOf is the JSON a Go type is read from, as a message says it.
-func jsonKindOf(t reflect.Type) string {
+// place walks p through the request's type t, field by field and index
+// by index, and returns the deepest place it reaches and that place's
+// type. The walk stops at a name t does not have, so a name the client
+// made up is never repeated back.
+func place(t reflect.Type, p jsontext.Pointer) (location, reflect.Type) {
+	var b strings.Builder
+	t = direct(t)
+	for tok := range p.Tokens() {
+		next, ok := member(t, tok)
+		if !ok {
+			return location{name: named(b.String())}, t
+		}
+		if t.Kind() == reflect.Slice {
+			b.WriteString("[" + tok + "]")
+		} else {
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(tok)
+		}
+		t = direct(next)
+	}
+	return location{name: named(b.String()), whole: true}, t
+}
+
+// member is the type of t's element tok: a field named so in JSON, or an
+// element of a list.
+func member(t reflect.Type, tok string) (reflect.Type, bool) {
+	switch t.Kind() {
+	case reflect.Slice:
+		if _, err := strconv.Atoi(tok); err == nil {
+			return t.Elem(), true
+		}
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name == tok {
+				return t.Field(i).Type, true
+			}
+		}
+	}
+	return nil, false
+}
+
+func direct(t reflect.Type) reflect.Type {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	return t
+}
+
+func named(where string) string {
+	if where == "" {
+		return "request body"
+	}
+	return where
+}
+
+// wrongKind says what JSON the place of type t must hold.
+func (at location) wrongKind(t reflect.Type) string {
 	switch t.Kind() {
 	case reflect.Struct:
-		return "an object"
+		return at.name + " must be an object"
 	case reflect.Slice:
-		return "an array"
+		return at.name + " must be an array"
 	case reflect.String:
-		return "a string"
+		return at.name + " must be a string"
 	case reflect.Bool:
-		return "true or false"
+		return at.name + " must be true or false"
 	case reflect.Int, reflect.Int32, reflect.Int64:
-		return "an integer"
+		return at.name + " must be an integer"
 	}
-	return "of another type"
+	return at.name + " is not valid"
 }
 
 // decodeOptional accepts an empty body or an empty JSON object.

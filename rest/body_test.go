@@ -25,6 +25,13 @@ func TestDecodeStrictSaysWhereNeverWhat(t *testing.T) {
 		`{"quantity":"secret"}`:    "quantity must be an integer",
 		`{"quantity":1.5}`:         "quantity must be an integer",
 		"{\"to\":\"\xff\"}":        "request body must be one JSON object",
+		// The decoder finds a repeated name inside a value before it
+		// sees that the value is of the wrong type: the type is what is
+		// wrong, and the client's names stay unsaid.
+		`{"to":{"secret":{"a":1,"a":2}}}`:    "to must be a string",
+		`{"to":{"a":1,"a":2}}`:               "to must be a string",
+		`{"quantity":[{"a":{"s":1,"s":2}}]}`: "quantity must be an integer",
+		`{"to":{"123":{"a":1,"a":1}}}`:       "to must be a string",
 	} {
 		var v changeBody
 		err := decodeStrict(strings.NewReader(body), &v)
@@ -33,10 +40,12 @@ func TestDecodeStrictSaysWhereNeverWhat(t *testing.T) {
 		}
 	}
 	for body, want := range map[string]string{
-		`{"rules":[{"name":"x","action":"deny","ACTION":"allow"}]}`:        "rules[0] has an unknown field",
-		`{"rules":[{"name":"x","action":"deny"},{"name":"y","name":"z"}]}`: "rules[1] has a repeated field",
-		`{"rules":[{"name":null,"action":"allow"}]}`:                       "rules[0].name must not be null",
-		`{"rules":[{"name":"x","action":"deny","to_plans":[1]}]}`:          "rules[0].to_plans[0] must be a string",
+		`{"rules":[{"name":"x","action":"deny","ACTION":"allow"}]}`:                      "rules[0] has an unknown field",
+		`{"rules":[{"name":"x","action":"deny"},{"name":"y","name":"z"}]}`:               "rules[1] has a repeated field",
+		`{"rules":[{"name":null,"action":"allow"}]}`:                                     "rules[0].name must not be null",
+		`{"rules":[{"name":"x","action":"deny","to_plans":[1]}]}`:                        "rules[0].to_plans[0] must be a string",
+		`{"rules":[{"name":"x","action":"deny","approvals_required":{"s":1,"s":1}}]}`:    "rules[0].approvals_required must be an integer",
+		`{"rules":[{"name":"x","action":"deny","to_plans":[{"secret":{"a":1,"a":1}}]}]}`: "rules[0].to_plans[0] must be a string",
 		`{"rules":{}}`:         "rules must be an array",
 		`{"daily_limit":true}`: "daily_limit must be an integer",
 	} {
