@@ -206,14 +206,34 @@ func TestCommandLine(t *testing.T) {
 	})
 }
 
-// freeAddr is a loopback address nothing listens on, for a billingd
-// subprocess to take.
+// freeAddr is a loopback address nothing listens on, for a subprocess
+// (billingd, nginx) to take, and never one it returned before in this test
+// process. The kernel may hand a port it has just freed to the next
+// listener: two calls could return the same address, and the second
+// process to bind it would find it taken. That happened on CI: an nginx
+// failed to bind, a billingd replica of the same test answered on the
+// proxy's address, and the test saw that replica's sessions where it
+// expected the proxy's.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln := listen(t)
-	defer ln.Close()
-	return ln.Addr().String()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		ln := listen(t)
+		addr := ln.Addr().String()
+		ln.Close()
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
+	}
 }
+
+// handedOut is every address freeAddr has returned.
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
 
 func waitReady(t *testing.T, url string) {
 	t.Helper()

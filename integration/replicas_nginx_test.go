@@ -245,9 +245,14 @@ http {
 			t.Fatalf("nginx exited: %v\n%s\n%s", err, out.String(), logs)
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			_ = c.Close()
-			return
+		// nginx writes its pid file once it has bound its addresses, so
+		// what answers on addr is nginx and not a process that took the
+		// address first (nginx then retries the bind, and gives up).
+		if _, err := os.Stat(filepath.Join(dir, "nginx.pid")); err == nil {
+			if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+				_ = c.Close()
+				return
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("nginx does not listen on %s", addr)
