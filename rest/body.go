@@ -66,20 +66,9 @@ func refusal(t reflect.Type, err error) string {
 	var semantic *json.SemanticError
 	switch {
 	case errors.As(err, &syntax) && errors.Is(syntax.Err, jsontext.ErrDuplicateName):
-		// The decoder checks a whole value's syntax before its type, so
-		// the repeated name may be inside a value the client wrote in
-		// place of a string: then that is what is wrong.
-		at, found := place(t, syntax.JSONPointer.Parent())
-		if at.whole && found.Kind() == reflect.Struct {
-			return at.name + " has a repeated field"
-		}
-		return at.wrongKind(found)
+		return inObject(t, syntax.JSONPointer, "has a repeated field")
 	case errors.As(err, &semantic) && errors.Is(semantic.Err, json.ErrUnknownName):
-		at, found := place(t, semantic.JSONPointer.Parent())
-		if at.whole && found.Kind() == reflect.Struct {
-			return at.name + " has an unknown field"
-		}
-		return at.wrongKind(found)
+		return inObject(t, semantic.JSONPointer, "has an unknown field")
 	case errors.As(err, &semantic) && errors.Is(semantic.Err, errNull):
 		at, _ := place(t, semantic.JSONPointer)
 		return at.name + " must not be null"
@@ -88,6 +77,19 @@ func refusal(t reflect.Type, err error) string {
 		return at.wrongKind(found)
 	}
 	return "request body must be one JSON object"
+}
+
+// inObject says what is wrong with the member at p, a name the object
+// holding it refused (repeated, or unknown): "rules[0] has a repeated
+// field". The decoder checks a whole value's syntax before its type, so
+// the object may be one the client wrote in place of a string: then that
+// is what is wrong.
+func inObject(t reflect.Type, p jsontext.Pointer, wrong string) string {
+	at, found := place(t, p.Parent())
+	if at.whole && found.Kind() == reflect.Struct {
+		return at.name + " " + wrong
+	}
+	return at.wrongKind(found)
 }
 
 // location is where in a request a refusal points, as billing's own
@@ -134,7 +136,7 @@ func member(t reflect.Type, tok string) (reflect.Type, bool) {
 		}
 	case reflect.Struct:
 		for i := range t.NumField() {
-			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name == tok {
+			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" && name == tok {
 				return t.Field(i).Type, true
 			}
 		}

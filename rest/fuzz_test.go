@@ -15,11 +15,26 @@ import (
 // refuses is invalid_request, in a message made only of the body's own
 // field names, indices and billingd's words: never of what the client
 // wrote.
-// ownWords are all a refusal of a changeBody may say but indices.
-var ownWords = strings.NewReplacer("request body", "", "must be one JSON object", "", "must be an object", "",
-	"must be an array", "", "must be a string", "", "must be true or false", "", "must be an integer", "",
-	"must not be null", "", "has a repeated field", "", "has an unknown field", "", "is not valid", "",
-	"confirm_token", "", "quantity", "", "reason", "", "comment", "", "to", "", "at", "")
+// ownWords are all the words a refusal of a changeBody may say, besides
+// indices.
+var ownWords = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields("request body must be one JSON object an array a string true or false integer " +
+		"not null has repeated field unknown is valid confirm_token quantity reason comment to at") {
+		ownWords[w] = true
+	}
+}
+
+// saysOnlyOwnWords reports whether msg is made of ownWords and indices.
+func saysOnlyOwnWords(msg string) bool {
+	for _, w := range strings.FieldsFunc(msg, func(r rune) bool { return strings.ContainsRune(" .[]", r) }) {
+		if !ownWords[w] && strings.Trim(w, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
+}
 
 func FuzzDecodeStrict(f *testing.F) {
 	for _, seed := range []string{
@@ -37,8 +52,8 @@ func FuzzDecodeStrict(f *testing.F) {
 			if !errors.As(err, &be) || be.Code != billing.CodeInvalidRequest {
 				t.Fatalf("refusal %v is not invalid_request", err)
 			}
-			if rest := ownWords.Replace(billing.PublicMessage(err)); strings.Trim(rest, "[]0123456789. ") != "" {
-				t.Fatalf("refusal %q of %q says %q", billing.PublicMessage(err), data, rest)
+			if msg := billing.PublicMessage(err); !saysOnlyOwnWords(msg) {
+				t.Fatalf("refusal %q of %q says what the client wrote", msg, data)
 			}
 			return
 		}
