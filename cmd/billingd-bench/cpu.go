@@ -23,15 +23,18 @@ type cpuUse struct {
 	billingdKernel                     time.Duration
 	billingdReadsWrites                int64
 	billingdAllocBytes                 int64
+	postgresSched                      scheduling // of the side's backends; runs < 0: unknown
 }
 
 // cpuPerOp is cpuUse divided by the operations of the run, in µs (system
-// calls in calls, allocation in KiB).
+// calls and the backends' runs in counts, allocation in KiB).
 type cpuPerOp struct {
 	billingd, bench, postgres, pgbench float64
 	billingdKernel                     float64
 	billingdReadsWrites                float64
 	billingdAllocKiB                   float64
+	postgresRunWait, postgresRuns      float64
+	postgresPreempted                  float64
 }
 
 func (u cpuUse) perOp(ops int) cpuPerOp {
@@ -44,6 +47,11 @@ func (u cpuUse) perOp(ops int) cpuPerOp {
 		billingdAllocKiB: float64(u.billingdAllocBytes) / 1024 / float64(ops)}
 	if u.billingdReadsWrites < 0 { // not kept by this kernel
 		c.billingdReadsWrites = -1
+	}
+	c.postgresRunWait, c.postgresRuns = per(u.postgresSched.runWait), float64(u.postgresSched.runs)/float64(ops)
+	c.postgresPreempted = float64(u.postgresSched.preempted) / float64(ops)
+	if u.postgresSched.runs < 0 {
+		c.postgresRunWait, c.postgresRuns, c.postgresPreempted = -1, -1, -1
 	}
 	return c
 }
@@ -62,22 +70,36 @@ func selfCPU() time.Duration {
 
 // backendCPU follows the CPU time of the PostgreSQL backends of one
 // application_name (and its pools': "billingd executions" is billingd's)
-// while a run goes on. Backends come and go (pgbench's
-// leave when it ends), so it polls: for each backend it keeps the first and
-// the last reading, and a backend first seen after the start counts from
-// zero. A backend's last ~100 ms before it exits are missed.
+// while a run goes on, and how the scheduler treated them (scheduling).
+// Backends come and go (pgbench's leave when it ends), so it polls: for
+// each backend it keeps the first and the last reading, and a backend
+// first seen after the start counts from zero. A backend's last ~100 ms
+// before it exits are missed.
 type backendCPU struct {
 	stop chan struct{}
 	done chan struct{}
 	mu   sync.Mutex
-	seen map[int][2]time.Duration // pid → first, last
-	stat statReader               // under mu
+	seen map[int][2]backendReading // pid → first, last
+	stat statReader                // under mu
+}
+
+// backendReading is one backend's counters at one poll.
+type backendReading struct {
+	cpu time.Duration
+	scheduling
+}
+
+// backendUse is what a side's backends used over a run: CPU, and the
+// scheduler's counts (runs < 0: this kernel keeps no schedstat).
+type backendUse struct {
+	cpu time.Duration
+	scheduling
 }
 
 const backendPoll = 100 * time.Millisecond
 
 func watchBackends(ctx context.Context, pool *pgxpool.Pool, app string) *backendCPU {
-	b := &backendCPU{stop: make(chan struct{}), done: make(chan struct{}), seen: map[int][2]time.Duration{}}
+	b := &backendCPU{stop: make(chan struct{}), done: make(chan struct{}), seen: map[int][2]backendReading{}, stat: newStatReader()}
 	b.poll(ctx, pool, app, true)
 	go func() {
 		defer close(b.done)
@@ -120,28 +142,38 @@ func (b *backendCPU) poll(ctx context.Context, pool *pgxpool.Pool, app string, s
 		if err != nil {
 			continue // gone already, or not on this machine
 		}
-		r, ok := b.seen[pid]
-		if !ok {
-			r[0] = 0
-			if start {
-				r[0] = cpu
-			}
+		now := backendReading{cpu: cpu}
+		if sched, ok := b.stat.scheduling(pid); ok {
+			now.scheduling = sched
+		} else {
+			now.runs = -1
 		}
-		r[1] = cpu
+		r, ok := b.seen[pid]
+		if !ok && start {
+			r[0] = now
+		}
+		r[1] = now
 		b.seen[pid] = r
 	}
 }
 
-// total stops watching and returns the CPU time the backends used.
-func (b *backendCPU) total() time.Duration {
+// total stops watching and returns what the backends used.
+func (b *backendCPU) total() backendUse {
 	close(b.stop)
 	<-b.done
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stat.close()
-	var sum time.Duration
+	var sum backendUse
 	for _, r := range b.seen {
-		sum += r[1] - r[0]
+		sum.cpu += r[1].cpu - r[0].cpu
+		if r[1].runs < 0 || sum.runs < 0 {
+			sum.runs = -1
+			continue
+		}
+		sum.runWait += r[1].runWait - r[0].runWait
+		sum.runs += r[1].runs - r[0].runs
+		sum.preempted += r[1].preempted - r[0].preempted
 	}
 	return sum
 }

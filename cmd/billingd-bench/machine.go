@@ -171,45 +171,127 @@ func readsWrites(pid int) int64 {
 	return n
 }
 
-// statReader reads /proc/<pid>/stat of many processes again and again
-// (backendCPU, ten times a second): it keeps each file open and rereads it
-// from offset 0, which the kernel answers with fresh figures, one pread
-// instead of os.ReadFile's open, fstat, reads and close. Those syscalls
-// were about an eighth of the bench process's own CPU, counted in its CPU
-// per operation.
+// statReader reads /proc/<pid>/stat and /proc/<pid>/schedstat of many
+// processes again and again (backendCPU, ten times a second): it keeps
+// each file open and rereads it from offset 0, which the kernel answers
+// with fresh figures, one pread instead of os.ReadFile's open, fstat,
+// reads and close. Those syscalls were about an eighth of the bench
+// process's own CPU, counted in its CPU per operation.
 type statReader struct {
+	stat, schedstat, status procFiles
+}
+
+func newStatReader() statReader {
+	return statReader{stat: procFiles{name: "stat"}, schedstat: procFiles{name: "schedstat"}, status: procFiles{name: "status"}}
+}
+
+// procFiles keeps one /proc/<pid>/<name> file open per process.
+type procFiles struct {
+	name  string
 	files map[int]*os.File
 	buf   []byte
 }
 
-// cpu is processCPU through the reader's open files.
-func (r *statReader) cpu(pid int) (time.Duration, error) {
-	if r.files == nil {
-		r.files, r.buf = map[int]*os.File{}, make([]byte, 4096)
+// read rereads pid's file; a process gone is an error (ESRCH), and its
+// file is closed.
+func (p *procFiles) read(pid int) ([]byte, error) {
+	if p.files == nil {
+		p.files, p.buf = map[int]*os.File{}, make([]byte, 4096)
 	}
-	f, ok := r.files[pid]
+	f, ok := p.files[pid]
 	if !ok {
 		var err error
-		if f, err = os.Open(fmt.Sprintf("/proc/%d/stat", pid)); err != nil {
-			return 0, err
+		if f, err = os.Open(fmt.Sprintf("/proc/%d/%s", pid, p.name)); err != nil {
+			return nil, err
 		}
-		r.files[pid] = f
+		p.files[pid] = f
 	}
-	n, err := f.ReadAt(r.buf, 0)
-	if n == 0 && err != nil { // gone: ESRCH
+	n, err := f.ReadAt(p.buf, 0)
+	if n == 0 && err != nil {
 		f.Close()
-		delete(r.files, pid)
+		delete(p.files, pid)
+		return nil, err
+	}
+	return p.buf[:n], nil
+}
+
+func (p *procFiles) close() {
+	for pid, f := range p.files {
+		f.Close()
+		delete(p.files, pid)
+	}
+}
+
+// cpu is processCPU through the reader's open files.
+func (r *statReader) cpu(pid int) (time.Duration, error) {
+	b, err := r.stat.read(pid)
+	if err != nil {
 		return 0, err
 	}
-	return parseStatCPU(pid, r.buf[:n])
+	return parseStatCPU(pid, b)
+}
+
+// scheduling is what the scheduler says of a process: how long it waited,
+// runnable, for a CPU, how many times it was put on one (schedstat), and
+// how many times it was taken off one while it could have gone on
+// (status: nonvoluntary_ctxt_switches, a preemption). On a machine whose
+// cores are shared, a process woken often, or preempted, is put on a CPU
+// more often per unit of work and finds its caches colder each time.
+type scheduling struct {
+	runWait   time.Duration
+	runs      int64
+	preempted int64
+}
+
+// scheduling reads pid's /proc/<pid>/schedstat ("on-CPU ns, run-queue ns,
+// times run") and the preemptions in its status. ok is false where the
+// kernel keeps no schedstat.
+func (r *statReader) scheduling(pid int) (scheduling, bool) {
+	b, err := r.schedstat.read(pid)
+	if err != nil {
+		return scheduling{}, false
+	}
+	s, ok := parseSchedstat(b)
+	if !ok {
+		return scheduling{}, false
+	}
+	if b, err = r.status.read(pid); err != nil {
+		return scheduling{}, false
+	}
+	s.preempted, ok = statusCount(b, "nonvoluntary_ctxt_switches:")
+	return s, ok
+}
+
+func parseSchedstat(b []byte) (scheduling, bool) {
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return scheduling{}, false
+	}
+	wait, err1 := strconv.ParseInt(f[1], 10, 64)
+	runs, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return scheduling{}, false
+	}
+	return scheduling{runWait: time.Duration(wait), runs: runs}, true
+}
+
+// statusCount is the number on the line of /proc/<pid>/status that begins
+// with label.
+func statusCount(b []byte, label string) (int64, bool) {
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, label); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // close closes the open files.
 func (r *statReader) close() {
-	for pid, f := range r.files {
-		f.Close()
-		delete(r.files, pid)
-	}
+	r.stat.close()
+	r.schedstat.close()
+	r.status.close()
 }
 
 // parseStatCPU reads utime and stime from the contents of /proc/<pid>/stat.

@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"os/exec"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -11,7 +13,7 @@ import (
 // process uses CPU, agree with processCPU's fresh read, and a process that
 // has exited is an error, as it is to processCPU.
 func TestStatReaderRereads(t *testing.T) {
-	var r statReader
+	r := newStatReader()
 	defer r.close()
 	pid := os.Getpid()
 	first, err := r.cpu(pid)
@@ -47,7 +49,7 @@ func TestStatReaderRereads(t *testing.T) {
 	if _, err := r.cpu(cmd.Process.Pid); err == nil {
 		t.Error("an exited process was read")
 	}
-	if _, ok := r.files[cmd.Process.Pid]; ok {
+	if _, ok := r.stat.files[cmd.Process.Pid]; ok {
 		t.Error("an exited process's file is still open")
 	}
 }
@@ -91,5 +93,40 @@ func TestParseStatTimesSplitsUserAndKernel(t *testing.T) {
 	}
 	if _, _, err := parseStatTimes(42, []byte("42 (x) S 1")); err == nil {
 		t.Error("a short stat was read")
+	}
+}
+
+// The scheduler's counts of a process: its runs only grow, and a kernel's
+// line in another shape is unknown, not zero.
+func TestSchedulingRereads(t *testing.T) {
+	r := newStatReader()
+	defer r.close()
+	// schedstat is one thread's, as a PostgreSQL backend is: this one's.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := syscall.Gettid()
+	first, ok := r.scheduling(tid)
+	if !ok {
+		t.Fatal("no /proc/<tid>/schedstat: the kernel keeps none (CONFIG_SCHED_INFO)")
+	}
+	time.Sleep(time.Millisecond) // off the CPU and back: one more run
+	again, ok := r.scheduling(tid)
+	if !ok || again.runs <= first.runs || again.runWait < first.runWait || again.preempted < first.preempted {
+		t.Errorf("reread %+v after %+v", again, first)
+	}
+	for _, line := range []string{"", "1 2", "1 x 3", "1 2 3 4"} {
+		if s, ok := parseSchedstat([]byte(line)); ok {
+			t.Errorf("%q read as %+v", line, s)
+		}
+	}
+	if s, ok := parseSchedstat([]byte("193397999 647770255 2584\n")); !ok || s.runWait != 647770255 || s.runs != 2584 {
+		t.Errorf("read as %+v, %v", s, ok)
+	}
+	status := "Name:\tpostgres\nvoluntary_ctxt_switches:\t2559\nnonvoluntary_ctxt_switches:\t25\n"
+	if n, ok := statusCount([]byte(status), "nonvoluntary_ctxt_switches:"); !ok || n != 25 {
+		t.Errorf("preemptions read as %d, %v", n, ok)
+	}
+	if _, ok := statusCount([]byte("Name:\tx\n"), "nonvoluntary_ctxt_switches:"); ok {
+		t.Error("a missing line was read")
 	}
 }

@@ -64,7 +64,7 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 	waits := sampleWaits(ctx, e.pool, "pgbench")
 	cmd := e.pgbenchCommand(ctx, append(args, e.dbURL))
 	out, err := cmd.CombinedOutput()
-	postgresCPU := backends.total()
+	backendsUsed := backends.total()
 	sampledWaits := waits.waits()
 	if err != nil {
 		return sample{}, fmt.Errorf("pgbench: %w\n%s", err, out)
@@ -85,7 +85,7 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 	if did := done1 - done0; did < s.ops-s.errors {
 		return sample{}, fmt.Errorf("the %s mirror did less than billingd does: %d of its %d transactions issued (propose) or executed (handshake) a confirmation", w, did, s.ops-s.errors)
 	}
-	s.cpu = cpuUse{postgres: postgresCPU, pgbench: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
+	s.cpu = cpuUse{postgres: backendsUsed.cpu, postgresSched: backendsUsed.scheduling, pgbench: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	s.stmts = stmts
 	s.waits, s.active = sampledWaits, waits.active()
 	return s, nil

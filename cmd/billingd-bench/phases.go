@@ -310,8 +310,8 @@ func (e *env) runService(ctx context.Context, w workload, clients, round int) (s
 	if err != nil {
 		return sample{}, err
 	}
-	used := billingd1.since(billingd0)
-	s.cpu = cpuUse{billingd: used.cpu, bench: self1 - self0, postgres: backends.total(),
+	used, backendsUsed := billingd1.since(billingd0), backends.total()
+	s.cpu = cpuUse{billingd: used.cpu, bench: self1 - self0, postgres: backendsUsed.cpu, postgresSched: backendsUsed.scheduling,
 		billingdKernel: used.kernel, billingdReadsWrites: used.readsWrites, billingdAllocBytes: allocated1 - allocated0}
 	s.waits = waits.waits()
 	s.active = waits.active()

@@ -66,6 +66,7 @@ func renderResults(opts options, res results) string {
 		writeOwnCPU(&b, res.throughput, res.machine.syscall)
 		writeStatements(&b, res.throughput)
 		writeWaits(&b, res.throughput)
+		writeScheduling(&b, res.throughput)
 	}
 	writeLatency(&b, opts, res.latency)
 	if len(res.throughput) > 0 {

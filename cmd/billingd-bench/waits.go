@@ -158,3 +158,41 @@ func writeWaits(b *strings.Builder, rows []comparison) {
 	}
 	b.WriteString("\n")
 }
+
+// writeScheduling is the table of how the scheduler treated each side's
+// backends (/proc/<pid>/schedstat and status): how many times per
+// operation a backend was put on a CPU, how many of those followed a
+// preemption, the CPU it used per time, and how long per operation
+// backends waited, runnable, for a CPU. The same statements cost billingd's
+// backends more CPU than the mirror's only on shared cores
+// (docs/performance.md, "A fourth machine"); these counts say whether it is
+// more runs (more wake-ups and preemptions, each paying the switch and
+// colder caches) or dearer ones.
+func writeScheduling(b *strings.Builder, rows []comparison) {
+	if len(rows) == 0 || rows[0].service.cpu(cpuRuns).min < 0 || rows[0].pgbench.cpu(cpuRuns).min < 0 {
+		return // no schedstat on this kernel
+	}
+	b.WriteString("### How the backends were scheduled\n\n")
+	b.WriteString("From /proc/<pid>/schedstat and status of each side's backends over each run, per operation: the times a " +
+		"backend was put on a CPU (each wake-up, and each return after a preemption), of them the preemptions " +
+		"(nonvoluntary context switches), the CPU used, and per time on a CPU; and the time backends spent runnable, " +
+		"waiting for a CPU. Medians of the rounds, spread in brackets.\n\n")
+	b.WriteString("| workload | clients | billingd's backends: runs | preempted | CPU µs | µs per run | waiting for a CPU, µs | " +
+		"the mirror's: runs | preempted | CPU µs | µs per run | waiting for a CPU, µs |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", r.workload, clientsCell(r), schedulingCells(r.service), schedulingCells(r.pgbench))
+	}
+	b.WriteString("\n")
+}
+
+// schedulingCells are one side's five cells of writeScheduling.
+func schedulingCells(s side) string {
+	runs, cpu := s.cpu(cpuRuns), s.cpu(cpuPostgres)
+	perRun := "n/a"
+	if runs.median > 0 {
+		perRun = fmt.Sprintf("%.0f", cpu.median/runs.median)
+	}
+	return fmt.Sprintf("%s | %s | %s | %s | %s", withSpread("%.1f", runs), withSpread("%.1f", s.cpu(cpuPreempted)),
+		withSpread("%.0f", cpu), perRun, withSpread("%.0f", s.cpu(cpuRunWait)))
+}
