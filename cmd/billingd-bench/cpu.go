@@ -23,18 +23,35 @@ type cpuUse struct {
 	billingdKernel                     time.Duration
 	billingdReadsWrites                int64
 	billingdAllocBytes                 int64
-	postgresSched                      scheduling // of the side's backends; runs < 0: unknown
+	postgresSched                      scheduling // of the side's backends, when the kernel keeps schedstat
 }
 
 // cpuPerOp is cpuUse divided by the operations of the run, in µs (system
-// calls and the backends' runs in counts, allocation in KiB).
+// calls in calls, allocation in KiB).
 type cpuPerOp struct {
 	billingd, bench, postgres, pgbench float64
 	billingdKernel                     float64
 	billingdReadsWrites                float64
 	billingdAllocKiB                   float64
-	postgresRunWait, postgresRuns      float64
-	postgresPreempted                  float64
+	postgresSched                      schedPerOp
+}
+
+// schedPerOp is the side's backends' scheduling per operation: times on a
+// CPU, of them after a wake-up and after a preemption (counts), and their
+// time on a CPU and waiting for one (µs). known is false where the kernel
+// keeps no schedstat.
+type schedPerOp struct {
+	known                  bool
+	runs, woken, preempted float64
+	onCPU, waitingForCPU   float64
+}
+
+// perRun is the CPU a backend used per time on a CPU, µs.
+func (s schedPerOp) perRun() float64 {
+	if s.runs == 0 {
+		return 0
+	}
+	return s.onCPU / s.runs
 }
 
 func (u cpuUse) perOp(ops int) cpuPerOp {
@@ -48,10 +65,10 @@ func (u cpuUse) perOp(ops int) cpuPerOp {
 	if u.billingdReadsWrites < 0 { // not kept by this kernel
 		c.billingdReadsWrites = -1
 	}
-	c.postgresRunWait, c.postgresRuns = per(u.postgresSched.runWait), float64(u.postgresSched.runs)/float64(ops)
-	c.postgresPreempted = float64(u.postgresSched.preempted) / float64(ops)
-	if u.postgresSched.runs < 0 {
-		c.postgresRunWait, c.postgresRuns, c.postgresPreempted = -1, -1, -1
+	if sc := u.postgresSched; sc.known {
+		count := func(n int64) float64 { return float64(n) / float64(ops) }
+		c.postgresSched = schedPerOp{known: true, runs: count(sc.runs), woken: count(sc.woken), preempted: count(sc.preempted),
+			onCPU: per(sc.onCPU), waitingForCPU: per(sc.runWait)}
 	}
 	return c
 }
@@ -79,19 +96,13 @@ type backendCPU struct {
 	stop chan struct{}
 	done chan struct{}
 	mu   sync.Mutex
-	seen map[int][2]backendReading // pid → first, last
-	stat statReader                // under mu
+	seen map[int][2]backendUsage // pid → first, last
+	proc procReader              // under mu
 }
 
-// backendReading is one backend's counters at one poll.
-type backendReading struct {
-	cpu time.Duration
-	scheduling
-}
-
-// backendUse is what a side's backends used over a run: CPU, and the
-// scheduler's counts (runs < 0: this kernel keeps no schedstat).
-type backendUse struct {
+// backendUsage is one backend's counters at one poll, or what a side's
+// backends used over a run.
+type backendUsage struct {
 	cpu time.Duration
 	scheduling
 }
@@ -99,7 +110,7 @@ type backendUse struct {
 const backendPoll = 100 * time.Millisecond
 
 func watchBackends(ctx context.Context, pool *pgxpool.Pool, app string) *backendCPU {
-	b := &backendCPU{stop: make(chan struct{}), done: make(chan struct{}), seen: map[int][2]backendReading{}, stat: newStatReader()}
+	b := &backendCPU{stop: make(chan struct{}), done: make(chan struct{}), seen: map[int][2]backendUsage{}, proc: newProcReader()}
 	b.poll(ctx, pool, app, true)
 	go func() {
 		defer close(b.done)
@@ -120,8 +131,8 @@ func watchBackends(ctx context.Context, pool *pgxpool.Pool, app string) *backend
 	return b
 }
 
-// poll reads the backends' CPU; at the start, a backend's reading is its
-// baseline, later a new backend's baseline is zero.
+// poll reads the backends' CPU and scheduling; at the start, a backend's
+// reading is its baseline, later a new backend's baseline is zero.
 func (b *backendCPU) poll(ctx context.Context, pool *pgxpool.Pool, app string, start bool) {
 	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 OR application_name LIKE $1 || ' %'`, app)
 	if err != nil {
@@ -138,15 +149,9 @@ func (b *backendCPU) poll(ctx context.Context, pool *pgxpool.Pool, app string, s
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, pid := range pids {
-		cpu, err := b.stat.cpu(pid)
+		now, err := b.proc.usage(pid)
 		if err != nil {
-			continue // gone already, or not on this machine
-		}
-		now := backendReading{cpu: cpu}
-		if sched, ok := b.stat.scheduling(pid); ok {
-			now.scheduling = sched
-		} else {
-			now.runs = -1
+			continue // gone already (its last reading stands), or not on this machine
 		}
 		r, ok := b.seen[pid]
 		if !ok && start {
@@ -157,23 +162,18 @@ func (b *backendCPU) poll(ctx context.Context, pool *pgxpool.Pool, app string, s
 	}
 }
 
-// total stops watching and returns what the backends used.
-func (b *backendCPU) total() backendUse {
+// total stops watching and returns what the backends used; its
+// scheduling is known when the kernel keeps schedstat.
+func (b *backendCPU) total() backendUsage {
 	close(b.stop)
 	<-b.done
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.stat.close()
-	var sum backendUse
+	b.proc.close()
+	sum := backendUsage{scheduling: scheduling{known: b.proc.schedKnown}}
 	for _, r := range b.seen {
 		sum.cpu += r[1].cpu - r[0].cpu
-		if r[1].runs < 0 || sum.runs < 0 {
-			sum.runs = -1
-			continue
-		}
-		sum.runWait += r[1].runWait - r[0].runWait
-		sum.runs += r[1].runs - r[0].runs
-		sum.preempted += r[1].preempted - r[0].preempted
+		sum.scheduling = sum.plus(r[1].scheduling.minus(r[0].scheduling))
 	}
 	return sum
 }

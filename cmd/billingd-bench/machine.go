@@ -1,9 +1,10 @@
 package main
 
 import (
-	"bufio"
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -91,14 +92,17 @@ func memoryKiB(pid int) (rss, peak int64, err error) {
 
 // procField is the value of the first "name: value" line of a /proc file.
 func procField(path, name string) (string, bool) {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
+	return fieldOf(string(b), name)
+}
+
+// fieldOf is the value of the first "name: value" line of text.
+func fieldOf(text, name string) (string, bool) {
+	for line := range strings.Lines(text) {
+		k, v, ok := strings.Cut(line, ":")
 		if ok && strings.TrimSpace(k) == name {
 			return strings.TrimSpace(v), true
 		}
@@ -171,18 +175,113 @@ func readsWrites(pid int) int64 {
 	return n
 }
 
-// statReader reads /proc/<pid>/stat and /proc/<pid>/schedstat of many
+// procReader reads /proc/<pid>/stat, schedstat and status of many
 // processes again and again (backendCPU, ten times a second): it keeps
 // each file open and rereads it from offset 0, which the kernel answers
 // with fresh figures, one pread instead of os.ReadFile's open, fstat,
 // reads and close. Those syscalls were about an eighth of the bench
 // process's own CPU, counted in its CPU per operation.
-type statReader struct {
+type procReader struct {
 	stat, schedstat, status procFiles
+	schedKnown              bool // the kernel keeps schedstat (CONFIG_SCHED_INFO)
 }
 
-func newStatReader() statReader {
-	return statReader{stat: procFiles{name: "stat"}, schedstat: procFiles{name: "schedstat"}, status: procFiles{name: "status"}}
+func newProcReader() procReader {
+	_, err := os.Stat("/proc/self/schedstat")
+	return procReader{stat: procFiles{name: "stat"}, schedstat: procFiles{name: "schedstat"},
+		status: procFiles{name: "status"}, schedKnown: err == nil}
+}
+
+// usage is pid's CPU time (stat) and, where the kernel keeps it, its
+// scheduling.
+func (r *procReader) usage(pid int) (backendUsage, error) {
+	cpu, err := r.cpu(pid)
+	if err != nil || !r.schedKnown {
+		return backendUsage{cpu: cpu}, err
+	}
+	sched, err := r.scheduling(pid)
+	return backendUsage{cpu: cpu, scheduling: sched}, err
+}
+
+// cpu is processCPU through the reader's open files.
+func (r *procReader) cpu(pid int) (time.Duration, error) {
+	b, err := r.stat.read(pid)
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(pid, b)
+}
+
+// scheduling is what the scheduler says of a process: the times it was
+// put on a CPU, its time on one and its time runnable, waiting for one
+// (schedstat), and of those times how many followed a sleep it chose (a
+// wake-up) and how many a preemption (status: voluntary and nonvoluntary
+// context switches). On shared cores, a process preempted or woken more
+// often per unit of work is put on a CPU more often.
+type scheduling struct {
+	known                  bool
+	onCPU, runWait         time.Duration
+	runs, woken, preempted int64
+}
+
+func (s scheduling) minus(o scheduling) scheduling {
+	return scheduling{known: s.known, onCPU: s.onCPU - o.onCPU, runWait: s.runWait - o.runWait,
+		runs: s.runs - o.runs, woken: s.woken - o.woken, preempted: s.preempted - o.preempted}
+}
+
+func (s scheduling) plus(o scheduling) scheduling {
+	return scheduling{known: s.known, onCPU: s.onCPU + o.onCPU, runWait: s.runWait + o.runWait,
+		runs: s.runs + o.runs, woken: s.woken + o.woken, preempted: s.preempted + o.preempted}
+}
+
+// scheduling reads pid's schedstat and the context switches in its status.
+func (r *procReader) scheduling(pid int) (scheduling, error) {
+	b, err := r.schedstat.read(pid)
+	if err != nil {
+		return scheduling{}, err
+	}
+	s, err := parseSchedstat(b)
+	if err != nil {
+		return scheduling{}, fmt.Errorf("/proc/%d/schedstat: %w", pid, err)
+	}
+	if b, err = r.status.read(pid); err != nil {
+		return scheduling{}, err
+	}
+	for _, c := range []struct {
+		name string
+		dst  *int64
+	}{{"voluntary_ctxt_switches", &s.woken}, {"nonvoluntary_ctxt_switches", &s.preempted}} {
+		v, ok := fieldOf(string(b), c.name)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil {
+			return scheduling{}, fmt.Errorf("/proc/%d/status has no %s", pid, c.name)
+		}
+		*c.dst = n
+	}
+	return s, nil
+}
+
+// parseSchedstat reads "on-CPU ns, run-queue ns, times run".
+func parseSchedstat(b []byte) (scheduling, error) {
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return scheduling{}, fmt.Errorf("%d fields, want 3", len(f))
+	}
+	var n [3]int64
+	for i := range n {
+		var err error
+		if n[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
+			return scheduling{}, err
+		}
+	}
+	return scheduling{known: true, onCPU: time.Duration(n[0]), runWait: time.Duration(n[1]), runs: n[2]}, nil
+}
+
+// close closes the open files.
+func (r *procReader) close() {
+	r.stat.close()
+	r.schedstat.close()
+	r.status.close()
 }
 
 // procFiles keeps one /proc/<pid>/<name> file open per process.
@@ -192,8 +291,9 @@ type procFiles struct {
 	buf   []byte
 }
 
-// read rereads pid's file; a process gone is an error (ESRCH), and its
-// file is closed.
+// read rereads pid's file with one pread. A process gone is an error
+// (ESRCH) and its file is closed; so is a file longer than the buffer,
+// which would be read cut short.
 func (p *procFiles) read(pid int) ([]byte, error) {
 	if p.files == nil {
 		p.files, p.buf = map[int]*os.File{}, make([]byte, 4096)
@@ -206,11 +306,14 @@ func (p *procFiles) read(pid int) ([]byte, error) {
 		}
 		p.files[pid] = f
 	}
-	n, err := f.ReadAt(p.buf, 0)
-	if n == 0 && err != nil {
+	n, err := syscall.Pread(int(f.Fd()), p.buf, 0)
+	if err == nil && n == len(p.buf) {
+		err = fmt.Errorf("/proc/%d/%s is longer than %d bytes", pid, p.name, len(p.buf))
+	}
+	if err != nil || n == 0 {
 		f.Close()
 		delete(p.files, pid)
-		return nil, err
+		return nil, cmp.Or(err, io.EOF)
 	}
 	return p.buf[:n], nil
 }
@@ -220,78 +323,6 @@ func (p *procFiles) close() {
 		f.Close()
 		delete(p.files, pid)
 	}
-}
-
-// cpu is processCPU through the reader's open files.
-func (r *statReader) cpu(pid int) (time.Duration, error) {
-	b, err := r.stat.read(pid)
-	if err != nil {
-		return 0, err
-	}
-	return parseStatCPU(pid, b)
-}
-
-// scheduling is what the scheduler says of a process: how long it waited,
-// runnable, for a CPU, how many times it was put on one (schedstat), and
-// how many times it was taken off one while it could have gone on
-// (status: nonvoluntary_ctxt_switches, a preemption). On a machine whose
-// cores are shared, a process woken often, or preempted, is put on a CPU
-// more often per unit of work and finds its caches colder each time.
-type scheduling struct {
-	runWait   time.Duration
-	runs      int64
-	preempted int64
-}
-
-// scheduling reads pid's /proc/<pid>/schedstat ("on-CPU ns, run-queue ns,
-// times run") and the preemptions in its status. ok is false where the
-// kernel keeps no schedstat.
-func (r *statReader) scheduling(pid int) (scheduling, bool) {
-	b, err := r.schedstat.read(pid)
-	if err != nil {
-		return scheduling{}, false
-	}
-	s, ok := parseSchedstat(b)
-	if !ok {
-		return scheduling{}, false
-	}
-	if b, err = r.status.read(pid); err != nil {
-		return scheduling{}, false
-	}
-	s.preempted, ok = statusCount(b, "nonvoluntary_ctxt_switches:")
-	return s, ok
-}
-
-func parseSchedstat(b []byte) (scheduling, bool) {
-	f := strings.Fields(string(b))
-	if len(f) != 3 {
-		return scheduling{}, false
-	}
-	wait, err1 := strconv.ParseInt(f[1], 10, 64)
-	runs, err2 := strconv.ParseInt(f[2], 10, 64)
-	if err1 != nil || err2 != nil {
-		return scheduling{}, false
-	}
-	return scheduling{runWait: time.Duration(wait), runs: runs}, true
-}
-
-// statusCount is the number on the line of /proc/<pid>/status that begins
-// with label.
-func statusCount(b []byte, label string) (int64, bool) {
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, label); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
-}
-
-// close closes the open files.
-func (r *statReader) close() {
-	r.stat.close()
-	r.schedstat.close()
-	r.status.close()
 }
 
 // parseStatCPU reads utime and stime from the contents of /proc/<pid>/stat.

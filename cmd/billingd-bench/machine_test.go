@@ -13,7 +13,7 @@ import (
 // process uses CPU, agree with processCPU's fresh read, and a process that
 // has exited is an error, as it is to processCPU.
 func TestStatReaderRereads(t *testing.T) {
-	r := newStatReader()
+	r := newProcReader()
 	defer r.close()
 	pid := os.Getpid()
 	first, err := r.cpu(pid)
@@ -96,37 +96,80 @@ func TestParseStatTimesSplitsUserAndKernel(t *testing.T) {
 	}
 }
 
-// The scheduler's counts of a process: its runs only grow, and a kernel's
-// line in another shape is unknown, not zero.
+// The scheduler's counts of a thread (schedstat is one thread's, as a
+// PostgreSQL backend is one process's): a sleep puts it back on a CPU as
+// one more run and one more wake-up, and nothing goes backwards.
 func TestSchedulingRereads(t *testing.T) {
-	r := newStatReader()
+	r := newProcReader()
 	defer r.close()
-	// schedstat is one thread's, as a PostgreSQL backend is: this one's.
+	if !r.schedKnown {
+		t.Skip("this kernel keeps no schedstat (CONFIG_SCHED_INFO): the bench prints n/a")
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	tid := syscall.Gettid()
-	first, ok := r.scheduling(tid)
-	if !ok {
-		t.Fatal("no /proc/<tid>/schedstat: the kernel keeps none (CONFIG_SCHED_INFO)")
+	first, err := r.usage(tid)
+	if err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(time.Millisecond) // off the CPU and back: one more run
-	again, ok := r.scheduling(tid)
-	if !ok || again.runs <= first.runs || again.runWait < first.runWait || again.preempted < first.preempted {
+	time.Sleep(time.Millisecond) // off the CPU and back
+	again, err := r.usage(tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := again.scheduling.minus(first.scheduling)
+	if !d.known || d.runs < 1 || d.woken < 1 || d.onCPU <= 0 || d.runWait < 0 || d.preempted < 0 {
 		t.Errorf("reread %+v after %+v", again, first)
 	}
+}
+
+func TestParseSchedstat(t *testing.T) {
 	for _, line := range []string{"", "1 2", "1 x 3", "1 2 3 4"} {
-		if s, ok := parseSchedstat([]byte(line)); ok {
+		if s, err := parseSchedstat([]byte(line)); err == nil {
 			t.Errorf("%q read as %+v", line, s)
 		}
 	}
-	if s, ok := parseSchedstat([]byte("193397999 647770255 2584\n")); !ok || s.runWait != 647770255 || s.runs != 2584 {
-		t.Errorf("read as %+v, %v", s, ok)
+	s, err := parseSchedstat([]byte("193397999 647770255 2584\n"))
+	if want := (scheduling{known: true, onCPU: 193397999, runWait: 647770255, runs: 2584}); err != nil || s != want {
+		t.Errorf("read as %+v, %v", s, err)
 	}
+}
+
+// A backend's scheduling over a run is its last reading less its first;
+// one that appeared during the run counts from zero; one that could not be
+// read at a poll keeps its last reading.
+func TestBackendTotals(t *testing.T) {
+	at := func(cpu time.Duration, runs int64) backendUsage {
+		return backendUsage{cpu: cpu, scheduling: scheduling{known: true, onCPU: cpu, runWait: time.Duration(runs), runs: runs, woken: runs - 1, preempted: 1}}
+	}
+	b := &backendCPU{stop: make(chan struct{}), done: make(chan struct{}), proc: procReader{schedKnown: true},
+		seen: map[int][2]backendUsage{
+			1: {at(time.Second, 100), at(time.Second+3*time.Millisecond, 110)}, // there all along
+			2: {backendUsage{}, at(2*time.Millisecond, 5)},                     // connected during the run
+		}}
+	close(b.done)
+	got := b.total()
+	want := backendUsage{cpu: 5 * time.Millisecond, scheduling: scheduling{known: true, onCPU: 5 * time.Millisecond,
+		runWait: 15, runs: 15, woken: 14, preempted: 1}}
+	if got != want {
+		t.Errorf("total %+v, want %+v", got, want)
+	}
+	b = &backendCPU{stop: make(chan struct{}), done: make(chan struct{}), seen: map[int][2]backendUsage{
+		1: {backendUsage{cpu: time.Second}, backendUsage{cpu: time.Second + time.Millisecond}}}}
+	close(b.done)
+	if got := b.total(); got.known || got.cpu != time.Millisecond {
+		t.Errorf("without schedstat: %+v", got)
+	}
+}
+
+func TestFieldOf(t *testing.T) {
 	status := "Name:\tpostgres\nvoluntary_ctxt_switches:\t2559\nnonvoluntary_ctxt_switches:\t25\n"
-	if n, ok := statusCount([]byte(status), "nonvoluntary_ctxt_switches:"); !ok || n != 25 {
-		t.Errorf("preemptions read as %d, %v", n, ok)
+	for name, want := range map[string]string{"voluntary_ctxt_switches": "2559", "nonvoluntary_ctxt_switches": "25", "Name": "postgres"} {
+		if v, ok := fieldOf(status, name); !ok || v != want {
+			t.Errorf("%s read as %q, %v", name, v, ok)
+		}
 	}
-	if _, ok := statusCount([]byte("Name:\tx\n"), "nonvoluntary_ctxt_switches:"); ok {
-		t.Error("a missing line was read")
+	if v, ok := fieldOf(status, "ctxt_switches"); ok {
+		t.Errorf("a missing line read as %q", v)
 	}
 }

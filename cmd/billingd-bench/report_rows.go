@@ -107,10 +107,6 @@ var (
 	cpuKernel      = func(c cpuPerOp) float64 { return c.billingdKernel }
 	cpuReadsWrites = func(c cpuPerOp) float64 { return c.billingdReadsWrites }
 	cpuAllocKiB    = func(c cpuPerOp) float64 { return c.billingdAllocKiB }
-
-	cpuRuns      = func(c cpuPerOp) float64 { return c.postgresRuns }
-	cpuRunWait   = func(c cpuPerOp) float64 { return c.postgresRunWait }
-	cpuPreempted = func(c cpuPerOp) float64 { return c.postgresPreempted }
 )
 
 // writeCPUBudget explains the ratios: when every part shares the cores,

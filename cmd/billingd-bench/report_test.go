@@ -162,3 +162,23 @@ func TestCeilingSaysWhatTheDiskAllows(t *testing.T) {
 		t.Errorf("ceiling paragraph without a measurement:\n%s", b.String())
 	}
 }
+
+// The scheduling table takes each figure's median over the rounds the
+// kernel kept schedstat for, the µs per time on a CPU per round, and says
+// n/a for a side with none.
+func TestSchedulingTableSkipsUnknownRounds(t *testing.T) {
+	round := func(runs, onCPU float64) summary {
+		return summary{cpu: cpuPerOp{postgresSched: schedPerOp{known: true, runs: runs, woken: runs - 2, preempted: 2,
+			onCPU: onCPU, waitingForCPU: 100}}}
+	}
+	row := comparison{workload: handshake, clients: 16,
+		service: side{round(10, 1500), {}, round(12, 1200), round(14, 2800)}, // one round unread
+		pgbench: side{{}, {}}}
+	var b strings.Builder
+	writeScheduling(&b, []comparison{row})
+	// runs 10, 12, 14: median 12 (33%); per time 150, 100, 200: median 150.
+	want := "| handshake | 16 | 12.0 (33%) | 10.0 (40%) | 2.0 | 150 (67%) | 100 | n/a | n/a | n/a | n/a | n/a |"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("no row\n%s\nin\n%s", want, b.String())
+	}
+}

@@ -160,25 +160,24 @@ func writeWaits(b *strings.Builder, rows []comparison) {
 }
 
 // writeScheduling is the table of how the scheduler treated each side's
-// backends (/proc/<pid>/schedstat and status): how many times per
-// operation a backend was put on a CPU, how many of those followed a
-// preemption, the CPU it used per time, and how long per operation
-// backends waited, runnable, for a CPU. The same statements cost billingd's
-// backends more CPU than the mirror's only on shared cores
-// (docs/performance.md, "A fourth machine"); these counts say whether it is
-// more runs (more wake-ups and preemptions, each paying the switch and
-// colder caches) or dearer ones.
+// backends (/proc/<pid>/schedstat and status): per operation, the times a
+// backend was put on a CPU, after a wake-up and after a preemption, the
+// CPU it used per time there, and how long backends waited, runnable, for
+// a CPU. billingd's backends spend more CPU than the mirror's on the same
+// statements (docs/performance.md); these counts say whether as more
+// times on a CPU, as dearer ones, or both.
 func writeScheduling(b *strings.Builder, rows []comparison) {
-	if len(rows) == 0 || rows[0].service.cpu(cpuRuns).min < 0 || rows[0].pgbench.cpu(cpuRuns).min < 0 {
-		return // no schedstat on this kernel
+	if len(rows) == 0 {
+		return
 	}
 	b.WriteString("### How the backends were scheduled\n\n")
 	b.WriteString("From /proc/<pid>/schedstat and status of each side's backends over each run, per operation: the times a " +
-		"backend was put on a CPU (each wake-up, and each return after a preemption), of them the preemptions " +
-		"(nonvoluntary context switches), the CPU used, and per time on a CPU; and the time backends spent runnable, " +
-		"waiting for a CPU. Medians of the rounds, spread in brackets.\n\n")
-	b.WriteString("| workload | clients | billingd's backends: runs | preempted | CPU µs | µs per run | waiting for a CPU, µs | " +
-		"the mirror's: runs | preempted | CPU µs | µs per run | waiting for a CPU, µs |\n")
+		"backend was put on a CPU, of them after a sleep it chose (woken: waiting for its client, a lock, a disk) and after " +
+		"a preemption (voluntary and nonvoluntary context switches); the CPU a backend used per time on a CPU (schedstat's " +
+		"own CPU time over its count, per round); and the time backends spent runnable, waiting for a CPU. " +
+		"Medians of the rounds, spread in brackets; n/a where the kernel keeps no schedstat.\n\n")
+	b.WriteString("| workload | clients | billingd's backends: on a CPU | woken | preempted | µs per time | waiting for a CPU, µs | " +
+		"the mirror's: on a CPU | woken | preempted | µs per time | waiting for a CPU, µs |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
 		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", r.workload, clientsCell(r), schedulingCells(r.service), schedulingCells(r.pgbench))
@@ -186,13 +185,29 @@ func writeScheduling(b *strings.Builder, rows []comparison) {
 	b.WriteString("\n")
 }
 
-// schedulingCells are one side's five cells of writeScheduling.
+// schedulingCells are one side's five cells of writeScheduling, over the
+// rounds whose scheduling the kernel kept.
 func schedulingCells(s side) string {
-	runs, cpu := s.cpu(cpuRuns), s.cpu(cpuPostgres)
-	perRun := "n/a"
-	if runs.median > 0 {
-		perRun = fmt.Sprintf("%.0f", cpu.median/runs.median)
+	var known []schedPerOp
+	for _, r := range s {
+		if r.cpu.postgresSched.known {
+			known = append(known, r.cpu.postgresSched)
+		}
 	}
-	return fmt.Sprintf("%s | %s | %s | %s | %s", withSpread("%.1f", runs), withSpread("%.1f", s.cpu(cpuPreempted)),
-		withSpread("%.0f", cpu), perRun, withSpread("%.0f", s.cpu(cpuRunWait)))
+	if len(known) == 0 {
+		return "n/a | n/a | n/a | n/a | n/a"
+	}
+	over := func(figure func(schedPerOp) float64) spread {
+		values := make([]float64, len(known))
+		for i, k := range known {
+			values[i] = figure(k)
+		}
+		return spreadOf(values)
+	}
+	return fmt.Sprintf("%s | %s | %s | %s | %s",
+		withSpread("%.1f", over(func(k schedPerOp) float64 { return k.runs })),
+		withSpread("%.1f", over(func(k schedPerOp) float64 { return k.woken })),
+		withSpread("%.1f", over(func(k schedPerOp) float64 { return k.preempted })),
+		withSpread("%.0f", over(schedPerOp.perRun)),
+		withSpread("%.0f", over(func(k schedPerOp) float64 { return k.waitingForCPU })))
 }
