@@ -146,6 +146,12 @@ func (b *backendCPU) poll(ctx context.Context, pool *pgxpool.Pool, app string, s
 		}
 	}
 	rows.Close()
+	b.record(pids, start)
+}
+
+// record reads each of pids; one that cannot be read keeps its last
+// reading.
+func (b *backendCPU) record(pids []int, start bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, pid := range pids {

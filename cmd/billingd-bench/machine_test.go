@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// statReader rereads an open /proc/<pid>/stat: the figures move as the
+// procReader rereads an open /proc/<pid>/stat: the figures move as the
 // process uses CPU, agree with processCPU's fresh read, and a process that
 // has exited is an error, as it is to processCPU.
-func TestStatReaderRereads(t *testing.T) {
+func TestProcReaderRereads(t *testing.T) {
 	r := newProcReader()
 	defer r.close()
 	pid := os.Getpid()
@@ -135,9 +135,9 @@ func TestParseSchedstat(t *testing.T) {
 	}
 }
 
-// A backend's scheduling over a run is its last reading less its first;
-// one that appeared during the run counts from zero; one that could not be
-// read at a poll keeps its last reading.
+// A backend's use over a run is its last reading less its first; one that
+// appeared during the run counts from zero; without schedstat only the CPU
+// is summed, and the scheduling is unknown.
 func TestBackendTotals(t *testing.T) {
 	at := func(cpu time.Duration, runs int64) backendUsage {
 		return backendUsage{cpu: cpu, scheduling: scheduling{known: true, onCPU: cpu, runWait: time.Duration(runs), runs: runs, woken: runs - 1, preempted: 1}}
@@ -171,5 +171,35 @@ func TestFieldOf(t *testing.T) {
 	}
 	if v, ok := fieldOf(status, "ctxt_switches"); ok {
 		t.Errorf("a missing line read as %q", v)
+	}
+}
+
+// A backend that exits between two polls keeps the last reading taken
+// (its last ~100 ms are missed, never its whole run), and one first seen
+// after the start counts from zero.
+func TestBackendRecordKeepsTheLastReading(t *testing.T) {
+	cmd := exec.Command("sleep", "10")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	gone := cmd.Process.Pid
+	b := &backendCPU{seen: map[int][2]backendUsage{}, proc: newProcReader()}
+	defer b.proc.close()
+	b.record([]int{gone}, true)
+	before, ok := b.seen[gone]
+	if !ok {
+		t.Fatal("a running process was not read")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	for start := time.Now(); time.Since(start) < 30*time.Millisecond; {
+	} // burn CPU: at least a few clock ticks of this process's own
+	b.record([]int{gone, os.Getpid()}, false)
+	if b.seen[gone] != before {
+		t.Errorf("an exited process's readings moved: %+v, then %+v", before, b.seen[gone])
+	}
+	self := b.seen[os.Getpid()]
+	if self[0] != (backendUsage{}) || self[1].cpu <= 0 {
+		t.Errorf("a process first seen after the start: %+v, want a zero baseline and its CPU so far", self)
 	}
 }

@@ -188,21 +188,17 @@ func writeScheduling(b *strings.Builder, rows []comparison) {
 // schedulingCells are one side's five cells of writeScheduling, over the
 // rounds whose scheduling the kernel kept.
 func schedulingCells(s side) string {
-	var known []schedPerOp
+	var known side
 	for _, r := range s {
 		if r.cpu.postgresSched.known {
-			known = append(known, r.cpu.postgresSched)
+			known = append(known, r)
 		}
 	}
 	if len(known) == 0 {
 		return "n/a | n/a | n/a | n/a | n/a"
 	}
 	over := func(figure func(schedPerOp) float64) spread {
-		values := make([]float64, len(known))
-		for i, k := range known {
-			values[i] = figure(k)
-		}
-		return spreadOf(values)
+		return known.over(func(r summary) float64 { return figure(r.cpu.postgresSched) })
 	}
 	return fmt.Sprintf("%s | %s | %s | %s | %s",
 		withSpread("%.1f", over(func(k schedPerOp) float64 { return k.runs })),
