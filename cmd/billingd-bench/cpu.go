@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -109,6 +110,30 @@ type backendUsage struct {
 
 const backendPoll = 100 * time.Millisecond
 
+// benchApplicationName is the application_name of the bench's own pool.
+// It must not be billingd's: the bench tells billingd's backends from
+// pgbench's by application_name, and while it was "billingd" the bench's
+// own polls of pg_stat_activity (every 20 and 100 ms, on its own backends)
+// counted as billingd's PostgreSQL CPU, wake-ups, waits and active
+// backends, and never as the mirror's (issue 39, 29 November).
+const benchApplicationName = "billingd-bench"
+
+// sideBackends picks one side's backends in pg_stat_activity: those whose
+// application_name is $1 or one of its pools' ("billingd executions"), in
+// the bench's database (a shared server may hold other billingds).
+const sideBackends = `datname = current_database() AND (application_name = $1 OR application_name LIKE $1 || ' %')`
+
+// sidePids lists the backends of app's side (sideBackends).
+func sidePids(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, app string) ([]int, error) {
+	rows, err := db.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE `+sideBackends, app)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int])
+}
+
 func watchBackends(ctx context.Context, pool *pgxpool.Pool, app string) *backendCPU {
 	b := &backendCPU{stop: make(chan struct{}), done: make(chan struct{}), seen: map[int][2]backendUsage{}, proc: newProcReader()}
 	b.poll(ctx, pool, app, true)
@@ -134,18 +159,10 @@ func watchBackends(ctx context.Context, pool *pgxpool.Pool, app string) *backend
 // poll reads the backends' CPU and scheduling; at the start, a backend's
 // reading is its baseline, later a new backend's baseline is zero.
 func (b *backendCPU) poll(ctx context.Context, pool *pgxpool.Pool, app string, start bool) {
-	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 OR application_name LIKE $1 || ' %'`, app)
+	pids, err := sidePids(ctx, pool, app)
 	if err != nil {
 		return
 	}
-	var pids []int
-	for rows.Next() {
-		var pid int
-		if rows.Scan(&pid) == nil {
-			pids = append(pids, pid)
-		}
-	}
-	rows.Close()
 	b.record(pids, start)
 }
 

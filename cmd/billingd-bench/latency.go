@@ -358,8 +358,8 @@ func watchConnections(ctx context.Context, pool *pgxpool.Pool) *connWatch {
 		for {
 			var p connPeaks
 			err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state <> 'idle'),
-					count(*) FILTER (WHERE state <> 'idle' AND application_name = 'billingd executions'), count(*)
-				FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'billingd%'`).
+					count(*) FILTER (WHERE state <> 'idle' AND application_name = $1 || ' executions'), count(*)
+				FROM pg_stat_activity WHERE `+sideBackends, "billingd").
 				Scan(&p.held, &p.heldExecutions, &p.open)
 			if err == nil {
 				w.peaks.held = max(w.peaks.held, p.held)

@@ -374,8 +374,7 @@ func (e *env) waitConnectionsClosed(ctx context.Context) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var open int
-		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name LIKE 'billingd%'`).Scan(&open)
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE `+sideBackends, "billingd").Scan(&open)
 		if err != nil || open <= 2 {
 			return
 		}

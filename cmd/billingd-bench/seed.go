@@ -13,6 +13,7 @@ import (
 	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/devissuer"
 	"github.com/billingd/billingd/internal/postgres"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // orgBase numbers the seeded orgs: org j is "<orgBase+j>" and its principals
@@ -56,11 +57,17 @@ func (a *account) nextUser() user {
 	return u
 }
 
+// openBenchPool opens the bench's own pool, named so that no side's
+// backends include it (benchApplicationName).
+func openBenchPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	return postgres.Open(ctx, dbURL, postgres.PoolConfig{Name: benchApplicationName})
+}
+
 // seed opens the bench's own pool, creates the orgs through the billing
 // service (Stripe customer and subscription at the stand-in, then the rows)
 // and mints an access token per principal.
 func (e *env) seed(ctx context.Context) error {
-	pool, err := postgres.Open(ctx, e.dbURL, postgres.PoolConfig{})
+	pool, err := openBenchPool(ctx, e.dbURL)
 	if err != nil {
 		return err
 	}

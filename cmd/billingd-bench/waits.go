@@ -74,7 +74,7 @@ func sampleWaits(ctx context.Context, pool *pgxpool.Pool, app string) *waitSampl
 func (w *waitSampler) poll(ctx context.Context, pool *pgxpool.Pool, app string) {
 	rows, err := pool.Query(ctx, `SELECT coalesce(wait_event_type || ': ' || wait_event, 'CPU')
 		FROM pg_stat_activity
-		WHERE (application_name = $1 OR application_name LIKE $1 || ' %') AND state <> 'idle'
+		WHERE `+sideBackends+` AND state <> 'idle'
 			AND coalesce(wait_event, '') <> 'ClientRead'`, app)
 	if err != nil {
 		return

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/billingd/billingd/internal/testenv"
+	"github.com/jackc/pgx/v5"
+)
+
+// The bench's own backends are on neither side: while its pool was named
+// billingd, every poll of pg_stat_activity counted the polling backend as
+// one of billingd's, with its CPU and wake-ups.
+func TestSidesLeaveTheBenchOut(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDatabase(t)
+	pool, err := openBenchPool(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	bench, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bench.Release()
+	benchPid := backendPid(t, bench.Conn())
+	main, executions := connectAs(t, db.URL, "billingd"), connectAs(t, db.URL, "billingd executions")
+	stranger := connectAs(t, db.URL, "billingdx")
+
+	pids, err := sidePids(ctx, bench, "billingd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(pids, benchPid) {
+		t.Errorf("billingd's side %v holds the bench's own backend %d", pids, benchPid)
+	}
+	for _, c := range []*pgx.Conn{main, executions} {
+		if pid := backendPid(t, c); !slices.Contains(pids, pid) {
+			t.Errorf("billingd's side %v misses %q's backend %d", pids, c.Config().RuntimeParams["application_name"], pid)
+		}
+	}
+	if pid := backendPid(t, stranger); slices.Contains(pids, pid) {
+		t.Errorf("billingd's side %v holds billingdx's backend %d", pids, pid)
+	}
+}
+
+func connectAs(t *testing.T, dbURL, app string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = app
+	c, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func backendPid(t *testing.T, c *pgx.Conn) int {
+	t.Helper()
+	return int(c.PgConn().PID())
+}
