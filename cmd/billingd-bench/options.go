@@ -34,7 +34,8 @@ type options struct {
 	doc          string
 	keep         bool
 	pin          bool
-	args         []string // the flags that change what is measured, for the report
+	mirrorGap    time.Duration // pgbench's \sleep after each round trip of the mirror (withGaps)
+	args         []string      // the flags that change what is measured, for the report
 	// At Stripe's pace (latency.go): the rows' clients, the stand-in's
 	// latencies, and each row's warm-up and measured time.
 	latencyClients   []int
@@ -103,6 +104,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.out, "out", "", "write the results as markdown to this file")
 	fs.StringVar(&o.doc, "doc", "", "also replace the results between the bench markers in this page (make bench: docs/performance.md)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench database afterwards")
+	fs.DurationVar(&o.mirrorGap, "mirror-gap", 0, "make pgbench wait this long after each of the mirror's round trips, as billingd works between its statements (0: back to back, the database's ceiling); "+
+		"to compare what the same statements cost PostgreSQL after an idle gap, not for the ratios")
 	fs.BoolVar(&o.pin, "pin", false, "give PostgreSQL half the CPUs and billingd, the load generator and pgbench the rest (taskset; a local server, root or its user)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err

@@ -23,6 +23,31 @@ import (
 //go:embed scripts/*.sql
 var scripts embed.FS
 
+// withGaps makes a mirror script wait gap (pgbench's \sleep) after each of
+// its round trips: a query ending in \gset, or a pipeline. billingd works
+// between its statements (HTTP, JSON, Stripe), so its backends idle between
+// round trips; pgbench sends the next at once. The same statements cost a
+// backend more CPU after an idle gap (issue 39, 29 November: with 0.7 ms
+// gaps the mirror's backends spent as much per handshake as billingd's).
+// With gap 0 the script is as written: the database's ceiling.
+func withGaps(script []byte, gap time.Duration) []byte {
+	if gap <= 0 {
+		return script
+	}
+	sleep := fmt.Sprintf("\\sleep %d us\n", gap.Microseconds())
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(string(script), "\n") {
+		b.WriteString(line)
+		if l := strings.TrimSpace(line); l == `\endpipeline` || strings.HasPrefix(l, `\gset`) {
+			if !strings.HasSuffix(line, "\n") {
+				b.WriteString("\n")
+			}
+			b.WriteString(sleep)
+		}
+	}
+	return []byte(b.String())
+}
+
 // runPgbench runs the mirror script of w for clients clients, on
 // mirrorConnections of them, for the same warm-up and measured time as the
 // service, and measures it the same way: from pgbench's per-transaction
@@ -39,7 +64,7 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 	if err != nil {
 		return sample{}, err
 	}
-	if err := os.WriteFile(script, body, 0o644); err != nil {
+	if err := os.WriteFile(script, withGaps(body, e.opts.mirrorGap), 0o644); err != nil {
 		return sample{}, err
 	}
 	seconds := int(math.Ceil((e.opts.warmup + e.opts.duration).Seconds())) + 1

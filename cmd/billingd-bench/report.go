@@ -53,6 +53,10 @@ func renderResults(opts options, res results) string {
 		fmt.Fprintf(&b, " Every row but those at Stripe's pace: %s; "+
 			"pgbench runs scripts/ (billingd's statements, checked by scripts_test.go) with `-M prepared` and as many connections as clients, up to billingd's main pool (%d): beyond it pgbench's backends queue on the WAL write lock and the mirror, by a different amount each run, stops being a ceiling.",
 			roundsText(opts), opts.mainPool())
+		if opts.mirrorGap > 0 {
+			fmt.Fprintf(&b, " **The mirror waits %s after each of its round trips** (`-mirror-gap`): its rows are no ceiling, only a comparison of what the statements cost PostgreSQL when its backends idle between them, as billingd's do.",
+				opts.mirrorGap)
+		}
 	}
 	b.WriteString("\n\n")
 	if res.pinned != "" {

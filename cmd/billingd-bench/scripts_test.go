@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // postgresDir holds the SQL billingd runs.
@@ -188,5 +190,35 @@ func TestScriptStatements(t *testing.T) {
 	got := scriptStatements(script)
 	if len(got) != 3 || normalizeSQL(got[0]) != "select 1 from t" || normalizeSQL(got[1]) != "select v from u" || normalizeSQL(got[2]) != "begin" {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// The mirror waits after each round trip, and only with a gap: a \gset
+// query, then each pipeline (propose: 2 round trips, handshake: 5).
+func TestWithGaps(t *testing.T) {
+	for w, trips := range map[string]int{"propose": 2, "handshake": 5} {
+		body, err := scripts.ReadFile("scripts/" + w + ".sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := withGaps(body, 0); !bytes.Equal(got, body) {
+			t.Errorf("%s: gap 0 changed the script", w)
+		}
+		gapped := string(withGaps(body, 700*time.Microsecond))
+		if n := strings.Count(gapped, "\\sleep 700 us\n"); n != trips {
+			t.Errorf("%s: %d sleeps, want one after each of its %d round trips", w, n, trips)
+		}
+		if strings.ReplaceAll(gapped, "\\sleep 700 us\n", "") != string(body) {
+			t.Errorf("%s: the gaps changed more than the sleeps", w)
+		}
+		lines := strings.Split(gapped, "\n")
+		for i, l := range lines {
+			if strings.HasPrefix(l, "\\sleep") && lines[i-1] != "\\endpipeline" && !strings.HasPrefix(lines[i-1], "\\gset") {
+				t.Errorf("%s: a sleep after %q, not after a round trip", w, lines[i-1])
+			}
+		}
+	}
+	if got := string(withGaps([]byte("SELECT 1\n\\gset x_"), time.Millisecond)); got != "SELECT 1\n\\gset x_\n\\sleep 1000 us\n" {
+		t.Errorf("no final newline: %q", got)
 	}
 }
