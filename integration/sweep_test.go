@@ -1023,8 +1023,15 @@ func sweepFaults() []sweepFault {
 			return failpoint.ActionContinue
 		}},
 		{name: "database connections terminated", fire: func(sw *sweep, sc *sweepCase) string {
-			_, _ = sw.h.db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name = $1`, sweepApplication)
+			// Both pools: "billingd-sweep" and "billingd-sweep executions".
+			var terminated int
+			err := sw.h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND (application_name = $1 OR application_name LIKE $1 || ' %')`, sweepApplication).Scan(&terminated)
+			if err != nil || terminated == 0 {
+				// The replica stopped at this step holds a connection, so a
+				// fault that ends none is not the fault it claims to be.
+				sw.t.Errorf("%s: terminated %d of the replicas' connections: %v", sc, terminated, err)
+			}
 			return failpoint.ActionContinue
 		}},
 		stripe("Stripe 5xx", stripepaytest.ServerError),

@@ -271,7 +271,7 @@ func OpenDatabase(ctx context.Context, cfg config.Config, tracer pgx.QueryTracer
 // pool's. Connections are opened when first needed.
 func OpenExecutions(ctx context.Context, cfg config.Config, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	pc := poolConfig(cfg, tracer)
-	pc.MaxConns, pc.Name = int32(cmp.Or(cfg.ConfirmConcurrency, billing.DefaultMaxExecutions)), "billingd executions"
+	pc.MaxConns, pc.Pool = int32(cmp.Or(cfg.ConfirmConcurrency, billing.DefaultMaxExecutions)), "executions"
 	return postgres.Open(ctx, cfg.DatabaseURL, pc)
 }
 

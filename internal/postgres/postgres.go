@@ -33,8 +33,23 @@ type PoolConfig struct {
 	// executions pool is exactly as large as the executions it serves.
 	// Otherwise the URL's pool_max_conns, or DefaultMaxConns.
 	MaxConns int32
-	// Name is the connections' application_name; "" is "billingd".
+	// Name is the connections' application_name. "" is the one the URL
+	// names (application_name=…, which tells an operator's replicas
+	// apart), or else "billingd".
 	Name string
+	// Pool, when set, names one of the replica's pools after that name: the
+	// executions pool's connections are "billingd executions".
+	Pool string
+}
+
+// applicationName is what a pool's connections are called in
+// pg_stat_activity (PoolConfig.Name, Pool); fromURL is the URL's own.
+func applicationName(pc PoolConfig, fromURL string) string {
+	name := cmp.Or(pc.Name, fromURL, "billingd")
+	if pc.Pool != "" {
+		name += " " + pc.Pool
+	}
+	return name
 }
 
 // DefaultMaxConns is the main pool's size when DATABASE_URL sets no
@@ -60,7 +75,7 @@ func Open(ctx context.Context, url string, pc PoolConfig) (*pgxpool.Pool, error)
 	if pc.LockTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["lock_timeout"] = fmt.Sprint(pc.LockTimeout.Milliseconds())
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = cmp.Or(pc.Name, "billingd")
+	cfg.ConnConfig.RuntimeParams["application_name"] = applicationName(pc, cfg.ConnConfig.RuntimeParams["application_name"])
 	if pc.Tracer != nil {
 		cfg.ConnConfig.Tracer = pc.Tracer
 	}
