@@ -118,6 +118,14 @@ const backendPoll = 100 * time.Millisecond
 // backends, and never as the mirror's (issue 39, 29 November).
 const benchApplicationName = "billingd-bench"
 
+// The application_name of each side's connections: billingd's pools are
+// billingdApplicationName and "billingd executions" (postgres.Open), the
+// mirror's are pgbench's. The bench sets both in the URLs it hands out.
+const (
+	billingdApplicationName = "billingd"
+	pgbenchApplicationName  = "pgbench"
+)
+
 // sideBackends picks one side's backends in pg_stat_activity: those whose
 // application_name is $1 or one of its pools' ("billingd executions"), in
 // the bench's database (a shared server may hold other billingds).

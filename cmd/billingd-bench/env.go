@@ -163,6 +163,20 @@ func withDatabase(serverURL, name string) (string, error) {
 	return u.String(), nil
 }
 
+// withApplicationName sets a database URL's application_name: each side's
+// backends are told apart by it (sideBackends), whatever name
+// BENCH_DATABASE_URL or PGAPPNAME would give them.
+func withApplicationName(dbURL, name string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return dbURL
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // withPoolSize adds pool_max_conns to a database URL (n = 0: unchanged).
 // On a server the bench does not own (BENCH_DATABASE_URL, closeIdle) it also
 // lets billingd's pools close a connection idle for a second: billingd
@@ -269,7 +283,7 @@ func (e *env) startBillingd(ctx context.Context) error {
 	}
 	cmd := exec.Command(filepath.Join(e.tmp, "billingd"), "serve")
 	cmd.Env = append(e.billingdEnv(), "PATH="+os.Getenv("PATH"), "HOME="+os.Getenv("HOME"),
-		"DATABASE_URL="+withPoolSize(e.dbURL, e.opts.poolMaxConns, !e.privateServer))
+		"DATABASE_URL="+withPoolSize(withApplicationName(e.dbURL, billingdApplicationName), e.opts.poolMaxConns, !e.privateServer))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// billingd dies with the bench, even if the bench is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -359,7 +359,7 @@ func watchConnections(ctx context.Context, pool *pgxpool.Pool) *connWatch {
 			var p connPeaks
 			err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state <> 'idle'),
 					count(*) FILTER (WHERE state <> 'idle' AND application_name = $1 || ' executions'), count(*)
-				FROM pg_stat_activity WHERE `+sideBackends, "billingd").
+				FROM pg_stat_activity WHERE `+sideBackends, billingdApplicationName).
 				Scan(&p.held, &p.heldExecutions, &p.open)
 			if err == nil {
 				w.peaks.held = max(w.peaks.held, p.held)

@@ -85,9 +85,9 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 	if err != nil {
 		return sample{}, err
 	}
-	backends := watchBackends(ctx, e.pool, "pgbench")
-	waits := sampleWaits(ctx, e.pool, "pgbench")
-	cmd := e.pgbenchCommand(ctx, append(args, e.dbURL))
+	backends := watchBackends(ctx, e.pool, pgbenchApplicationName)
+	waits := sampleWaits(ctx, e.pool, pgbenchApplicationName)
+	cmd := e.pgbenchCommand(ctx, append(args, withApplicationName(e.dbURL, pgbenchApplicationName)))
 	out, err := cmd.CombinedOutput()
 	backendsUsed := backends.total()
 	sampledWaits := waits.waits()

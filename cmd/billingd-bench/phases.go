@@ -274,8 +274,8 @@ func (e *env) logComparison(row comparison) {
 // runService drives billingd and measures where the CPU went meanwhile.
 func (e *env) runService(ctx context.Context, w workload, clients, round int) (sample, error) {
 	pid := e.billingd.Process.Pid
-	backends := watchBackends(ctx, e.pool, "billingd")
-	waits := sampleWaits(ctx, e.pool, "billingd")
+	backends := watchBackends(ctx, e.pool, billingdApplicationName)
+	waits := sampleWaits(ctx, e.pool, billingdApplicationName)
 	// The scrape first: its own CPU falls outside the CPU counted.
 	allocated0, err := readAllocated(ctx, e.metricsAddr)
 	if err != nil {
@@ -374,7 +374,7 @@ func (e *env) waitConnectionsClosed(ctx context.Context) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var open int
-		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE `+sideBackends, "billingd").Scan(&open)
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE `+sideBackends, billingdApplicationName).Scan(&open)
 		if err != nil || open <= 2 {
 			return
 		}

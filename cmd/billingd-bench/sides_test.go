@@ -28,6 +28,7 @@ func TestSidesLeaveTheBenchOut(t *testing.T) {
 	benchPid := backendPid(t, bench.Conn())
 	main, executions := connectAs(t, db.URL, "billingd"), connectAs(t, db.URL, "billingd executions")
 	stranger := connectAs(t, db.URL, "billingdx")
+	elsewhere := connectAs(t, testenv.NewDatabase(t).URL, "billingd") // another billingd on a shared server
 
 	pids, err := sidePids(ctx, bench, "billingd")
 	if err != nil {
@@ -43,6 +44,22 @@ func TestSidesLeaveTheBenchOut(t *testing.T) {
 	}
 	if pid := backendPid(t, stranger); slices.Contains(pids, pid) {
 		t.Errorf("billingd's side %v holds billingdx's backend %d", pids, pid)
+	}
+	if pid := backendPid(t, elsewhere); slices.Contains(pids, pid) {
+		t.Errorf("billingd's side %v holds a backend %d in another database", pids, pid)
+	}
+}
+
+// The URLs the bench hands billingd and pgbench name their side, whatever
+// name BENCH_DATABASE_URL carries.
+func TestWithApplicationName(t *testing.T) {
+	got := withApplicationName("postgres://u@h:5432/db?application_name=ops&sslmode=disable", pgbenchApplicationName)
+	cfg, err := pgx.ParseConfig(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name := cfg.RuntimeParams["application_name"]; name != "pgbench" || cfg.Database != "db" {
+		t.Errorf("%s: application_name %q, database %q", got, name, cfg.Database)
 	}
 }
 
