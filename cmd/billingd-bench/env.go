@@ -163,6 +163,13 @@ func withDatabase(serverURL, name string) (string, error) {
 	return u.String(), nil
 }
 
+// queryString encodes a URL's query as PostgreSQL's URI syntax reads it: a
+// space as %20 (url.Values.Encode writes "+", which libpq and pgx take
+// literally, so a password or an options value with a space would change).
+func queryString(q url.Values) string {
+	return strings.ReplaceAll(q.Encode(), "+", "%20")
+}
+
 // withApplicationName sets a database URL's application_name: each side's
 // backends are told apart by it (sideBackends), whatever name
 // BENCH_DATABASE_URL or PGAPPNAME would give them.
@@ -173,7 +180,7 @@ func withApplicationName(dbURL, name string) string {
 	}
 	q := u.Query()
 	q.Set("application_name", name)
-	u.RawQuery = q.Encode()
+	u.RawQuery = queryString(q)
 	return u.String()
 }
 
@@ -203,7 +210,7 @@ func withPoolSize(dbURL string, n int, closeIdle bool) string {
 		q.Set("pool_max_conn_idle_time", "1s")
 		q.Set("pool_health_check_period", "500ms")
 	}
-	u.RawQuery = q.Encode()
+	u.RawQuery = queryString(q)
 	return u.String()
 }
 

@@ -121,6 +121,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 			o.args = append(o.args, "-"+f.Name+"="+f.Value.String())
 		}
 	})
+	if o.mirrorGap > 0 && o.doc != "" {
+		return options{}, errors.New("-mirror-gap: its mirror is no ceiling, so its results must not replace the published ones in -doc; run it with -out only (go run ./cmd/billingd-bench -mirror-gap=… -out FILE)")
+	}
 	var err error
 	if o.clients, err = intList(*clients); err != nil {
 		return options{}, fmt.Errorf("-clients: %w", err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/billingd/billingd/internal/devissuer"
 	"github.com/billingd/billingd/internal/postgres"
@@ -117,5 +118,16 @@ func TestBillingdEnvAddsToBillingdsEnvironment(t *testing.T) {
 		if _, err := parseOptions([]string{"-billingd-env=" + bad}, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("-billingd-env=%s accepted", bad)
 		}
+	}
+}
+
+// A mirror with gaps is no ceiling: its results may not replace the
+// published ones.
+func TestMirrorGapRefusesDoc(t *testing.T) {
+	if _, err := parseOptions([]string{"-mirror-gap=700us", "-doc", "docs/performance.md"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Error("-mirror-gap with -doc: no error")
+	}
+	if o, err := parseOptions([]string{"-mirror-gap=700us", "-out", "x.md"}, func(string) string { return "" }, io.Discard); err != nil || o.mirrorGap != 700*time.Microsecond {
+		t.Errorf("-mirror-gap with -out: %v, gap %v", err, o.mirrorGap)
 	}
 }

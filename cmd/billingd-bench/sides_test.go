@@ -82,3 +82,18 @@ func backendPid(t *testing.T, c *pgx.Conn) int {
 	t.Helper()
 	return int(c.PgConn().PID())
 }
+
+// The URLs the bench rewrites keep what PostgreSQL's URI syntax encodes:
+// a space is %20, not "+" (which libpq and pgx read as a plus).
+func TestURLRewritesKeepSpaces(t *testing.T) {
+	in := "postgres://u:p@h:5432/db?options=-c%20statement_timeout%3D0&sslmode=disable"
+	for _, got := range []string{withApplicationName(in, "pgbench"), withPoolSize(in, 4, true)} {
+		cfg, err := pgx.ParseConfig(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opts := cfg.RuntimeParams["options"]; opts != "-c statement_timeout=0" {
+			t.Errorf("%s: options %q", got, opts)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 // integration sweep's "connections terminated" fault finds them so too.
 // Open used to overwrite the URL's name with "billingd".
 func TestOpenKeepsTheURLsApplicationName(t *testing.T) {
+	t.Setenv("PGAPPNAME", "") // pgx's default for a URL with no application_name
 	db := testenv.NewDatabase(t)
 	for _, c := range []struct {
 		url  string
