@@ -23,6 +23,7 @@ import (
 
 	"github.com/billingd/billingd/billing"
 	"github.com/billingd/billingd/internal/failpoint"
+	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
@@ -1026,7 +1027,7 @@ func sweepFaults() []sweepFault {
 			// Both pools: "billingd-sweep" and "billingd-sweep executions".
 			var terminated int
 			err := sw.h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-				WHERE datname = current_database() AND (application_name = $1 OR application_name LIKE $1 || ' %')`, sweepApplication).Scan(&terminated)
+				WHERE `+postgres.ReplicaBackends, sweepApplication).Scan(&terminated)
 			if err != nil || terminated == 0 {
 				// The processes' pools keep the connections they opened at
 				// start (both are pinged then, and /readyz pings the main

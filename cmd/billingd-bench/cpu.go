@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billingd/billingd/internal/postgres"
 )
 
 // On this kind of machine the database, billingd and the load generator
@@ -126,16 +128,13 @@ const (
 	pgbenchApplicationName  = "pgbench"
 )
 
-// sideBackends picks one side's backends in pg_stat_activity: those whose
-// application_name is $1 or one of its pools' ("billingd executions"), in
-// the bench's database (a shared server may hold other billingds).
-const sideBackends = `datname = current_database() AND (application_name = $1 OR application_name LIKE $1 || ' %')`
-
-// sidePids lists the backends of app's side (sideBackends).
+// sidePids lists the backends of app's side: those named app or one of its
+// pools' ("billingd executions"), in the bench's database (a shared server
+// may hold other billingds).
 func sidePids(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, app string) ([]int, error) {
-	rows, err := db.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE `+sideBackends, app)
+	rows, err := db.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE `+postgres.ReplicaBackends, app)
 	if err != nil {
 		return nil, err
 	}

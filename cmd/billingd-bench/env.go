@@ -171,7 +171,7 @@ func queryString(q url.Values) string {
 }
 
 // withApplicationName sets a database URL's application_name: each side's
-// backends are told apart by it (sideBackends), whatever name
+// backends are told apart by it (postgres.ReplicaBackends), whatever name
 // BENCH_DATABASE_URL or PGAPPNAME would give them.
 func withApplicationName(dbURL, name string) string {
 	u, err := url.Parse(dbURL)

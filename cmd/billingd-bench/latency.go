@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
 
@@ -359,7 +360,7 @@ func watchConnections(ctx context.Context, pool *pgxpool.Pool) *connWatch {
 			var p connPeaks
 			err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state <> 'idle'),
 					count(*) FILTER (WHERE state <> 'idle' AND application_name = $1 || ' executions'), count(*)
-				FROM pg_stat_activity WHERE `+sideBackends, billingdApplicationName).
+				FROM pg_stat_activity WHERE `+postgres.ReplicaBackends, billingdApplicationName).
 				Scan(&p.held, &p.heldExecutions, &p.open)
 			if err == nil {
 				w.peaks.held = max(w.peaks.held, p.held)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/billingd/billingd/internal/postgres"
 )
 
 // results is everything one run measured, for the report.
@@ -374,7 +376,7 @@ func (e *env) waitConnectionsClosed(ctx context.Context) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var open int
-		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE `+sideBackends, billingdApplicationName).Scan(&open)
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE `+postgres.ReplicaBackends, billingdApplicationName).Scan(&open)
 		if err != nil || open <= 2 {
 			return
 		}

@@ -25,7 +25,7 @@ func TestSidesLeaveTheBenchOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bench.Release()
-	benchPid := backendPid(t, bench.Conn())
+	benchPid := int(bench.Conn().PgConn().PID())
 	main, executions := connectAs(t, db.URL, "billingd"), connectAs(t, db.URL, "billingd executions")
 	stranger := connectAs(t, db.URL, "billingdx")
 	elsewhere := connectAs(t, testenv.NewDatabase(t).URL, "billingd") // another billingd on a shared server
@@ -38,14 +38,14 @@ func TestSidesLeaveTheBenchOut(t *testing.T) {
 		t.Errorf("billingd's side %v holds the bench's own backend %d", pids, benchPid)
 	}
 	for _, c := range []*pgx.Conn{main, executions} {
-		if pid := backendPid(t, c); !slices.Contains(pids, pid) {
+		if pid := int(c.PgConn().PID()); !slices.Contains(pids, pid) {
 			t.Errorf("billingd's side %v misses %q's backend %d", pids, c.Config().RuntimeParams["application_name"], pid)
 		}
 	}
-	if pid := backendPid(t, stranger); slices.Contains(pids, pid) {
+	if pid := int(stranger.PgConn().PID()); slices.Contains(pids, pid) {
 		t.Errorf("billingd's side %v holds billingdx's backend %d", pids, pid)
 	}
-	if pid := backendPid(t, elsewhere); slices.Contains(pids, pid) {
+	if pid := int(elsewhere.PgConn().PID()); slices.Contains(pids, pid) {
 		t.Errorf("billingd's side %v holds a backend %d in another database", pids, pid)
 	}
 }
@@ -76,11 +76,6 @@ func connectAs(t *testing.T, dbURL, app string) *pgx.Conn {
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
-}
-
-func backendPid(t *testing.T, c *pgx.Conn) int {
-	t.Helper()
-	return int(c.PgConn().PID())
 }
 
 // The URLs the bench rewrites keep what PostgreSQL's URI syntax encodes:

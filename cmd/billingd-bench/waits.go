@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billingd/billingd/internal/postgres"
 )
 
 // Wait-event sampling: what the backends serving one side (billingd's or
@@ -74,7 +76,7 @@ func sampleWaits(ctx context.Context, pool *pgxpool.Pool, app string) *waitSampl
 func (w *waitSampler) poll(ctx context.Context, pool *pgxpool.Pool, app string) {
 	rows, err := pool.Query(ctx, `SELECT coalesce(wait_event_type || ': ' || wait_event, 'CPU')
 		FROM pg_stat_activity
-		WHERE `+sideBackends+` AND state <> 'idle'
+		WHERE `+postgres.ReplicaBackends+` AND state <> 'idle'
 			AND coalesce(wait_event, '') <> 'ClientRead'`, app)
 	if err != nil {
 		return

@@ -2,7 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"slices"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/testenv"
@@ -36,5 +39,40 @@ func TestOpenKeepsTheURLsApplicationName(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Errorf("%+v on %s: application_name %q (%v), want %q", c.pc, c.url[len(db.URL):], got, err, c.want)
 		}
+	}
+}
+
+// ReplicaBackends finds both of a replica's pools by the names Open gives
+// them, and no other replica whose name merely starts with the same
+// letters.
+func TestReplicaBackendsFindsBothPools(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDatabase(t)
+	pid := func(pc postgres.PoolConfig, url string) int32 {
+		pool, err := postgres.Open(ctx, url, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		c, err := pool.Acquire(ctx) // held until the test ends, so its backend stays
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Release)
+		return int32(c.Conn().PgConn().PID())
+	}
+	replica := db.URL + "&application_name=replica-2"
+	want := []int32{pid(postgres.PoolConfig{}, replica), pid(postgres.PoolConfig{Pool: "executions"}, replica)}
+	pid(postgres.PoolConfig{}, db.URL+"&application_name=replica-20")
+	pid(postgres.PoolConfig{Name: "replica-2x"}, db.URL)
+
+	rows, err := db.Pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE `+postgres.ReplicaBackends+` ORDER BY pid`, "replica-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	slices.Sort(want)
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("replica-2's backends: %v (%v), want %v", got, err, want)
 	}
 }
