@@ -56,8 +56,9 @@ func applicationName(pc PoolConfig, fromURL string) string {
 // pg_stat_activity, in the current database: those named $1 (its main
 // pool) or "$1 <pool>" (its other pools, applicationName). Tools that
 // watch or fault a replica's connections use it, so that they match the
-// names Open gives.
-const ReplicaBackends = `datname = current_database() AND (application_name = $1 OR application_name LIKE $1 || ' %')`
+// names Open gives. starts_with, not LIKE: a name's "_" or "%" would be a
+// wildcard there, and replica_2 would find replicaX2's pools.
+const ReplicaBackends = `datname = current_database() AND (application_name = $1 OR starts_with(application_name, $1 || ' '))`
 
 // DefaultMaxConns is the main pool's size when DATABASE_URL sets no
 // pool_max_conns. pgx's own default, max(4, CPUs), is sized for work that

@@ -44,7 +44,7 @@ func TestOpenKeepsTheURLsApplicationName(t *testing.T) {
 
 // ReplicaBackends finds both of a replica's pools by the names Open gives
 // them, and no other replica whose name merely starts with the same
-// letters.
+// letters or matches it as a LIKE pattern.
 func TestReplicaBackendsFindsBothPools(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDatabase(t)
@@ -61,18 +61,19 @@ func TestReplicaBackendsFindsBothPools(t *testing.T) {
 		t.Cleanup(c.Release)
 		return int32(c.Conn().PgConn().PID())
 	}
-	replica := db.URL + "&application_name=replica-2"
+	replica := db.URL + "&application_name=replica_2"
 	want := []int32{pid(postgres.PoolConfig{}, replica), pid(postgres.PoolConfig{Pool: "executions"}, replica)}
-	pid(postgres.PoolConfig{}, db.URL+"&application_name=replica-20")
-	pid(postgres.PoolConfig{Name: "replica-2x"}, db.URL)
+	pid(postgres.PoolConfig{}, db.URL+"&application_name=replica_20")
+	pid(postgres.PoolConfig{Name: "replica_2x"}, db.URL)
+	pid(postgres.PoolConfig{Name: "replicaX2", Pool: "executions"}, db.URL) // "_" is no wildcard
 
-	rows, err := db.Pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE `+postgres.ReplicaBackends+` ORDER BY pid`, "replica-2")
+	rows, err := db.Pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE `+postgres.ReplicaBackends+` ORDER BY pid`, "replica_2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	slices.Sort(want)
 	if err != nil || !slices.Equal(got, want) {
-		t.Errorf("replica-2's backends: %v (%v), want %v", got, err, want)
+		t.Errorf("replica_2's backends: %v (%v), want %v", got, err, want)
 	}
 }
