@@ -164,6 +164,11 @@ func withDatabase(serverURL, name string) string {
 		return serverURL
 	}
 	u.Path = "/" + name
+	if u.RawQuery == "" {
+		// libpq's and pgx's default, spelled out so that tests can append
+		// "&key=value" to a URL whose TEST_DATABASE_URL had no query.
+		u.RawQuery = "sslmode=prefer"
+	}
 	return u.String()
 }
 
