@@ -242,11 +242,15 @@ func waitReady(t *testing.T, url string) {
 	}
 }
 
+// readyClient asks for readiness: a process that accepts and never answers
+// (a port someone else listens on) must not hold the wait past its end.
+var readyClient = &http.Client{Timeout: 2 * time.Second}
+
 // untilReady waits for url to answer 200, for 30 s at most.
 func untilReady(url string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
+		if resp, err := readyClient.Get(url); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return nil

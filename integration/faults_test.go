@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -215,7 +216,25 @@ func (h *harness) launchServe(bin, addr string) (*server, error) {
 	}
 	go func() { s.done <- cmd.Wait() }()
 	h.t.Cleanup(func() { _ = cmd.Process.Kill() })
-	return s, untilReady("http://" + addr + "/readyz")
+	return s, s.untilReady("http://" + addr + "/readyz")
+}
+
+// untilReady is untilReady for this process: it gives up as soon as the
+// process exits, and says what the process logged either way (a replica
+// that found its port taken, or waited on the database, says so there).
+func (s *server) untilReady(url string) error {
+	ready := make(chan error, 1)
+	go func() { ready <- untilReady(url) }()
+	select {
+	case err := <-ready:
+		if err != nil {
+			return fmt.Errorf("%w; billingd serve logged:\n%s", err, s.logs.String())
+		}
+		return nil
+	case err := <-s.done:
+		s.done <- err // for whoever waits for the exit later
+		return fmt.Errorf("billingd serve exited (%v) before %s answered; it logged:\n%s", err, url, s.logs.String())
+	}
 }
 
 // confirmAt makes a second call to the server at addr.
@@ -317,5 +336,17 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if sub := h.subscription(tok); sub != "scale" {
 		t.Fatalf("plan %s", sub)
+	}
+}
+
+// A replica that cannot start says why at once, rather than after the
+// readiness wait: here its address is taken.
+func TestLaunchServeSaysWhyItFailed(t *testing.T) {
+	h := newHarness(t)
+	taken := listen(t)
+	defer taken.Close()
+	_, err := h.launchServe(billingdBinary(t), taken.Addr().String())
+	if err == nil || !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("launch on a taken address: %v", err)
 	}
 }
