@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/billingd/billingd/internal/app"
 	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
 )
@@ -357,11 +358,7 @@ func watchConnections(ctx context.Context, pool *pgxpool.Pool) *connWatch {
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			var p connPeaks
-			err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state <> 'idle'),
-					count(*) FILTER (WHERE state <> 'idle' AND application_name = $1 || ' executions'), count(*)
-				FROM pg_stat_activity WHERE `+postgres.ReplicaBackends, billingdApplicationName).
-				Scan(&p.held, &p.heldExecutions, &p.open)
+			p, err := countConnections(ctx, pool)
 			if err == nil {
 				w.peaks.held = max(w.peaks.held, p.held)
 				w.peaks.heldExecutions = max(w.peaks.heldExecutions, p.heldExecutions)
@@ -377,6 +374,18 @@ func watchConnections(ctx context.Context, pool *pgxpool.Pool) *connWatch {
 		}
 	}()
 	return w
+}
+
+// countConnections counts billingd's connections now: held, held by the
+// executions pool (named as internal/app names it), and open.
+func countConnections(ctx context.Context, pool *pgxpool.Pool) (connPeaks, error) {
+	var p connPeaks
+	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state <> 'idle'),
+			count(*) FILTER (WHERE state <> 'idle' AND application_name = $2), count(*)
+		FROM pg_stat_activity WHERE `+postgres.ReplicaBackends,
+		billingdApplicationName, billingdApplicationName+" "+app.ExecutionsPool).
+		Scan(&p.held, &p.heldExecutions, &p.open)
+	return p, err
 }
 
 func (w *connWatch) stop() connPeaks {

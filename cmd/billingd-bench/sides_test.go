@@ -5,8 +5,11 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/billingd/billingd/internal/app"
+	"github.com/billingd/billingd/internal/config"
 	"github.com/billingd/billingd/internal/testenv"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The bench's own backends are on neither side: while its pool was named
@@ -90,5 +93,58 @@ func TestURLRewritesKeepSpaces(t *testing.T) {
 		if opts := cfg.RuntimeParams["options"]; opts != "-c statement_timeout=0" {
 			t.Errorf("%s: options %q", got, opts)
 		}
+	}
+}
+
+// The connection peaks tell the executions pool's held connections from
+// the main pool's by the name internal/app gives that pool, not by a copy
+// of it.
+func TestConnectionCountsFindTheExecutionsPool(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDatabase(t)
+	cfg := config.Config{DatabaseURL: withApplicationName(db.URL, billingdApplicationName)}
+	main, err := app.OpenDatabase(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer main.Close()
+	executions, err := app.OpenExecutions(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer executions.Close()
+	bench, err := openBenchPool(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bench.Close()
+
+	// Two transactions open in the main pool and one in the executions
+	// pool, and one idle connection in the main pool.
+	for _, pool := range []*pgxpool.Pool{main, main, executions} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle, err := main.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idle.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idle.Release()
+
+	got, err := countConnections(ctx, bench)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (connPeaks{held: 3, heldExecutions: 1, open: 4}); got != want {
+		t.Errorf("countConnections = %+v, want %+v", got, want)
 	}
 }

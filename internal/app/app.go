@@ -264,6 +264,11 @@ func OpenDatabase(ctx context.Context, cfg config.Config, tracer pgx.QueryTracer
 	return postgres.Open(ctx, cfg.DatabaseURL, poolConfig(cfg, tracer))
 }
 
+// ExecutionsPool names the executions pool's connections: they are the
+// replica's application_name and this ("billingd executions"), so an
+// operator, and the bench, can tell them from the main pool's.
+const ExecutionsPool = "executions"
+
 // OpenExecutions opens the pool of the transactions that span a Stripe
 // request: as many connections as second calls may execute at once
 // (CONFIRM_CONCURRENCY), whatever DATABASE_URL's pool_max_conns says, so an
@@ -271,7 +276,7 @@ func OpenDatabase(ctx context.Context, cfg config.Config, tracer pgx.QueryTracer
 // pool's. Connections are opened when first needed.
 func OpenExecutions(ctx context.Context, cfg config.Config, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	pc := poolConfig(cfg, tracer)
-	pc.MaxConns, pc.Pool = int32(cmp.Or(cfg.ConfirmConcurrency, billing.DefaultMaxExecutions)), "executions"
+	pc.MaxConns, pc.Pool = int32(cmp.Or(cfg.ConfirmConcurrency, billing.DefaultMaxExecutions)), ExecutionsPool
 	return postgres.Open(ctx, cfg.DatabaseURL, pc)
 }
 
