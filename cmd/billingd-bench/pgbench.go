@@ -48,11 +48,12 @@ func withGaps(script []byte, gap time.Duration) []byte {
 	return []byte(b.String())
 }
 
-// runPgbench runs the mirror script of w for clients clients, on
-// mirrorConnections of them, for the same warm-up and measured time as the
-// service, and measures it the same way: from pgbench's per-transaction
-// log, transactions completed in the window after the warm-up.
-func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, error) {
+// runPgbench runs the mirror script of w, waiting gap after each round
+// trip (withGaps), for clients clients, on mirrorConnections of them, for
+// the same warm-up and measured time as the service, and measures it the
+// same way: from pgbench's per-transaction log, transactions completed in
+// the window after the warm-up.
+func (e *env) runPgbench(ctx context.Context, w workload, clients int, gap time.Duration) (sample, error) {
 	clients = mirrorConnections(e.opts, clients)
 	dir, err := os.MkdirTemp(e.tmp, fmt.Sprintf("pgbench-%s-%d-", w, clients))
 	if err != nil {
@@ -64,7 +65,7 @@ func (e *env) runPgbench(ctx context.Context, w workload, clients int) (sample, 
 	if err != nil {
 		return sample{}, err
 	}
-	if err := os.WriteFile(script, withGaps(body, e.opts.mirrorGap), 0o644); err != nil {
+	if err := os.WriteFile(script, withGaps(body, gap), 0o644); err != nil {
 		return sample{}, err
 	}
 	seconds := int(math.Ceil((e.opts.warmup + e.opts.duration).Seconds())) + 1

@@ -20,6 +20,7 @@ type results struct {
 	throughput []comparison
 	dataSizes  []dataSize
 	latency    []latencyRow // at Stripe's pace (latency.go)
+	idle       comparison   // the target row against a mirror that idles as billingd does (idle.go)
 	peakRSSKiB int64
 	ceiling    commitCeiling // the disk's flushes per second (ceiling.go)
 	loadBefore string        // /proc/loadavg: other work on the machine skews everything
@@ -35,6 +36,7 @@ type comparison struct {
 	workload workload
 	clients  int
 	mirror   int           // the mirror's connections (mirrorConnections)
+	gap      time.Duration // the mirror's wait after each round trip (withGaps); 0: back to back
 	service  side          // billingd's rounds
 	pgbench  side          // the mirror's rounds
 	rssKiB   int64         // billingd's largest resident set right after a round
@@ -75,12 +77,15 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 	}
 	for _, w := range []workload{propose, handshake} {
 		for _, c := range e.opts.clients {
-			row, err := e.compare(ctx, w, c)
+			row, err := e.compare(ctx, w, c, e.opts.mirrorGap)
 			if err != nil {
 				return results{}, err
 			}
 			res.throughput = append(res.throughput, row)
 		}
+	}
+	if res.idle, err = e.runIdleMirror(ctx, res.throughput, res.trips); err != nil {
+		return results{}, err
 	}
 	// At Stripe's pace before the old rows are added: these rows measure
 	// waiting, not the tables.
@@ -192,10 +197,10 @@ func (e *env) runDataSizes(ctx context.Context) ([]dataSize, error) {
 		if d.rows, err = e.confirmationRows(ctx); err != nil {
 			return nil, err
 		}
-		if d.propose, err = e.compare(ctx, propose, e.opts.dataClients); err != nil {
+		if d.propose, err = e.compare(ctx, propose, e.opts.dataClients, e.opts.mirrorGap); err != nil {
 			return nil, err
 		}
-		if d.handshake, err = e.compare(ctx, handshake, e.opts.dataClients); err != nil {
+		if d.handshake, err = e.compare(ctx, handshake, e.opts.dataClients, e.opts.mirrorGap); err != nil {
 			return nil, err
 		}
 		sizes = append(sizes, d)
@@ -205,15 +210,16 @@ func (e *env) runDataSizes(ctx context.Context) ([]dataSize, error) {
 
 // compare runs w at clients concurrency against billingd and its pgbench
 // mirror, alternately, -rounds times each (rounds.go), every run from the
-// same settled state (see settle).
-func (e *env) compare(ctx context.Context, w workload, clients int) (comparison, error) {
-	row, start := comparison{workload: w, clients: clients, mirror: mirrorConnections(e.opts, clients)}, time.Now()
+// same settled state (see settle). The mirror waits gap after each of its
+// round trips (withGaps); 0 makes it the database's ceiling.
+func (e *env) compare(ctx context.Context, w workload, clients int, gap time.Duration) (comparison, error) {
+	row, start := comparison{workload: w, clients: clients, mirror: mirrorConnections(e.opts, clients), gap: gap}, time.Now()
 	billingdRound := func(round int) (summary, error) {
 		s, rss, err := e.billingdRound(ctx, w, clients, round)
 		row.rssKiB = max(row.rssKiB, rss)
 		return s, err
 	}
-	mirrorRound := func(round int) (summary, error) { return e.mirrorRound(ctx, w, clients, round) }
+	mirrorRound := func(round int) (summary, error) { return e.mirrorRound(ctx, w, clients, round, gap) }
 	var err error
 	if row.service, row.pgbench, err = alternate(e.opts.rounds, billingdRound, mirrorRound); err != nil {
 		return comparison{}, fmt.Errorf("%s at %d clients: %w", w, clients, err)
@@ -244,12 +250,12 @@ func (e *env) billingdRound(ctx context.Context, w workload, clients, round int)
 }
 
 // mirrorRound is one pgbench run of a row.
-func (e *env) mirrorRound(ctx context.Context, w workload, clients, round int) (summary, error) {
+func (e *env) mirrorRound(ctx context.Context, w workload, clients, round int, gap time.Duration) (summary, error) {
 	if err := e.settle(ctx); err != nil {
 		return summary{}, err
 	}
 	e.waitConnectionsClosed(ctx)
-	pg, err := e.runPgbench(ctx, w, clients)
+	pg, err := e.runPgbench(ctx, w, clients, gap)
 	if err != nil {
 		return summary{}, err
 	}
