@@ -383,7 +383,7 @@ func countConnections(ctx context.Context, pool *pgxpool.Pool) (connPeaks, error
 	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state <> 'idle'),
 			count(*) FILTER (WHERE state <> 'idle' AND application_name = $2), count(*)
 		FROM pg_stat_activity WHERE `+postgres.ReplicaBackends,
-		billingdApplicationName, billingdApplicationName+" "+app.ExecutionsPool).
+		billingdApplicationName, postgres.PoolName(billingdApplicationName, app.ExecutionsPool)).
 		Scan(&p.held, &p.heldExecutions, &p.open)
 	return p, err
 }

@@ -84,7 +84,7 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 			res.throughput = append(res.throughput, row)
 		}
 	}
-	if res.idle, err = e.runIdleMirror(ctx, res.throughput, res.trips); err != nil {
+	if res.idle, err = e.runIdleMirror(ctx, res.throughput); err != nil {
 		return results{}, err
 	}
 	// At Stripe's pace before the old rows are added: these rows measure
@@ -260,7 +260,11 @@ func (e *env) mirrorRound(ctx context.Context, w workload, clients, round int, g
 		return summary{}, err
 	}
 	sum := summarize(pg)
-	e.log.Printf("%-9s %2d clients, round %d: pgbench  %5.0f/s p50 %6.2f p99 %6.2f ms", w, clients, round, sum.rate, ms(sum.p50), ms(sum.p99))
+	idling := ""
+	if gap > 0 {
+		idling = fmt.Sprintf(", idling %s per round trip", gap)
+	}
+	e.log.Printf("%-9s %2d clients, round %d: pgbench  %5.0f/s p50 %6.2f p99 %6.2f ms%s", w, clients, round, sum.rate, ms(sum.p50), ms(sum.p99), idling)
 	return sum, nil
 }
 

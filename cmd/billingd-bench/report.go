@@ -193,13 +193,14 @@ func targets(opts options, res results) []target {
 	for _, d := range res.dataSizes {
 		errs += d.propose.service.errors() + d.handshake.service.errors() + d.propose.pgbench.errors() + d.handshake.pgbench.errors()
 	}
+	errs += res.idle.service.errors() + res.idle.pgbench.errors()
 	return append(ts, target{"zero errors", fmt.Sprint(errs), errs == 0})
 }
 
 // rowTargets are the targets of r, a row at targetClients; idle is r's
-// handshakes against the idling mirror (idle.go), which the PostgreSQL
-// CPU's measure names beside the verdict, judged against the mirror back
-// to back.
+// handshakes again against the idling mirror (idle.go), named beside the
+// PostgreSQL CPU's figure but never judged: the verdict is against the
+// mirror back to back.
 func rowTargets(rows []comparison, r comparison, idle comparison) []target {
 	w, ratio := r.workload, r.ratio()
 	ts := []target{{fmt.Sprintf("%s ≥ %s of pgbench at %d clients", w, pct(targetRatio[w]), targetClients),

@@ -103,11 +103,11 @@ func TestConnectionCountsFindTheExecutionsPool(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDatabase(t)
 	cfg := config.Config{DatabaseURL: withApplicationName(db.URL, billingdApplicationName)}
-	main, err := app.OpenDatabase(ctx, cfg, nil)
+	mainPool, err := app.OpenDatabase(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer main.Close()
+	defer mainPool.Close()
 	executions, err := app.OpenExecutions(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestConnectionCountsFindTheExecutionsPool(t *testing.T) {
 
 	// Two transactions open in the main pool and one in the executions
 	// pool, and one idle connection in the main pool.
-	for _, pool := range []*pgxpool.Pool{main, main, executions} {
+	for _, pool := range []*pgxpool.Pool{mainPool, mainPool, executions} {
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +131,7 @@ func TestConnectionCountsFindTheExecutionsPool(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	idle, err := main.Acquire(ctx)
+	idle, err := mainPool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

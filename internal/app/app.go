@@ -273,7 +273,8 @@ const ExecutionsPool = "executions"
 // request: as many connections as second calls may execute at once
 // (CONFIRM_CONCURRENCY), whatever DATABASE_URL's pool_max_conns says, so an
 // admitted second call never waits for one and never takes one of the main
-// pool's. Connections are opened when first needed.
+// pool's. Open connects once to check the database answers; the other
+// connections are opened when first needed.
 func OpenExecutions(ctx context.Context, cfg config.Config, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	pc := poolConfig(cfg, tracer)
 	pc.MaxConns, pc.Pool = int32(cmp.Or(cfg.ConfirmConcurrency, billing.DefaultMaxExecutions)), ExecutionsPool

@@ -47,10 +47,14 @@ type PoolConfig struct {
 func applicationName(pc PoolConfig, fromURL string) string {
 	name := cmp.Or(pc.Name, fromURL, "billingd")
 	if pc.Pool != "" {
-		name += " " + pc.Pool
+		name = PoolName(name, pc.Pool)
 	}
 	return name
 }
+
+// PoolName is the application_name of a replica's pool other than its
+// main one: "billingd executions" for the replica billingd's executions.
+func PoolName(replica, pool string) string { return replica + " " + pool }
 
 // ReplicaBackends is a WHERE clause that picks one replica's backends in
 // pg_stat_activity, in the current database: those named $1 (its main
