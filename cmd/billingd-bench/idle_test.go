@@ -69,7 +69,7 @@ func TestIdleMirrorIsShownButNotJudged(t *testing.T) {
 		}
 	}
 	var pgCPU target
-	for _, tg := range rowTargets([]comparison{row}, row, idle) {
+	for _, tg := range rowTargets([]comparison{row}, row, idle, comparison{}) {
 		if strings.Contains(tg.goal, "PostgreSQL CPU") {
 			pgCPU = tg
 		}
@@ -95,5 +95,40 @@ func TestIdleMirrorsErrorsCount(t *testing.T) {
 		if tg.goal == "zero errors" && (tg.met || tg.measured != "1") {
 			t.Errorf("zero errors: %+v, want 1 and missed", tg)
 		}
+	}
+}
+
+// The pinned row stands beside the target too, unjudged, and its errors
+// count.
+func TestPinnedRowIsShownButNotJudged(t *testing.T) {
+	row := threeRounds()
+	for i := range row.pgbench {
+		row.pgbench[i].cpu.postgres = 4000 // unpinned: +24 %, missed
+	}
+	pinned := threeRounds() // 4950 vs 4600: +8 %
+	pinned.pinned = "PostgreSQL on CPUs 0; billingd, the load generator and pgbench on CPUs 1"
+	var b strings.Builder
+	writePinnedRow(&b, pinned)
+	for _, want := range []string{"pinned with taskset (PostgreSQL on CPUs 0;", "| PostgreSQL CPU, µs | 4950 (2%) | 4600 (4%) | +8% |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("pinned row table:\n%s\nwant %q", b.String(), want)
+		}
+	}
+	for _, tg := range rowTargets([]comparison{row}, row, comparison{}, pinned) {
+		want := "4950 µs vs 4000 µs (+24%); not judged, other rounds: 4950 µs vs 4600 µs (+8%) with PostgreSQL on cores of its own (its table)"
+		if strings.Contains(tg.goal, "PostgreSQL CPU") && (tg.met || tg.measured != want) {
+			t.Errorf("PostgreSQL CPU target: %+v, want measured %q and missed", tg, want)
+		}
+	}
+	pinned.pgbench[0].errors = 2
+	for _, tg := range targets(options{}, results{pinnedRow: pinned}) {
+		if tg.goal == "zero errors" && (tg.met || tg.measured != "2") {
+			t.Errorf("zero errors: %+v, want 2 and missed", tg)
+		}
+	}
+	b.Reset()
+	writePinnedRow(&b, threeRounds())
+	if b.Len() != 0 || pinnedRowText(threeRounds()) != "" {
+		t.Errorf("an unpinned row shows as pinned: %q", b.String())
 	}
 }

@@ -21,6 +21,7 @@ type results struct {
 	dataSizes  []dataSize
 	latency    []latencyRow // at Stripe's pace (latency.go)
 	idle       comparison   // the target row against a mirror that idles as billingd does (idle.go)
+	pinnedRow  comparison   // the target row with PostgreSQL on cores of its own (pinrow.go)
 	peakRSSKiB int64
 	ceiling    commitCeiling // the disk's flushes per second (ceiling.go)
 	loadBefore string        // /proc/loadavg: other work on the machine skews everything
@@ -37,6 +38,7 @@ type comparison struct {
 	clients  int
 	mirror   int           // the mirror's connections (mirrorConnections)
 	gap      time.Duration // the mirror's wait after each round trip (withGaps); 0: back to back
+	pinned   string        // where each side ran, when this row alone was pinned (pinrow.go)
 	service  side          // billingd's rounds
 	pgbench  side          // the mirror's rounds
 	rssKiB   int64         // billingd's largest resident set right after a round
@@ -85,6 +87,9 @@ func runPhases(ctx context.Context, e *env) (results, error) {
 		}
 	}
 	if res.idle, err = e.runIdleMirror(ctx, res.throughput); err != nil {
+		return results{}, err
+	}
+	if res.pinnedRow, err = e.runPinnedRow(ctx, res.throughput); err != nil {
 		return results{}, err
 	}
 	// At Stripe's pace before the old rows are added: these rows measure

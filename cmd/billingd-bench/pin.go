@@ -48,24 +48,19 @@ func (c cpuSplit) String() string {
 	return fmt.Sprintf("PostgreSQL on CPUs %s; billingd, the load generator and pgbench on CPUs %s", c.postgres, c.clients)
 }
 
-// pinCPUs pins every PostgreSQL process (new backends inherit the
-// postmaster's affinity), billingd and this process, and arranges for
-// PostgreSQL to get every CPU back at teardown.
-func (e *env) pinCPUs(context.Context) error {
+// pinCPUs pins the bench's PostgreSQL server's processes (new backends
+// inherit the postmaster's affinity), billingd and this process, and
+// arranges for every CPU to come back at teardown (unpinCPUs).
+func (e *env) pinCPUs(ctx context.Context) error {
 	split, err := splitCPUs(runtime.NumCPU())
 	if err != nil {
 		return err
 	}
-	pids := processesNamed("postgres")
-	if len(pids) == 0 {
-		return errors.New("-pin: no local PostgreSQL processes (the server must run on this machine)")
+	if e.postmaster, err = e.postmasterPid(ctx); err != nil {
+		return fmt.Errorf("-pin: %w (the server must run on this machine)", err)
 	}
-	e.cleanup(func() {
-		all := cpuRange(0, runtime.NumCPU()-1)
-		for _, pid := range processesNamed("postgres") {
-			_ = taskset(all, pid)
-		}
-	})
+	pids := serverProcesses(e.postmaster)
+	e.cleanup(e.unpinCPUs)
 	for _, pid := range pids {
 		if err := taskset(split.postgres, pid); err != nil {
 			return fmt.Errorf("-pin: PostgreSQL process %d: %w (run as root or as the server's user)", pid, err)
@@ -81,6 +76,16 @@ func (e *env) pinCPUs(context.Context) error {
 	return nil
 }
 
+// unpinCPUs gives every PostgreSQL process, billingd and this process
+// every CPU back. Each is tried, whatever the others do.
+func (e *env) unpinCPUs() {
+	all := cpuRange(0, runtime.NumCPU()-1)
+	for _, pid := range append(serverProcesses(e.postmaster), e.billingd.Process.Pid, os.Getpid()) {
+		_ = taskset(all, pid)
+	}
+	e.pinned = nil
+}
+
 // taskset sets the affinity of every thread of pid.
 func taskset(cpus string, pid int) error {
 	out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput()
@@ -90,17 +95,43 @@ func taskset(cpus string, pid int) error {
 	return nil
 }
 
-// processesNamed lists the pids whose command name is name.
-func processesNamed(name string) []int {
-	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
-	var pids []int
-	for _, f := range dirs {
+// postmasterPid is the bench's server's postmaster, from the first line of
+// postmaster.pid in its data directory: only a server on this machine
+// whose data directory this process may read has one.
+func (e *env) postmasterPid(ctx context.Context) (int, error) {
+	var dir string
+	if err := e.pool.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dir); err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(first))
+}
+
+// serverProcesses are the postmaster and its children (backends and
+// background workers); not another server's on the same machine.
+func serverProcesses(postmaster int) []int {
+	pids := []int{postmaster}
+	files, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range files {
 		b, err := os.ReadFile(f)
-		if err != nil || strings.TrimSpace(string(b)) != name {
+		if err != nil {
 			continue
 		}
-		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
-			pids = append(pids, pid)
+		// pid (comm) state ppid …: comm may hold spaces and brackets,
+		// so the fields start after its last ")".
+		end := strings.LastIndexByte(string(b), ')')
+		fields := strings.Fields(string(b)[end+1:])
+		if end < 0 || len(fields) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(fields[1]); err == nil && ppid == postmaster {
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+				pids = append(pids, pid)
+			}
 		}
 	}
 	return pids

@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +182,23 @@ func TestSchedulingTableSkipsUnknownRounds(t *testing.T) {
 	want := "| handshake | 16 | 12.0 (33%) | 10.0 (40%) | 2.0 | 150 (67%) | 100 | n/a | n/a | n/a | n/a | n/a |"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("no row\n%s\nin\n%s", want, b.String())
+	}
+}
+
+// Pinning touches the bench's server only: the postmaster and its
+// children, not another process on the machine.
+func TestServerProcessesAreThePostmastersChildren(t *testing.T) {
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Wait()
+	defer child.Process.Kill()
+	pids := serverProcesses(os.Getpid())
+	if !slices.Contains(pids, os.Getpid()) || !slices.Contains(pids, child.Process.Pid) {
+		t.Errorf("serverProcesses(%d) = %v, want it and its child %d", os.Getpid(), pids, child.Process.Pid)
+	}
+	if slices.Contains(pids, os.Getppid()) {
+		t.Errorf("serverProcesses(%d) = %v holds its parent %d", os.Getpid(), pids, os.Getppid())
 	}
 }
