@@ -48,7 +48,7 @@ type env struct {
 	accounts      []*account
 	statements    bool      // pg_stat_statements is readable (statements.go)
 	pinned        *cpuSplit // -pin: where each side runs (pin.go)
-	postmaster    int       // the server's postmaster, once pinned (pin.go)
+	postmaster    int       // the server's postmaster: the private cluster's, or found when pinning (pin.go)
 	cleanups      []func()  // run in reverse by tearDown
 	// answer and receipt are what billingd stored for an executed
 	// upgrade, once read (billingdAnswer): the mirror stores the same.

@@ -26,10 +26,11 @@ var scripts embed.FS
 // withGaps makes a mirror script wait gap (pgbench's \sleep) after each of
 // its round trips: a query ending in \gset, or a pipeline. billingd works
 // between its statements (HTTP, JSON, Stripe), so its backends idle between
-// round trips; pgbench sends the next at once. The same statements cost a
-// backend more CPU after an idle gap (issue 39, 29 November: with 0.7 ms
-// gaps the mirror's backends spent as much per handshake as billingd's).
-// With gap 0 the script is as written: the database's ceiling.
+// round trips; pgbench sends the next at once, and an idle gap may make the
+// same statements cost a backend more CPU (issue 39: on 29 November two
+// quick runs with 0.7 ms gaps put the mirror's backends level with
+// billingd's; later runs did not, explain.go). With gap 0 the script is as
+// written: the database's ceiling.
 func withGaps(script []byte, gap time.Duration) []byte {
 	if gap <= 0 {
 		return script

@@ -20,8 +20,8 @@ type results struct {
 	throughput []comparison
 	dataSizes  []dataSize
 	latency    []latencyRow // at Stripe's pace (latency.go)
-	idle       comparison   // the target row against a mirror that idles as billingd does (idle.go)
-	pinnedRow  comparison   // the target row with PostgreSQL on cores of its own (pinrow.go)
+	idle       comparison   // the target row against a mirror that idles (explain.go)
+	pinnedRow  comparison   // the target row pinned (explain.go); pinned is a whole run's
 	peakRSSKiB int64
 	ceiling    commitCeiling // the disk's flushes per second (ceiling.go)
 	loadBefore string        // /proc/loadavg: other work on the machine skews everything
@@ -38,7 +38,7 @@ type comparison struct {
 	clients  int
 	mirror   int           // the mirror's connections (mirrorConnections)
 	gap      time.Duration // the mirror's wait after each round trip (withGaps); 0: back to back
-	pinned   string        // where each side ran, when this row alone was pinned (pinrow.go)
+	pinned   string        // where each side ran, when this row alone was pinned (explain.go)
 	service  side          // billingd's rounds
 	pgbench  side          // the mirror's rounds
 	rssKiB   int64         // billingd's largest resident set right after a round

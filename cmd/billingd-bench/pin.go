@@ -7,63 +7,105 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // With -pin the bench gives PostgreSQL CPUs of its own and runs billingd,
 // itself (load generator, Stripe stand-in, issuer) and pgbench on the
 // others, with taskset. Unpinned, every part competes for every core and
 // throughput follows the CPU each operation costs; pinned, the database
-// no longer shares its cores with the client side, as on a machine where
-// it runs apart, and the rows show what the client side costs the
-// database's own ceiling. Pinning needs a local PostgreSQL and the right
-// to change its processes' affinity (root, or the server's user); the
-// bench gives every PostgreSQL process all CPUs back when it ends.
+// no longer shares its cores with the client side, and the rows show what
+// the client side costs the database's own ceiling. Every full run also
+// pins its target row alone (explain.go). Pinning touches the bench's
+// server only (its postmaster and the postmaster's children), billingd and
+// this process, and gives each back the CPUs this process had, after the
+// row or when the bench ends. It needs a server on this machine and the
+// right to change its processes' affinity (root, or the server's user).
 
-// cpuSplit is which CPUs each side gets.
+// cpuSplit is which CPUs each side gets, and what they get back.
 type cpuSplit struct {
 	postgres, clients string // taskset lists, e.g. "0" and "1"
+	before            string // this process's CPUs before it pinned
 }
 
-// splitCPUs gives PostgreSQL the first half of the machine's CPUs (at
-// least one) and the client side the rest.
-func splitCPUs(n int) (cpuSplit, error) {
-	if n < 2 {
-		return cpuSplit{}, errors.New("-pin needs at least 2 CPUs")
+// splitCPUs gives PostgreSQL the first half of cpus (at least one) and the
+// client side the rest.
+func splitCPUs(cpus []int) (cpuSplit, error) {
+	if len(cpus) < 2 {
+		return cpuSplit{}, errors.New("pinning needs at least 2 CPUs")
 	}
-	pg := n / 2
-	return cpuSplit{postgres: cpuRange(0, pg-1), clients: cpuRange(pg, n-1)}, nil
+	pg := len(cpus) / 2
+	return cpuSplit{postgres: cpuList(cpus[:pg]), clients: cpuList(cpus[pg:]), before: cpuList(cpus)}, nil
 }
 
-func cpuRange(from, to int) string {
-	if from == to {
-		return strconv.Itoa(from)
+// cpuList writes CPUs as taskset reads them: runs as ranges, "0-3,6".
+func cpuList(cpus []int) string {
+	var parts []string
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if i == j {
+			parts = append(parts, strconv.Itoa(cpus[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", cpus[i], cpus[j]))
+		}
+		i = j + 1
 	}
-	return fmt.Sprintf("%d-%d", from, to)
+	return strings.Join(parts, ",")
+}
+
+// allowedCPUs are the CPUs this process may run on, in order.
+func allowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, err
+	}
+	var cpus []int
+	for cpu := range len(set) * 64 {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus, nil
 }
 
 func (c cpuSplit) String() string {
 	return fmt.Sprintf("PostgreSQL on CPUs %s; billingd, the load generator and pgbench on CPUs %s", c.postgres, c.clients)
 }
 
-// pinCPUs pins the bench's PostgreSQL server's processes (new backends
-// inherit the postmaster's affinity), billingd and this process, and
-// arranges for every CPU to come back at teardown (unpinCPUs).
+// pinCPUs pins the server's postmaster first, so that every backend it
+// forks from then on inherits its CPUs, then the processes it forked
+// before, then billingd and this process. A child that exits meanwhile is
+// no error. unpinCPUs undoes it, at teardown at the latest.
 func (e *env) pinCPUs(ctx context.Context) error {
-	split, err := splitCPUs(runtime.NumCPU())
+	cpus, err := allowedCPUs()
 	if err != nil {
 		return err
 	}
-	if e.postmaster, err = e.postmasterPid(ctx); err != nil {
-		return fmt.Errorf("-pin: %w (the server must run on this machine)", err)
+	split, err := splitCPUs(cpus)
+	if err != nil {
+		return err
 	}
-	pids := serverProcesses(e.postmaster)
-	e.cleanup(e.unpinCPUs)
-	for _, pid := range pids {
-		if err := taskset(split.postgres, pid); err != nil {
-			return fmt.Errorf("-pin: PostgreSQL process %d: %w (run as root or as the server's user)", pid, err)
+	if e.postmaster == 0 {
+		if e.postmaster, err = e.localPostmaster(ctx); err != nil {
+			return err
+		}
+	}
+	if e.pinned == nil {
+		e.cleanup(e.unpinCPUs)
+	}
+	e.pinned = &split
+	if err := taskset(split.postgres, e.postmaster); err != nil {
+		return fmt.Errorf("PostgreSQL's postmaster %d: %w (run as root or as the server's user)", e.postmaster, err)
+	}
+	for _, pid := range serverProcesses(e.postmaster) {
+		if err := taskset(split.postgres, pid); err != nil && alive(pid) {
+			return fmt.Errorf("PostgreSQL process %d: %w", pid, err)
 		}
 	}
 	for _, pid := range []int{e.billingd.Process.Pid, os.Getpid()} {
@@ -71,17 +113,19 @@ func (e *env) pinCPUs(ctx context.Context) error {
 			return err
 		}
 	}
-	e.pinned = &split
 	e.log.Printf("pinned: %s", split)
 	return nil
 }
 
-// unpinCPUs gives every PostgreSQL process, billingd and this process
-// every CPU back. Each is tried, whatever the others do.
+// unpinCPUs gives the server's processes, billingd and this process the
+// CPUs this process had before it pinned. Each is tried, whatever the
+// others do.
 func (e *env) unpinCPUs() {
-	all := cpuRange(0, runtime.NumCPU()-1)
+	if e.pinned == nil {
+		return
+	}
 	for _, pid := range append(serverProcesses(e.postmaster), e.billingd.Process.Pid, os.Getpid()) {
-		_ = taskset(all, pid)
+		_ = taskset(e.pinned.before, pid)
 	}
 	e.pinned = nil
 }
@@ -95,25 +139,39 @@ func taskset(cpus string, pid int) error {
 	return nil
 }
 
-// postmasterPid is the bench's server's postmaster, from the first line of
-// postmaster.pid in its data directory: only a server on this machine
-// whose data directory this process may read has one.
-func (e *env) postmasterPid(ctx context.Context) (int, error) {
+// localPostmaster finds the postmaster of a server the bench did not start
+// (BENCH_DATABASE_URL), from postmaster.pid in its data directory: only a
+// server on this machine whose data directory this process may read has
+// one, and the pid must be a running postgres, not init (a data directory
+// seen through a container's bind mount names a pid of another namespace).
+func (e *env) localPostmaster(ctx context.Context) (int, error) {
 	var dir string
 	if err := e.pool.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dir); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("the server's data directory (its role may not read settings): %w", err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("the server must run on this machine: %w", err)
 	}
 	first, _, _ := strings.Cut(string(b), "\n")
-	return strconv.Atoi(strings.TrimSpace(first))
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", filepath.Join(dir, "postmaster.pid"), err)
+	}
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if pid <= 1 || strings.TrimSpace(string(comm)) != "postgres" {
+		return 0, fmt.Errorf("postmaster.pid names process %d, which is not a postgres on this machine", pid)
+	}
+	return pid, nil
 }
 
 // serverProcesses are the postmaster and its children (backends and
-// background workers); not another server's on the same machine.
+// background workers), not another server's on the same machine; none for
+// no postmaster, or for init.
 func serverProcesses(postmaster int) []int {
+	if postmaster <= 1 {
+		return nil
+	}
 	pids := []int{postmaster}
 	files, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, f := range files {
@@ -135,6 +193,12 @@ func serverProcesses(postmaster int) []int {
 		}
 	}
 	return pids
+}
+
+// alive says whether pid still runs.
+func alive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
 }
 
 // pgbenchCommand runs pgbench on the client side's CPUs when pinned.

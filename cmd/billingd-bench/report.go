@@ -67,8 +67,7 @@ func renderResults(opts options, res results) string {
 		writeCeiling(&b, res.ceiling, res.trips)
 		writeRounds(&b, res.throughput)
 		writeCPUBudget(&b, res.throughput)
-		writeIdleMirror(&b, res.idle)
-		writePinnedRow(&b, res.pinnedRow)
+		writeExplanations(&b, res)
 		writeOwnCPU(&b, res.throughput, res.machine.syscall)
 		writeStatements(&b, res.throughput)
 		writeWaits(&b, res.throughput)
@@ -177,7 +176,7 @@ func targets(opts options, res results) []target {
 	var ts []target
 	for _, w := range []workload{propose, handshake} {
 		if r, ok := findRow(res.throughput, w, targetClients); ok {
-			ts = append(ts, rowTargets(res.throughput, r, res.idle, res.pinnedRow)...)
+			ts = append(ts, rowTargets(res.throughput, r, explanationsText(res))...)
 		}
 	}
 	ts = append(ts, dataSizeTargets(res.dataSizes)...)
@@ -198,12 +197,11 @@ func targets(opts options, res results) []target {
 	return append(ts, target{"zero errors", fmt.Sprint(errs), errs == 0})
 }
 
-// rowTargets are the targets of r, a row at targetClients; idle and pinned
-// are r's handshakes again, against the idling mirror (idle.go) and with
-// PostgreSQL on cores of its own (pinrow.go), named beside the PostgreSQL
-// CPU's figure but never judged: the verdict is against the mirror back to
-// back, unpinned.
-func rowTargets(rows []comparison, r, idle, pinned comparison) []target {
+// rowTargets are the targets of r, a row at targetClients. beside is what
+// the rows that explain PostgreSQL's CPU measured (explain.go), named
+// beside its figure but never judged: the verdict is against the mirror
+// back to back, unpinned.
+func rowTargets(rows []comparison, r comparison, beside string) []target {
 	w, ratio := r.workload, r.ratio()
 	ts := []target{{fmt.Sprintf("%s ≥ %s of pgbench at %d clients", w, pct(targetRatio[w]), targetClients),
 		fmt.Sprintf("%s (rounds %s–%s; bound with a CPU-free billingd: %s)", pct(ratio.median), pct(ratio.min), pct(ratio.max), pct(cpuBound(r))),
@@ -214,10 +212,8 @@ func rowTargets(rows []comparison, r, idle, pinned comparison) []target {
 	svcPG, mirrorPG := r.service.cpu(cpuPostgres).median, r.pgbench.cpu(cpuPostgres).median
 	p50, p99 := r.service.p50().median, r.service.p99().median
 	pgCPU := fmt.Sprintf("%.0f µs vs %.0f µs (%s)", svcPG, mirrorPG, change(svcPG, mirrorPG))
-	for _, text := range []string{idleMirrorText(idle), pinnedRowText(pinned)} {
-		if text != "" {
-			pgCPU += "; " + text
-		}
+	if beside != "" {
+		pgCPU += "; " + beside
 	}
 	ts = append(ts,
 		target{fmt.Sprintf("handshake: PostgreSQL CPU per call within %s of the mirror's", pct(targetPGCPU)),

@@ -2,9 +2,7 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,21 +40,6 @@ func TestPerformancePageHasMarkers(t *testing.T) {
 		if n := strings.Count(string(data), m); n != 1 {
 			t.Errorf("docs/performance.md has %d %q, want 1", n, m)
 		}
-	}
-}
-
-func TestSplitCPUs(t *testing.T) {
-	for _, tc := range []struct {
-		n                 int
-		postgres, clients string
-	}{{2, "0", "1"}, {3, "0", "1-2"}, {4, "0-1", "2-3"}, {8, "0-3", "4-7"}} {
-		got, err := splitCPUs(tc.n)
-		if err != nil || got.postgres != tc.postgres || got.clients != tc.clients {
-			t.Errorf("splitCPUs(%d) = %+v, %v; want %s / %s", tc.n, got, err, tc.postgres, tc.clients)
-		}
-	}
-	if _, err := splitCPUs(1); err == nil {
-		t.Error("splitCPUs(1) succeeded")
 	}
 }
 
@@ -182,23 +165,5 @@ func TestSchedulingTableSkipsUnknownRounds(t *testing.T) {
 	want := "| handshake | 16 | 12.0 (33%) | 10.0 (40%) | 2.0 | 150 (67%) | 100 | n/a | n/a | n/a | n/a | n/a |"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("no row\n%s\nin\n%s", want, b.String())
-	}
-}
-
-// Pinning touches the bench's server only: the postmaster and its
-// children, not another process on the machine.
-func TestServerProcessesAreThePostmastersChildren(t *testing.T) {
-	child := exec.Command("sleep", "60")
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer child.Wait()
-	defer child.Process.Kill()
-	pids := serverProcesses(os.Getpid())
-	if !slices.Contains(pids, os.Getpid()) || !slices.Contains(pids, child.Process.Pid) {
-		t.Errorf("serverProcesses(%d) = %v, want it and its child %d", os.Getpid(), pids, child.Process.Pid)
-	}
-	if slices.Contains(pids, os.Getppid()) {
-		t.Errorf("serverProcesses(%d) = %v holds its parent %d", os.Getpid(), pids, os.Getppid())
 	}
 }

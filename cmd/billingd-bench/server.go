@@ -37,7 +37,7 @@ func (e *env) startServer(ctx context.Context) error {
 		return err
 	}
 	e.cleanup(func() { _ = pg.Remove() })
-	e.opts.serverURL, e.privateServer = pg.URL(), true
+	e.opts.serverURL, e.privateServer, e.postmaster = pg.URL(), true, pg.Pid()
 	e.log.Printf("PostgreSQL: a private cluster with %v", privateServerSettings)
 	return nil
 }

@@ -434,6 +434,9 @@ func StartPostgres(ctx context.Context, dir, database string, settings ...string
 // URL is the database's URL.
 func (p *Postgres) URL() string { return p.url }
 
+// Pid is the server's postmaster: every backend is its child.
+func (p *Postgres) Pid() int { return p.proc.cmd.Process.Pid }
+
 // Restart stops the server as an operator's restart does (a fast shutdown:
 // every connection is cut, transactions in flight are rolled back) and
 // starts it again on the same port.
