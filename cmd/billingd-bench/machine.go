@@ -331,14 +331,27 @@ func parseStatCPU(pid int, b []byte) (time.Duration, error) {
 	return user + system, err
 }
 
+// statFields are /proc/<pid>/stat's fields from the third (state) on:
+// f[0] is field 3, f[1] the parent's pid, f[11] utime (field 14). The
+// command name (field 2) may hold spaces and parentheses, so they are
+// counted from after its closing one, the last in the line.
+func statFields(pid int, b []byte, least int) ([]string, error) {
+	end := strings.LastIndexByte(string(b), ')')
+	if end < 0 {
+		return nil, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[end+1:]))
+	if len(f) < least {
+		return nil, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	return f, nil
+}
+
 // parseStatTimes reads utime and stime.
 func parseStatTimes(pid int, b []byte) (user, system time.Duration, err error) {
-	// The command name (field 2) may hold spaces and parentheses; count
-	// from after its closing one, the last in the line.
-	end := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[end+1:]))
-	if end < 0 || len(f) < 13 {
-		return 0, 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	f, err := statFields(pid, b, 13)
+	if err != nil {
+		return 0, 0, err
 	}
 	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14 of stat
 	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15

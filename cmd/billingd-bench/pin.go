@@ -175,21 +175,16 @@ func serverProcesses(postmaster int) []int {
 	pids := []int{postmaster}
 	files, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f)))
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid …: comm may hold spaces and brackets,
-		// so the fields start after its last ")".
-		end := strings.LastIndexByte(string(b), ')')
-		fields := strings.Fields(string(b)[end+1:])
-		if end < 0 || len(fields) < 2 {
-			continue
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
 		}
-		if ppid, err := strconv.Atoi(fields[1]); err == nil && ppid == postmaster {
-			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
-				pids = append(pids, pid)
-			}
+		if fields, err := statFields(pid, b, 2); err == nil && fields[1] == strconv.Itoa(postmaster) {
+			pids = append(pids, pid)
 		}
 	}
 	return pids
