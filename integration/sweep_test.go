@@ -22,6 +22,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/billingd/billingd/billing"
+	"github.com/billingd/billingd/internal/app"
 	"github.com/billingd/billingd/internal/failpoint"
 	"github.com/billingd/billingd/internal/postgres"
 	"github.com/billingd/billingd/internal/stripepay/stripepaytest"
@@ -213,6 +214,9 @@ type sweep struct {
 	steps    map[string]int // how often each step was reached, by any case
 	unlisted map[string]bool
 	listed   map[string]bool
+	// terminations: how often the connection fault fired, and how many of
+	// the executions pool's connections it ended (report checks both).
+	terminations, executionsEnded int
 }
 
 const (
@@ -1025,9 +1029,11 @@ func sweepFaults() []sweepFault {
 		}},
 		{name: "database connections terminated", fire: func(sw *sweep, sc *sweepCase) string {
 			// Both pools: "billingd-sweep" and "billingd-sweep executions".
-			var terminated int
-			err := sw.h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-				WHERE `+postgres.ReplicaBackends, sweepApplication).Scan(&terminated)
+			var terminated, executions int
+			err := sw.h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE ended), count(*) FILTER (WHERE ended AND application_name = $2)
+				FROM (SELECT application_name, pg_terminate_backend(pid) AS ended -- once per backend, after WHERE
+					FROM pg_stat_activity WHERE `+postgres.ReplicaBackends+`) AS replicas`,
+				sweepApplication, postgres.PoolName(sweepApplication, app.ExecutionsPool)).Scan(&terminated, &executions)
 			if err != nil || terminated == 0 {
 				// The processes' pools keep the connections they opened at
 				// start (both are pinged then, and /readyz pings the main
@@ -1036,6 +1042,13 @@ func sweepFaults() []sweepFault {
 				// claims to be: its name no longer matches theirs.
 				sw.t.Errorf("%s: terminated %d of the replicas' connections: %v", sc, terminated, err)
 			}
+			// The executions pool opens its connections again only for a
+			// second call, so a single case may find none of it; report
+			// wants some over the sweep.
+			sw.mu.Lock()
+			sw.terminations++
+			sw.executionsEnded += executions
+			sw.mu.Unlock()
 			return failpoint.ActionContinue
 		}},
 		stripe("Stripe 5xx", stripepaytest.ServerError),
@@ -1293,6 +1306,7 @@ func report(t *testing.T, sweeps []*sweep, cases []*sweepCase, all bool) {
 		}
 	}
 	reached, unlisted, listed := map[string]int{}, map[string]bool{}, map[string]bool{}
+	terminations, executionsEnded := 0, 0
 	for _, sw := range sweeps {
 		// The processes' settle rounds still ask the controller, which
 		// counts under sw.mu.
@@ -1302,7 +1316,14 @@ func report(t *testing.T, sweeps []*sweep, cases []*sweepCase, all bool) {
 		}
 		maps.Copy(unlisted, sw.unlisted)
 		maps.Copy(listed, sw.listed)
+		terminations, executionsEnded = terminations+sw.terminations, executionsEnded+sw.executionsEnded
 		sw.mu.Unlock()
+	}
+	if terminations > 0 && executionsEnded == 0 {
+		// A second call's transactions run on the executions pool: a
+		// connection fault that never reaches it leaves them uncut.
+		t.Errorf("the connection fault fired %d times and ended none of the executions pool's connections (%q)",
+			terminations, postgres.PoolName(sweepApplication, app.ExecutionsPool))
 	}
 	line := fmt.Sprintf("failpoint sweep: %d cases run on %d shards (%d operations × the steps each passes × %d faults%s; "+
 		"the armed step reached in %d), %d distinct steps reached", len(cases), len(sweeps), len(sweepOps()), len(sweepFaults()),
